@@ -1,0 +1,38 @@
+# Lesson 16 course: normalization in the transformer block.
+# `make lab` (students), `make test` (everyone), `make grade` (instructors).
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# nbgrader runs `alembic` from PATH when it creates a gradebook.
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+SUBMISSIONS ?=
+JOBS ?=
+
+.PHONY: install lab test grade release bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	@touch $(STAMP)
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" \
+		--LabApp.default_url=/lab/tree/notebooks/00_start.ipynb
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+grade: $(STAMP)
+	$(BIN)/python -m normref.grading $(if $(SUBMISSIONS),--submissions "$(SUBMISSIONS)") $(if $(JOBS),--jobs $(JOBS))
+
+# Regenerate release/ from source/ with nbgrader (commit the result; a test checks they agree).
+release: $(STAMP)
+	@for a in source/*/; do a=$$(basename $$a); echo "generate_assignment $$a"; \
+		$(BIN)/python -m nbgrader generate_assignment $$a --force --log-level=WARN || exit 1; done
+
+clean:
+	rm -rf submitted autograded/* feedback gradebook.db grades.csv reports
