@@ -1,35 +1,49 @@
-"""Command line for ``make grade``: ``python -m normref.grading [--submissions PATH]``."""
+"""Command line for ``make grade``: ``python -m normref.grading [--submissions PATH] [--jobs N]``."""
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
 
-from .pipeline import REPO_ROOT, GradingError, format_table, grade_class
+from .pipeline import REPO_ROOT, GradingError, format_table, grade_class, summary_text
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m normref.grading",
-        description="Grade a class with nbgrader: generate, collect, autograde, feedback, grades.csv. "
-        "With no --submissions, grades the embedded demo class.",
+        description="Grade a class with nbgrader in one command: generate (release/ if stale), "
+        "collect, autograde in parallel, feedback, grades.csv, class report. With no "
+        "--submissions, grades the embedded demo class.",
     )
-    p.add_argument("--submissions", type=Path, default=None,
-                   help="an nbgrader submitted/<student>/<assignment>/ tree (default: the demo class)")
+    p.add_argument("--submissions", type=Path, default=None, metavar="PATH",
+                   help="an nbgrader submitted/<student>/<assignment>/ tree, or a folder or .zip of "
+                   "LMS-downloaded notebooks (Canvas, Moodle, Blackboard names); default: the demo class")
+    p.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="concurrent autograde processes (default: all cores)")
+    p.add_argument("--fresh", action="store_true", default=None,
+                   help="remove earlier grading state (submitted/, autograded/, feedback/, gradebook.db) "
+                   "first; always done for the demo class")
     p.add_argument("--course-root", type=Path, default=REPO_ROOT,
                    help="the nbgrader course root (default: this repository)")
     args = p.parse_args(argv)
+    if args.jobs is not None and args.jobs < 1:
+        p.error("--jobs must be at least 1")
     try:
-        run = grade_class(course_root=args.course_root, submissions=args.submissions)
-    except (GradingError, FileNotFoundError) as e:
+        run = grade_class(course_root=args.course_root, submissions=args.submissions, jobs=args.jobs,
+                          fresh=args.fresh, progress=True)
+    except (GradingError, FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print()
     print(format_table(run))
     print()
+    print(summary_text(run.report))
+    print()
     print(f"grades:       {run.grades_csv}")
     print(f"per question: {run.questions_csv}")
-    print(f"feedback:     {run.feedback_dir}/<student>/<assignment>/")
+    print(f"feedback:     {run.feedback_dir}/<student>/<assignment>/<notebook>.html")
+    print(f"class report: {run.report_html}")
+    print(f"done in {run.seconds:.1f} s")
     return 0
 
 

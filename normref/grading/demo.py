@@ -34,6 +34,12 @@ RMS_WRONG_AXIS = '''def rms_norm(x, weight, eps=1e-6):
 '''
 
 
+#: Due dates of the demo course; a demo student submitted after it is late.
+DUE_DATES = {"rmsnorm": "2026-11-21 09:00:00 UTC"}
+ON_TIME = "2026-11-20 09:00:00.000000 UTC"
+LATE = "2026-11-22 18:30:00.000000 UTC"
+
+
 @dataclass(frozen=True)
 class DemoStudent:
     """One synthetic student: id, the fault they were built with, and their answer cells."""
@@ -41,6 +47,7 @@ class DemoStudent:
     student_id: str
     built_with: str  # "correct", a normref fault kind, or "blank"
     answers: dict[str, str] = field(default_factory=dict)  # grade_id -> cell source
+    late: bool = False
 
 
 DEMO_CLASS: dict[str, list[DemoStudent]] = {
@@ -50,6 +57,7 @@ DEMO_CLASS: dict[str, list[DemoStudent]] = {
         DemoStudent("chen", "low_precision_stats", {"rms_norm_impl": RMS_NO_FLOAT32}),
         DemoStudent("dana", "wrong_axis", {"rms_norm_impl": RMS_WRONG_AXIS}),
         DemoStudent("emeka", "blank", {}),
+        DemoStudent("farah", "correct", {"rms_norm_impl": RMS_CORRECT}, late=True),
     ],
 }
 
@@ -83,10 +91,17 @@ def write_demo_submissions(course_root: Path, dest: Path) -> list[str]:
             for nb_path in sorted(release_dir.glob("*.ipynb")):
                 nb = fill_answers(nb_path, {k: v for k, v in st.answers.items()})
                 nbformat.write(nb, out_dir / nb_path.name)
-            (out_dir / "timestamp.txt").write_text("2026-11-20 09:00:00.000000 UTC\n")
+            (out_dir / "timestamp.txt").write_text((LATE if st.late else ON_TIME) + "\n")
             if st.student_id not in students:
                 students.append(st.student_id)
     return students
+
+
+def apply_due_dates(course_root: Path, nbgrader) -> None:
+    """Record the demo course's due dates in the gradebook (``nbgrader db assignment add``)."""
+    for assignment, due in DUE_DATES.items():
+        if (course_root / "source" / assignment).is_dir():
+            nbgrader("db", "assignment", "add", assignment, f"--duedate={due}")
 
 
 def demo_manifest() -> str:

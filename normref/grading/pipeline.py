@@ -1,21 +1,32 @@
-"""``grade_class``: generate -> collect -> autograde -> feedback -> grades.csv, all through nbgrader."""
+"""``grade_class``: generate -> collect -> autograde (parallel) -> feedback -> grades.csv -> report.
+
+Every grading step is one of nbgrader's own apps run in the course root; this module arranges
+the submissions, runs the apps, and reads nbgrader's gradebook.
+"""
 from __future__ import annotations
 
 import csv
+import hashlib
 import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .demo import write_demo_submissions
+from .collect import collect
+from .parallel import AutogradeOutcome, autograde, default_jobs
+from .report import ClassReport, build_report, summary_text, write_report
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+#: What a fresh run removes (nbgrader's grading state; never source/ or release/).
+GRADING_STATE = ("submitted", "autograded", "feedback", "downloaded", "reports", "logs", "gradebook.db",
+                 "grades.csv", "grades_by_question.csv")
 
 
 class GradingError(RuntimeError):
-    """The pipeline itself failed (not a student's code): nbgrader exited non-zero."""
+    """The pipeline itself failed (not a student's code): an nbgrader step exited non-zero."""
 
 
 @dataclass
@@ -27,9 +38,14 @@ class GradeRun:
         assignments: assignment names graded.
         students: student ids found in ``submitted/``.
         grades_csv: nbgrader's export, one row per (assignment, student).
-        questions_csv: one row per (assignment, student, grade cell) with score and max score.
+        questions_csv: one row per (assignment, student, grade cell) with the points earned.
         feedback_dir: where nbgrader wrote the per-student feedback HTML.
-        scores: ``{(assignment, student): {grade_id: score}}`` read from the gradebook.
+        report_html: the class report page.
+        scores: ``{(assignment, student): {grade_id: points}}`` read from the gradebook.
+        max_points: ``{assignment: {grade_id: max points}}``.
+        report: the :class:`~normref.grading.report.ClassReport`.
+        autograde: timing and failures of the autograde stage.
+        seconds: wall time of the whole run.
     """
 
     course_root: Path
@@ -38,7 +54,20 @@ class GradeRun:
     grades_csv: Path | None = None
     questions_csv: Path | None = None
     feedback_dir: Path | None = None
+    report_html: Path | None = None
     scores: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
+    max_points: dict[str, dict[str, float]] = field(default_factory=dict)
+    report: ClassReport | None = None
+    autograde: AutogradeOutcome | None = None
+    seconds: float = 0.0
+
+
+def nbgrader_env() -> dict[str, str]:
+    """The environment for nbgrader subprocesses: this interpreter's bin/ first on PATH
+    (nbgrader runs `alembic` from PATH when it creates a gradebook)."""
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
+    return env
 
 
 def _nbgrader(course_root: Path, *args: str) -> subprocess.CompletedProcess:
@@ -50,111 +79,181 @@ def _nbgrader(course_root: Path, *args: str) -> subprocess.CompletedProcess:
     return proc
 
 
-def nbgrader_env() -> dict[str, str]:
-    """The environment for nbgrader subprocesses: this interpreter's bin/ first on PATH
-    (nbgrader runs `alembic` from PATH when it creates a gradebook)."""
-    env = dict(os.environ)
-    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
-    return env
-
-
 def list_assignments(course_root: Path) -> list[str]:
     """Assignment names: the folders of ``source/`` that hold a notebook."""
     src = course_root / "source"
+    if not src.is_dir():
+        raise GradingError(f"{course_root} has no source/ folder: is it the course root?")
     return sorted(p.name for p in src.iterdir() if p.is_dir() and any(p.glob("*.ipynb")))
 
 
-def collect(course_root: Path, submissions: Path | None) -> list[str]:
-    """Put submissions into ``course_root/submitted/<student>/<assignment>/``.
+def _digest(folder: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(folder.rglob("*")):
+        if p.is_file():
+            h.update(str(p.relative_to(folder)).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
 
-    Args:
-        submissions: an nbgrader ``submitted/`` tree to copy in, or None for the demo class.
+
+def generate(course_root: Path, assignments: list[str], log=print) -> list[str]:
+    """``nbgrader generate_assignment`` for each assignment (this also records its cells in the
+    gradebook, which autograde needs). Returns the assignments whose ``release/`` was stale."""
+    stale = []
+    for a in assignments:
+        rel = course_root / "release" / a
+        before = _digest(rel) if rel.is_dir() else ""
+        _nbgrader(course_root, "generate_assignment", a, "--force")
+        if _digest(rel) != before:
+            stale.append(a)
+            log(f"generate: release/{a} was stale and has been regenerated from source/{a}")
+    return stale
+
+
+def read_gradebook(course_root: Path, assignments: list[str]):
+    """Per-question points and max points from nbgrader's gradebook.
 
     Returns:
-        The student ids now in ``submitted/``.
-
-    Raises:
-        FileNotFoundError: ``submissions`` does not exist.
+        ``(scores, max_points)``: ``{(assignment, student): {grade_id: points}}`` and
+        ``{assignment: {grade_id: max points}}`` (manually graded cells count 0 until graded).
     """
-    dest = course_root / "submitted"
-    if submissions is None:
-        write_demo_submissions(course_root, dest)
-    else:
-        submissions = Path(submissions)
-        if not submissions.exists():
-            raise FileNotFoundError(f"no submissions at {submissions}")
-        if submissions.resolve() != dest.resolve():
-            shutil.copytree(submissions, dest, dirs_exist_ok=True)
-    return sorted(p.name for p in dest.iterdir() if p.is_dir())
-
-
-def read_scores(course_root: Path, assignments: list[str]) -> dict[tuple[str, str], dict[str, float]]:
-    """Per-question scores from nbgrader's gradebook: ``{(assignment, student): {grade_id: score}}``."""
     from nbgrader.api import Gradebook
 
-    out: dict[tuple[str, str], dict[str, float]] = {}
+    scores: dict[tuple[str, str], dict[str, float]] = {}
+    max_points: dict[str, dict[str, float]] = {}
     with Gradebook(f"sqlite:///{course_root / 'gradebook.db'}") as gb:
         for a in assignments:
+            asg = gb.find_assignment(a)
+            max_points[a] = {gc.name: float(gc.max_score) for nb in asg.notebooks for gc in nb.grade_cells}
             for sub in gb.assignment_submissions(a):
                 row: dict[str, float] = {}
                 for nb in sub.notebooks:
                     for g in nb.grades:
                         row[g.name] = float(g.score)
-                out[(a, sub.student.id)] = row
-    return out
+                scores[(a, sub.student.id)] = row
+    return scores, max_points
+
+
+def _progress_bar():
+    from tqdm import tqdm
+
+    bar = None
+
+    def update(done: int, total: int):
+        nonlocal bar
+        if bar is None:
+            bar = tqdm(total=total, desc="autograde", unit="notebook", file=sys.stderr,
+                       dynamic_ncols=True, disable=None)
+        bar.n = done
+        bar.refresh()
+        if done >= total:
+            bar.close()
+
+    return update
+
+
+def clean(course_root: Path) -> None:
+    """Remove nbgrader's grading state (``GRADING_STATE``) from a course root."""
+    for name in GRADING_STATE:
+        p = course_root / name
+        if p.is_dir():
+            shutil.rmtree(p)
+        elif p.exists():
+            p.unlink()
+    (course_root / "autograded").mkdir(exist_ok=True)
+    (course_root / "autograded" / ".gitkeep").touch()
 
 
 def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = None,
+                jobs: int | None = None, fresh: bool | None = None, progress: bool = False,
                 log=print) -> GradeRun:
     """Grade a class end to end with nbgrader.
 
     Args:
         course_root: the nbgrader course root (holds ``nbgrader_config.py`` and ``source/``).
-        submissions: an nbgrader ``submitted/`` tree; None grades the embedded demo class.
+        submissions: an nbgrader ``submitted/`` tree, a folder or ``.zip`` of LMS-named
+            notebooks, or None for the embedded demo class.
+        jobs: concurrent autograde processes (default: all cores).
+        fresh: remove earlier grading state first (default: True for the demo class, False
+            otherwise, so a real class can be graded in several batches).
+        progress: show a progress bar with an ETA on stderr.
         log: where progress lines go.
 
     Returns:
-        :class:`GradeRun` with paths to ``grades.csv``, the per-question CSV and feedback.
+        :class:`GradeRun` with the paths to ``grades.csv``, the per-question CSV, the
+        feedback and the class report.
 
     Raises:
         GradingError: an nbgrader step failed for a reason other than a student's code.
         FileNotFoundError: ``submissions`` does not exist.
+        ValueError: ``submissions`` is not a recognised kind of input.
     """
+    t0 = time.perf_counter()
     course_root = Path(course_root).resolve()
+    if fresh is None:
+        fresh = submissions is None
+    if fresh:
+        clean(course_root)
     run = GradeRun(course_root=course_root, assignments=list_assignments(course_root))
+    log(f"generate: {', '.join(run.assignments)}")
+    generate(course_root, run.assignments, log=log)
+
+    collected = collect(course_root, submissions, run.assignments, nbgrader_env())
+    run.students = collected.students
+    log(f"collect: {len(run.students)} students from {collected.source} -> {course_root / 'submitted'}")
+    for name, why in collected.skipped.items():
+        log(f"collect: skipped {name}: {why}")
+    if submissions is None:
+        from .demo import apply_due_dates
+
+        apply_due_dates(course_root, lambda *a: _nbgrader(course_root, *a))
+
+    jobs = jobs or default_jobs()
+    log(f"autograde: {jobs} parallel nbgrader process{'es' if jobs > 1 else ''}")
+    try:
+        run.autograde = autograde(course_root, run.assignments, jobs=jobs,
+                                  progress=_progress_bar() if progress else None, log=log)
+    except RuntimeError as e:
+        raise GradingError(str(e)) from e
+    log(f"autograde: {len(run.autograde.graded)} notebooks in {run.autograde.seconds:.1f} s")
+
     for a in run.assignments:
-        log(f"generate: {a}")
-        _nbgrader(course_root, "generate_assignment", a, "--force")
-    run.students = collect(course_root, submissions)
-    log(f"collect: {len(run.students)} students in {course_root / 'submitted'}")
-    for a in run.assignments:
-        log(f"autograde: {a}")
-        _nbgrader(course_root, "autograde", a, "--force")
-        log(f"feedback: {a}")
-        _nbgrader(course_root, "generate_feedback", a, "--force")
+        if any((course_root / "autograded").glob(f"*/{a}/*.ipynb")):
+            _nbgrader(course_root, "generate_feedback", a, "--force")
+    run.feedback_dir = course_root / "feedback"
     _nbgrader(course_root, "export", "--to", "grades.csv")
     run.grades_csv = course_root / "grades.csv"
-    run.feedback_dir = course_root / "feedback"
-    run.scores = read_scores(course_root, run.assignments)
+
+    run.scores, run.max_points = read_gradebook(course_root, run.assignments)
     run.questions_csv = course_root / "grades_by_question.csv"
     with run.questions_csv.open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["assignment", "student_id", "grade_id", "score"])
+        w.writerow(["assignment", "student_id", "grade_id", "score", "max_score"])
         for (a, s), row in sorted(run.scores.items()):
             for gid, score in row.items():
-                w.writerow([a, s, gid, f"{score:g}"])
+                w.writerow([a, s, gid, f"{score:g}", f"{run.max_points[a].get(gid, 0):g}"])
+
+    ungraded = {f"{s} ({a})": why for (a, s), why in run.autograde.failed.items()}
+    ungraded.update({f"file {name}": why for name, why in collected.skipped.items()})
+    run.report = build_report(course_root, run.assignments, run.scores, run.max_points,
+                              ungraded=ungraded)
+    run.report_html = write_report(run.report, course_root / "reports")
+    run.seconds = time.perf_counter() - t0
     return run
 
 
 def format_table(run: GradeRun) -> str:
-    """The grades as a plain-text table: one row per student, one column per assignment."""
-    lines = []
+    """The grades as a plain-text table: one row per (student, assignment), from grades.csv."""
     with run.grades_csv.open() as f:
         rows = list(csv.DictReader(f))
-    header = f"{'student':<12} {'assignment':<12} {'score':>6} / max"
-    lines.append(header)
-    lines.append("-" * len(header))
+    header = f"{'student':<14} {'assignment':<16} {'score':>6} / max  late"
+    lines = [header, "-" * len(header)]
     for r in sorted(rows, key=lambda r: (r["student_id"], r["assignment"])):
-        lines.append(f"{r['student_id']:<12} {r['assignment']:<12} {float(r['score']):>6.2f} / "
-                     f"{float(r['max_score']):g}")
+        late = "yes" if r.get("timestamp") and r.get("duedate") and r["timestamp"] > r["duedate"] else ""
+        lines.append(f"{r['student_id']:<14} {r['assignment']:<16} {float(r['score']):>6.2f} / "
+                     f"{float(r['max_score']):<4g} {late}")
     return "\n".join(lines)
+
+
+__all__ = ["grade_class", "GradeRun", "GradingError", "format_table", "summary_text", "clean",
+           "read_gradebook", "list_assignments", "REPO_ROOT"]

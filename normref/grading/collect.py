@@ -1,0 +1,194 @@
+"""Collect: bring submissions into nbgrader's ``submitted/<student>/<assignment>/`` tree.
+
+Three inputs are recognised, in this order:
+
+1. an nbgrader ``submitted/`` tree (``<student>/<assignment>/*.ipynb``): copied as is;
+2. a folder or ``.zip`` of ``.ipynb`` files named the way an LMS download names them: handed
+   to nbgrader's own ``zip_collect`` app, once per assignment, with
+   :class:`LmsFileNameCollector` reading the student id, timestamp and notebook name from the
+   file name (Canvas, Moodle, Blackboard and plain ``<student>_<notebook>.ipynb`` patterns);
+3. nothing: the embedded demo class (:mod:`normref.grading.demo`).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nbgrader.plugins.zipcollect import FileNameCollectorPlugin
+
+# Canvas:     doejane_12345_67890_rmsnorm.ipynb   (late: doejane_LATE_12345_67890_rmsnorm.ipynb)
+# Moodle:     Jane Doe_12345_assignsubmission_file_rmsnorm.ipynb
+# Blackboard: Lesson 16_jdoe_attempt_2026-11-20-09-00-00_rmsnorm.ipynb
+# Plain:      jdoe_rmsnorm.ipynb  /  jdoe-rmsnorm.ipynb
+_PATTERNS = [
+    re.compile(r"^.*?_(?P<student_id>[^_]+)_attempt_(?P<timestamp>\d{4}-\d\d-\d\d-\d\d-\d\d-\d\d)_(?P<file_id>.+)$"),
+    re.compile(r"^(?P<name>[^_]+)_(?P<student_id>\d+)_assignsubmission_file_(?P<file_id>.+)$"),
+    re.compile(r"^(?P<student_id>[A-Za-z0-9.\-]+?)_(?:LATE_)?\d+_\d+_(?P<file_id>.+)$"),
+    re.compile(r"^(?P<student_id>[A-Za-z0-9.\-]+?)[_-](?P<file_id>[^_]+)$"),
+]
+
+
+def notebook_key(name: str) -> str:
+    """Normalise a notebook file name so LMS renames still match the released one:
+    ``'RMSNorm (1).ipynb'``, ``'rmsnorm-2.ipynb'``, ``'rms norm.ipynb'`` -> ``'rmsnorm'``."""
+    stem = Path(name).stem if name.endswith(".ipynb") else name
+    stem = re.sub(r"\s*\(\d+\)$", "", stem)  # "(1)" copies
+    stem = re.sub(r"-\d+$", "", stem)  # Canvas resubmission "-1"
+    return re.sub(r"[^a-z0-9]", "", stem.lower())
+
+
+def parse_lms_name(filename: str) -> dict | None:
+    """``{'student_id', 'file_id'[, 'timestamp']}`` from an LMS download's file name, or None."""
+    base = os.path.basename(filename)
+    if not base.endswith(".ipynb"):
+        return None
+    stem = base[: -len(".ipynb")]
+    for pat in _PATTERNS:
+        m = pat.match(stem)
+        if m:
+            gd = {k: v for k, v in m.groupdict().items() if v is not None}
+            sid = re.sub(r"[^A-Za-z0-9_.\-]", "", gd["student_id"]).lower()
+            if not sid:
+                return None
+            out = {"student_id": sid, "file_id": gd["file_id"] + ".ipynb"}
+            if "timestamp" in gd:
+                d = gd["timestamp"].split("-")
+                out["timestamp"] = f"{d[0]}-{d[1]}-{d[2]} {d[3]}:{d[4]}:{d[5]}"
+            return out
+    return None
+
+
+class LmsFileNameCollector(FileNameCollectorPlugin):
+    """nbgrader ``zip_collect`` plugin: student id, timestamp and notebook from an LMS file name.
+
+    The notebook part is mapped onto the released notebook it names (read from the
+    ``zip_collect`` app's course directory), so a download renamed ``rmsnorm (1).ipynb`` is
+    still collected as ``rmsnorm.ipynb``.
+    """
+
+    def _released(self) -> list[str]:
+        cd = self.parent.coursedir
+        return released_notebooks(Path(cd.root), cd.assignment_id)
+
+    def collect(self, submitted_file: str) -> dict | None:
+        info = parse_lms_name(submitted_file)
+        if info is None:
+            self.log.warning("Not an LMS submission name, skipped: %s", submitted_file)
+            return None
+        keys = {notebook_key(r): r for r in self._released()}
+        real = keys.get(notebook_key(info["file_id"]))
+        if real is None:
+            return None
+        info["file_id"] = real
+        return info
+
+
+@dataclass
+class Collected:
+    """Result of :func:`collect`: the students now in ``submitted/`` and what was refused."""
+
+    source: str
+    students: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # file name -> reason
+
+
+def is_submitted_tree(path: Path, assignments: list[str]) -> bool:
+    """True if ``path`` looks like ``<student>/<assignment>/*.ipynb``."""
+    if not path.is_dir():
+        return False
+    return any(any((d / a).is_dir() for a in assignments) for d in path.iterdir() if d.is_dir())
+
+
+def released_notebooks(course_root: Path, assignment: str) -> list[str]:
+    return sorted(p.name for p in (course_root / "release" / assignment).glob("*.ipynb"))
+
+
+def _assignment_of(file_id: str, course_root: Path, assignments: list[str]) -> str | None:
+    key = notebook_key(file_id)
+    for a in assignments:
+        if key in {notebook_key(n) for n in released_notebooks(course_root, a)} or key == notebook_key(a):
+            return a
+    return None
+
+
+def _lms_files(path: Path, tmp: Path) -> list[Path]:
+    if path.is_file() and path.suffix == ".zip":
+        with zipfile.ZipFile(path) as zf:
+            for member in zf.infolist():
+                name = os.path.basename(member.filename)
+                if member.is_dir() or not name or name.startswith("."):
+                    continue
+                # flatten, never trust member paths (zip-slip)
+                (tmp / name).write_bytes(zf.read(member))
+        return sorted(tmp.iterdir())
+    return sorted(p for p in path.rglob("*") if p.is_file())
+
+
+def collect_lms(course_root: Path, path: Path, assignments: list[str], env: dict) -> Collected:
+    """LMS folder or zip -> ``submitted/`` through ``nbgrader zip_collect`` (one call per assignment)."""
+    out = Collected(source=f"LMS download {path}")
+    with tempfile.TemporaryDirectory() as td:
+        files = _lms_files(path, Path(td))
+        by_assignment: dict[str, list[Path]] = {}
+        for f in files:
+            info = parse_lms_name(f.name)
+            if info is None:
+                out.skipped[f.name] = "file name not recognised as an LMS submission"
+                continue
+            a = _assignment_of(info["file_id"], course_root, assignments)
+            if a is None:
+                out.skipped[f.name] = f"no assignment has a notebook named {info['file_id']!r}"
+                continue
+            by_assignment.setdefault(a, []).append(f)
+        for a, fs in by_assignment.items():
+            archive = course_root / "downloaded" / a / "archive"
+            if archive.exists():
+                shutil.rmtree(archive)
+            archive.mkdir(parents=True)
+            for f in fs:
+                shutil.copy(f, archive / f.name)
+            cmd = [sys.executable, "-m", "nbgrader", "zip_collect", a, "--force",
+                   "--ZipCollectApp.collector_plugin=normref.grading.collect.LmsFileNameCollector"]
+            proc = subprocess.run(cmd, cwd=course_root, capture_output=True, text=True, env=env)
+            if proc.returncode != 0:
+                raise RuntimeError(f"nbgrader zip_collect {a} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    sub = course_root / "submitted"
+    out.students = sorted(p.name for p in sub.iterdir() if p.is_dir()) if sub.is_dir() else []
+    return out
+
+
+def collect(course_root: Path, submissions: Path | None, assignments: list[str], env: dict) -> Collected:
+    """Fill ``course_root/submitted`` from ``submissions`` (see the module docstring).
+
+    Raises:
+        FileNotFoundError: ``submissions`` does not exist.
+        ValueError: ``submissions`` is neither a submitted tree, a folder of notebooks nor a zip.
+    """
+    from .demo import write_demo_submissions
+
+    dest = course_root / "submitted"
+    if submissions is None:
+        write_demo_submissions(course_root, dest)
+        out = Collected(source="embedded demo class")
+    else:
+        submissions = Path(submissions).resolve()
+        if not submissions.exists():
+            raise FileNotFoundError(f"no submissions at {submissions}")
+        if is_submitted_tree(submissions, assignments):
+            if submissions != dest.resolve():
+                shutil.copytree(submissions, dest, dirs_exist_ok=True)
+            out = Collected(source=f"nbgrader submitted/ tree {submissions}")
+        elif submissions.suffix == ".zip" or (submissions.is_dir() and any(submissions.rglob("*.ipynb"))):
+            return collect_lms(course_root, submissions, assignments, env)
+        else:
+            raise ValueError(f"{submissions}: expected an nbgrader submitted/<student>/<assignment>/ "
+                             "tree, a folder of .ipynb files, or a .zip of them")
+    out.students = sorted(p.name for p in dest.iterdir() if p.is_dir()) if dest.is_dir() else []
+    return out
