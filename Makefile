@@ -29,6 +29,10 @@ test: $(STAMP)
 grade: $(STAMP)
 	$(BIN)/python -m normref.grading $(if $(SUBMISSIONS),--submissions "$(SUBMISSIONS)") $(if $(JOBS),--jobs $(JOBS))
 
+# Figures, not a test: make grade vs plain sequential nbgrader on the demo class.
+bench: $(STAMP)
+	$(BIN)/python -m normref.grading.bench $(if $(JOBS),--jobs $(JOBS))
+
 # Regenerate release/ from source/ with nbgrader (commit the result; a test checks they agree).
 release: $(STAMP)
 	@for a in source/*/; do a=$$(basename $$a); echo "generate_assignment $$a"; \

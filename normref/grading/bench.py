@@ -1,0 +1,93 @@
+"""``make bench``: ``make grade`` against plain sequential nbgrader on the demo class.
+
+Prints, in seconds: the whole pipeline (generate, autograde, feedback, export) run as plain
+nbgrader commands one after another, the same through ``grade_class`` with ``--jobs`` all
+cores, the autograde stage alone both ways, and the per-submission floor (a fresh kernel that
+imports torch and runs one correct submission's tests). Not a test: figures to read and record.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+from .demo import DEMO_CLASS, apply_due_dates, fill_answers, write_demo_submissions
+from .parallel import default_jobs
+from .pipeline import REPO_ROOT, grade_class, list_assignments, nbgrader_env
+
+
+def _course_copy(dst: Path) -> Path:
+    dst.mkdir(parents=True)
+    shutil.copy(REPO_ROOT / "nbgrader_config.py", dst)
+    shutil.copytree(REPO_ROOT / "source", dst / "source")
+    shutil.copytree(REPO_ROOT / "release", dst / "release")
+    return dst
+
+
+def _nbg(root: Path, *args: str) -> None:
+    subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=ERROR"], cwd=root,
+                   check=False, capture_output=True, env=nbgrader_env())
+
+
+def sequential_nbgrader(root: Path) -> tuple[float, float]:
+    """Plain nbgrader, one command after another. Returns (pipeline seconds, autograde seconds)."""
+    t0 = time.perf_counter()
+    assignments = list_assignments(root)
+    for a in assignments:
+        _nbg(root, "generate_assignment", a, "--force")
+    write_demo_submissions(root, root / "submitted")
+    apply_due_dates(root, lambda *a: _nbg(root, *a))
+    t1 = time.perf_counter()
+    _nbg(root, "autograde", "*", "--force")
+    auto = time.perf_counter() - t1
+    for a in assignments:
+        _nbg(root, "generate_feedback", a, "--force")
+    _nbg(root, "export", "--to", "grades.csv")
+    return time.perf_counter() - t0, auto
+
+
+def floor_per_submission(root: Path) -> float:
+    """Seconds for a fresh kernel to import torch and run one correct submission top to bottom."""
+    total = 0.0
+    for a, roster in DEMO_CLASS.items():
+        correct = next(s for s in roster if s.built_with == "correct")
+        for nb_path in sorted((root / "source" / a).glob("*.ipynb")):
+            nb = fill_answers(root / "release" / a / nb_path.name, correct.answers)
+            t0 = time.perf_counter()
+            NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+            total += time.perf_counter() - t0
+    return total / max(1, len(DEMO_CLASS))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m normref.grading.bench", description=__doc__)
+    p.add_argument("--jobs", type=int, default=None, help="parallel processes (default: all cores)")
+    args = p.parse_args(argv)
+    jobs = args.jobs or default_jobs()
+    n = sum(len(r) for r in DEMO_CLASS.values())
+    with tempfile.TemporaryDirectory() as td:
+        print(f"demo class: {n} submissions, {len(DEMO_CLASS)} assignment(s); {jobs} jobs", flush=True)
+        floor = floor_per_submission(_course_copy(Path(td) / "floor"))
+        print(f"floor per submission (fresh kernel + torch + tests): {floor:.2f} s", flush=True)
+        seq_total, seq_auto = sequential_nbgrader(_course_copy(Path(td) / "seq"))
+        print(f"sequential nbgrader: pipeline {seq_total:.1f} s, autograde {seq_auto:.1f} s "
+              f"({seq_auto / n:.2f} s per submission)", flush=True)
+        run = grade_class(course_root=_course_copy(Path(td) / "par"), jobs=jobs, log=lambda *_: None)
+        par_auto = run.autograde.seconds
+        per_sub = par_auto * jobs / n
+        print(f"make grade (--jobs {jobs}): pipeline {run.seconds:.1f} s, autograde {par_auto:.1f} s "
+              f"({per_sub:.2f} core-seconds per submission = {per_sub / floor:.2f}x the floor)")
+        print(f"autograde stage speed-up: {seq_auto / par_auto:.2f}x")
+        print(f"speed-up over sequential nbgrader: {seq_total / run.seconds:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
