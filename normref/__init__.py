@@ -1,10 +1,21 @@
 """normref: the trusted reference for Lesson 16, "Normalize across features, one token at a time".
 
-LayerNorm, RMSNorm (numpy and torch), and the checkers that grade and diagnose a student's
+LayerNorm, RMSNorm (numpy and torch, functional and ``nn.Module``), Pre-LN and Post-LN
+placement and a small transformer block, and the checkers that grade and diagnose a student's
 implementation. Every lesson, plot, widget and grader cell of the course calls this package.
 """
+from .blocks import (
+    CausalSelfAttention,
+    FeedForward,
+    TransformerBlock,
+    TransformerStack,
+    layer_grad_norms,
+    post_ln,
+    pre_ln,
+)
 from .checks import FAULT_KINDS, CaseResult, CheckResult, check_layer_norm, check_rms_norm
 from .functional import LAYER_NORM_EPS, RMS_NORM_EPS, layer_norm, rms_norm
+from .modules import LayerNorm, RMSNorm
 
 __version__ = "0.1.0"
 
@@ -13,6 +24,15 @@ __all__ = [
     "rms_norm",
     "LAYER_NORM_EPS",
     "RMS_NORM_EPS",
+    "LayerNorm",
+    "RMSNorm",
+    "pre_ln",
+    "post_ln",
+    "TransformerBlock",
+    "TransformerStack",
+    "CausalSelfAttention",
+    "FeedForward",
+    "layer_grad_norms",
     "check_rms_norm",
     "check_layer_norm",
     "CheckResult",
