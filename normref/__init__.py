@@ -4,6 +4,7 @@ LayerNorm, RMSNorm (numpy and torch, functional and ``nn.Module``), Pre-LN and P
 placement and a small transformer block, and the checkers that grade and diagnose a student's
 implementation. Every lesson, plot, widget and grader cell of the course calls this package.
 """
+from .backward import layer_norm_backward, rms_norm_backward
 from .blocks import (
     CausalSelfAttention,
     FeedForward,
@@ -24,6 +25,8 @@ __all__ = [
     "rms_norm",
     "LAYER_NORM_EPS",
     "RMS_NORM_EPS",
+    "layer_norm_backward",
+    "rms_norm_backward",
     "LayerNorm",
     "RMSNorm",
     "pre_ln",
