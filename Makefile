@@ -9,7 +9,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 SUBMISSIONS ?=
 JOBS ?=
 
-.PHONY: install lab test grade release bench clean
+.PHONY: install lab test grade release bench clean student-repo
 
 install: $(STAMP)
 
@@ -37,6 +37,12 @@ bench: $(STAMP)
 release: $(STAMP)
 	@for a in source/*/; do a=$$(basename $$a); echo "generate_assignment $$a"; \
 		$(BIN)/python -m nbgrader generate_assignment $$a --force --log-level=WARN || exit 1; done
+
+# The student-facing tree (no source/, no solutions: checked) for a separate student repository.
+# BINDER_REPO=OWNER/NAME points its Binder badge at that repository. See tools/student_repo.py.
+STUDENT_REPO ?= build/student-repo
+student-repo: $(STAMP)
+	$(BIN)/python tools/student_repo.py "$(STUDENT_REPO)" --replace $(if $(BINDER_REPO),--binder-repo "$(BINDER_REPO)")
 
 clean:
 	rm -rf submitted autograded/* feedback gradebook.db grades.csv reports

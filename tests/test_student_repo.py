@@ -1,0 +1,137 @@
+"""`make student-repo`: the student tree has what a student needs and no solution."""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("student_repo", REPO / "tools" / "student_repo.py")
+student_repo = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(student_repo)
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory) -> Path:
+    dest = tmp_path_factory.mktemp("students") / "lesson16"
+    out = subprocess.run([sys.executable, str(REPO / "tools" / "student_repo.py"), str(dest),
+                          "--binder-repo", "my-org/lesson16-students"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return dest
+
+
+def _source_notebook(tmp_path: Path) -> Path:
+    """A one-assignment source/ whose solution and hidden test are known lines."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell(
+            "def layer_norm(x):\n    ### BEGIN SOLUTION\n    mu = x.mean(dim=-1, keepdim=True)  # [B, T, 1]\n"
+            "    return x - mu\n    ### END SOLUTION",
+            metadata={"nbgrader": {"solution": True, "grade_id": "ln_impl"}}),
+        nbformat.v4.new_code_cell(
+            "assert layer_norm(x).shape == x.shape\n### BEGIN HIDDEN TESTS\n"
+            "assert abs(float(layer_norm(x).mean())) < 1e-6\n### END HIDDEN TESTS",
+            metadata={"nbgrader": {"grade": True, "grade_id": "ln_mean"}}),
+        nbformat.v4.new_markdown_cell("Why subtract the mean before dividing by the std?",
+                                      metadata={"nbgrader": {"solution": False, "grade_id": "q"}}),
+        nbformat.v4.new_markdown_cell("Centering makes the output mean exactly zero for every token.",
+                                      metadata={"nbgrader": {"solution": True, "grade_id": "q_answer"}}),
+    ]
+    path = tmp_path / "source" / "ln" / "ln.ipynb"
+    path.parent.mkdir(parents=True)
+    nbformat.write(nb, path)
+    return path.parents[1]
+
+
+def test_secret_lines_are_the_solution_hidden_test_and_written_answer(tmp_path):
+    secrets = student_repo.secret_lines(_source_notebook(tmp_path))
+    assert set(secrets) == {
+        "mu = x.mean(dim=-1, keepdim=True)",
+        "assert abs(float(layer_norm(x).mean())) < 1e-6",
+        "Centering makes the output mean exactly zero for every token.",
+    }  # `return x - mu` is too short to call a leak; the visible assert is not secret
+    assert secrets["mu = x.mean(dim=-1, keepdim=True)"] == "source/ln/ln.ipynb cell ln_impl"
+
+
+def test_find_leaks_names_file_line_and_origin(tmp_path):
+    source = _source_notebook(tmp_path)
+    tree = tmp_path / "tree"
+    (tree / "pkg").mkdir(parents=True)
+    (tree / "pkg" / "demo.py").write_text("ok = 1\n        mu = x.mean(dim=-1, keepdim=True)   # copied\n")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("Centering makes the output mean exactly zero for every token.")]
+    nbformat.write(nb, tree / "answers.ipynb")
+    assert student_repo.find_leaks(tree, source=source) == [
+        "answers.ipynb:1: Centering makes the output mean exactly zero for every token.  "
+        "(from source/ln/ln.ipynb cell q_answer)",
+        "pkg/demo.py:2: mu = x.mean(dim=-1, keepdim=True)  (from source/ln/ln.ipynb cell ln_impl)",
+    ]
+
+
+def test_the_real_grader_package_would_leak_so_it_is_excluded():
+    # normref/grading's demo class holds correct answers: the detector sees them there.
+    leaks = student_repo.find_leaks(REPO / "normref" / "grading", source=REPO / "source")
+    assert leaks and "normref/grading" in student_repo.EXCLUDED
+
+
+def test_export_has_lessons_assignments_and_binder_files_but_no_source(export):
+    files = {p.relative_to(export).as_posix() for p in export.rglob("*") if p.is_file()}
+    for need in ["README.md", "environment.yml", "postBuild", "start", "pyproject.toml",
+                 "jupyter-student/jupyter_server_config.json", "jupyter-student/labconfig/page_config.json",
+                 "normref/__init__.py", "notebooks/00_start.ipynb", "release/rmsnorm/rmsnorm.ipynb"]:
+        assert need in files, need
+    for path in files:
+        assert not path.startswith(("source/", "tests/", "tools/", "normref/grading/", "autograded/",
+                                    "submitted/", "feedback/")), path
+        assert "__pycache__" not in path and path not in {"gradebook.db", "nbgrader_config.py"}, path
+    assert os.access(export / "start", os.X_OK) and os.access(export / "postBuild", os.X_OK)
+    hits = student_repo.find_leaks(export, source=REPO / "source")
+    assert [h for h in hits if not h.startswith(student_repo.REFERENCE_PATHS)] == []
+    released = {p.relative_to(REPO).as_posix() for p in (REPO / "release").rglob("*.ipynb")}
+    assert released <= files
+
+
+def test_export_points_the_binder_badge_at_the_student_repo(export):
+    readme = (export / "README.md").read_text()
+    assert "https://mybinder.org/v2/gh/my-org/lesson16-students/" in readme
+    assert readme.replace("my-org/lesson16-students", "X") != readme
+
+
+@pytest.mark.slow
+def test_exported_normref_imports_without_the_grader(export):
+    code = "import normref, json; print(json.dumps(normref.__file__))"
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(export)},
+                         capture_output=True, text=True, cwd="/", timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == str(export / "normref" / "__init__.py")
+
+
+def test_export_refuses_to_overwrite_a_folder_it_did_not_write(tmp_path):
+    dest = tmp_path / "mine"
+    dest.mkdir()
+    (dest / "thesis.tex").write_text("keep me")
+    with pytest.raises(student_repo.ExportError, match="not empty"):
+        student_repo.export_student_repo(dest)
+    with pytest.raises(student_repo.ExportError, match="thesis.tex"):
+        student_repo.export_student_repo(dest, replace=True)
+    assert (dest / "thesis.tex").read_text() == "keep me"
+    with pytest.raises(student_repo.ExportError, match="inside the course"):
+        student_repo.export_student_repo(REPO / "notebooks" / "students")
+    with pytest.raises(student_repo.ExportError, match="OWNER/NAME"):
+        student_repo.export_student_repo(tmp_path / "new", binder_repo="https://github.com/x/y")
+
+
+def test_replace_updates_a_previous_export_and_keeps_its_git(tmp_path):
+    dest = tmp_path / "published"
+    student_repo.export_student_repo(dest)
+    (dest / ".git").mkdir()
+    (dest / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (dest / "notebooks" / "stale.ipynb").write_text("{}")
+    student_repo.export_student_repo(dest, replace=True)
+    assert (dest / ".git" / "HEAD").read_text() == "ref: refs/heads/main\n"
+    assert not (dest / "notebooks" / "stale.ipynb").exists()
+    assert (dest / "notebooks" / "00_start.ipynb").exists()
