@@ -1,4 +1,9 @@
-"""Every lesson notebook runs top to bottom in a fresh kernel with no error output."""
+"""Every lesson notebook runs top to bottom in a fresh kernel with no error output, shows the
+seed's numbers computed by normref, renders its widgets and captioned figures, and hides the
+self-check answers; notebooks are committed without outputs and equal what
+``tools/build_notebooks.py`` builds."""
+import importlib.util
+import re
 import time
 from pathlib import Path
 
@@ -8,19 +13,87 @@ from nbclient import NotebookClient
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+# The seed's numbers, as each lesson prints them (computed by normref in the cell), by notebook.
+SEED_NUMBERS = {
+    "00_start.ipynb": ["mean = 2.000", "variance = 0.6667", "its root = 2.160",
+                       "LayerNorm(1, 2, 3) ~ [-1.225, 0.0, 1.225]", "RMSNorm(1, 2, 3)   ~ [0.463, 0.926, 1.389]",
+                       "sqrt(2/3)", "[fault: unbiased_variance]", "release/rmsnorm/rmsnorm.ipynb"],
+    "01_layernorm.ipynb": ["mu = 2.000", "sigma^2 = 0.667 (2/3)", "normref.layer_norm LN(1, 2, 3) ~ [-1.225, 0.0, 1.225]",
+                           "output shape: [2, 3, 8]", "not implemented yet"],
+    "02_rmsnorm.ipynb": ["RMS(1, 2, 3) = sqrt(14/3) ~ 2.160", "RMSNorm(1, 2, 3) ~ [0.463, 0.926, 1.389]",
+                         "mean 0.926", "shape: [2, 3, 8] -> [2, 3, 8]", "identical to normref.rms_norm: True",
+                         "output [1.0, -1.0, 1.0, -1.0] torch.float16", "x**2 = [inf, inf, inf, inf]",
+                         "7%~64%"],
+    "03_placement.ipynb": ["Pre-LN  Y = X + F(Norm(X))", "Post-LN Y = Norm(X + F(X))", "[2, 3, 8] -> [2, 3, 8]"],
+}
+# How many widgets and captioned figures each lesson shows.
+WIDGETS = {"00_start.ipynb": 0, "01_layernorm.ipynb": 1, "02_rmsnorm.ipynb": 3, "03_placement.ipynb": 7}
+FIGURES = {"00_start.ipynb": 0, "01_layernorm.ipynb": 1, "02_rmsnorm.ipynb": 2, "03_placement.ipynb": 3}
+
+
+def _text(nb) -> str:
+    out = []
+    for cell in nb.cells:
+        for o in cell.get("outputs", []):
+            if o.output_type == "stream":
+                out.append(o.text)
+            elif "data" in o:
+                out.append(o.data.get("text/plain", ""))
+                out.append(o.data.get("text/html", ""))
+    return "\n".join(out)
+
+
+@pytest.fixture(scope="module", params=NOTEBOOKS, ids=lambda p: p.name)
+def executed(request):
+    """(path, executed notebook, seconds): each notebook runs once for all the checks below."""
+    path = request.param
+    nb = nbformat.read(path, as_version=4)
+    t0 = time.perf_counter()
+    NotebookClient(nb, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    seconds = time.perf_counter() - t0
+    capman = request.config.pluginmanager.getplugin("capturemanager")
+    with capman.global_and_fixture_disabled():
+        print(f"\n[notebook run time] {path.name}: {seconds:.1f} s")
+    return path, nb, seconds
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_runs_clean(path):
-    nb = nbformat.read(path, as_version=4)
-    t0 = time.perf_counter()
-    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
-    print(f"{path.name}: {time.perf_counter() - t0:.1f} s")
+def test_notebook_runs_clean(executed):
+    path, nb, _ = executed
     for cell in nb.cells:
         for out in cell.get("outputs", []):
             assert out.output_type != "error", f"{path.name}: {out.get('ename')}: {out.get('evalue')}"
             assert not (out.output_type == "stream" and out.name == "stderr"), out.text
+
+
+@pytest.mark.slow
+def test_notebook_shows_the_seed_numbers(executed):
+    path, nb, _ = executed
+    text = _text(nb)
+    for want in SEED_NUMBERS.get(path.name, []):
+        assert want in text, f"{path.name}: expected {want!r} in the outputs"
+
+
+@pytest.mark.slow
+def test_widgets_and_captioned_figures_render(executed):
+    path, nb, _ = executed
+    n_widgets = sum(WIDGET_MIME in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))
+    assert n_widgets == WIDGETS.get(path.name, n_widgets), path.name
+    figures = [o.data["text/html"] for c in nb.cells for o in c.get("outputs", [])
+               if "<img" in o.get("data", {}).get("text/html", "")]
+    assert len(figures) == FIGURES.get(path.name, len(figures)), path.name
+    for html in figures:
+        assert re.search(r'<img [^>]*alt="[^"]{40,}"', html), "every figure needs alt text"
+        assert "<figcaption>" in html and "Takeaway:" in html
+
+
+@pytest.mark.slow
+def test_self_check_answers_stay_hidden(executed):
+    path, nb, _ = executed
+    assert "Standard answer:" not in _text(nb), f"{path.name} prints a self-check answer"
 
 
 @pytest.mark.parametrize("path", sorted(REPO.glob("notebooks/*.ipynb")) + sorted(REPO.glob("source/*/*.ipynb")),
@@ -30,3 +103,21 @@ def test_committed_without_outputs(path):
     for cell in nb.cells:
         if cell.cell_type == "code":
             assert cell.outputs == [] and cell.execution_count is None, path
+
+
+def _builder():
+    spec = importlib.util.spec_from_file_location("build_notebooks", REPO / "tools" / "build_notebooks.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_lesson_notebooks_equal_what_the_build_script_writes():
+    builder = _builder()
+    assert sorted(builder.NOTEBOOKS) == [p.name for p in NOTEBOOKS]
+    for path in NOTEBOOKS:
+        committed = nbformat.read(path, as_version=4)
+        built = builder.build(path.name)
+        assert [(c.cell_type, c.source) for c in committed.cells] == [(c.cell_type, c.source) for c in built.cells], (
+            f"{path.name} differs from tools/build_notebooks.py: edit the script and rerun it")
+        assert committed.metadata == built.metadata

@@ -1,0 +1,474 @@
+"""The lesson's pictures: every figure a notebook shows, drawn from numbers ``normref`` computes.
+
+Each ``plot_*`` function returns a :class:`Plot`: the matplotlib ``Figure`` (built with
+``matplotlib.figure.Figure``, not pyplot, so nothing is shown twice, no global state is touched
+and it renders headless on Agg), its alt text, its one-line takeaway (also drawn under the axes)
+and ``data``, the exact numbers that were plotted (the tests read these). A notebook cell that
+ends in a ``Plot`` shows it as an HTML ``<figure>`` with the PNG, the alt text on the ``<img>``
+and a ``<figcaption>``; ``plot.save("/tmp/x.png")`` writes the PNG.
+
+Colours are the Okabe-Ito palette (readable with every common colour-vision deficiency), and
+each series also differs by marker, line style or hatching, so no figure depends on colour
+alone.
+
+matplotlib is imported inside the functions, so ``import normref`` stays cheap.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import io
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = [
+    "OKABE_ITO",
+    "SERIES_STYLE",
+    "Plot",
+    "draw_token_bars",
+    "plot_token",
+    "plot_batch_before_after",
+    "plot_timing",
+    "plot_residual_norms",
+    "plot_grad_norms",
+    "plot_training",
+]
+
+#: Okabe and Ito (2008), "Color Universal Design": safe for protan, deutan and tritan viewers.
+OKABE_ITO = {
+    "orange": "#E69F00",
+    "sky": "#56B4E9",
+    "green": "#009E73",
+    "yellow": "#F0E442",
+    "blue": "#0072B2",
+    "vermillion": "#D55E00",
+    "purple": "#CC79A7",
+    "black": "#000000",
+}
+
+#: One fixed style per series the lesson compares, so a reader learns it once.
+SERIES_STYLE = {
+    "input": dict(color=OKABE_ITO["orange"], hatch="//", marker="s", linestyle="--"),
+    "output": dict(color=OKABE_ITO["blue"], hatch="", marker="o", linestyle="-"),
+    "layer": dict(color=OKABE_ITO["blue"], marker="o", linestyle="-"),
+    "rms": dict(color=OKABE_ITO["vermillion"], marker="s", linestyle="--"),
+    "pre": dict(color=OKABE_ITO["blue"], marker="o", linestyle="-"),
+    "post": dict(color=OKABE_ITO["vermillion"], marker="s", linestyle="--"),
+}
+
+_DPI = 100
+
+
+@dataclass
+class Plot:
+    """A finished figure with the words that go with it.
+
+    Attributes:
+        fig: the ``matplotlib.figure.Figure``.
+        alt: alt text: what is plotted, in words (the ``<img alt>`` and the caption).
+        takeaway: the one-line lesson of the figure (drawn under the axes too).
+        data: the numbers that were plotted, by name (numpy arrays or floats).
+    """
+
+    fig: object
+    alt: str
+    takeaway: str
+    data: dict = field(default_factory=dict)
+
+    def png(self) -> bytes:
+        """The figure as PNG bytes (Agg, 100 dpi)."""
+        buf = io.BytesIO()
+        self.fig.savefig(buf, format="png", dpi=_DPI)
+        return buf.getvalue()
+
+    def save(self, path) -> None:
+        """Write the figure to ``path`` as PNG."""
+        with open(path, "wb") as f:
+            f.write(self.png())
+
+    def to_html(self) -> str:
+        """``<figure>`` with the PNG inlined, ``alt`` on the image and a ``<figcaption>``."""
+        b64 = base64.b64encode(self.png()).decode("ascii")
+        alt = html.escape(self.alt, quote=True)
+        return (
+            f'<figure style="margin:0">'
+            f'<img src="data:image/png;base64,{b64}" alt="{alt}" style="max-width:100%"/>'
+            f"<figcaption><b>Figure.</b> {html.escape(self.alt)} "
+            f"<b>Takeaway:</b> {html.escape(self.takeaway)}</figcaption></figure>"
+        )
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return {"text/html": self.to_html(), "text/plain": f"{self.alt}\nTakeaway: {self.takeaway}"}
+
+
+def _figure(w: float, h: float):
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(w, h), dpi=_DPI, layout="constrained")
+
+
+def _takeaway(fig, text: str) -> None:
+    """Draw the one-line takeaway under the axes."""
+    fig.get_layout_engine().set(h_pad=0.08)
+    fig.supxlabel(f"Takeaway: {text}", fontsize=10, style="italic", color="#333333")
+
+
+# --------------------------------------------------------------------------- one token
+
+
+def draw_token_bars(ax, x, y, *, title: str, ylim: float | None = None) -> dict:
+    """Draw one token's input ``x`` and output ``y`` as grouped bars on ``ax``.
+
+    Each series gets a horizontal line at its mean (dashed for the input, solid for the
+    output) and a shaded band of mean +- one (biased) standard deviation.
+
+    Args:
+        ax: a matplotlib ``Axes`` (cleared first).
+        x, y: 1-D sequences of the same length ``d`` (one token; float).
+        title: axes title.
+        ylim: symmetric y limit; default fits the data (at least 2.5).
+
+    Returns:
+        ``{"x", "y", "mean_x", "std_x", "mean_y", "std_y"}`` as plotted (float64).
+
+    Raises:
+        ValueError: ``x`` and ``y`` are not 1-D of one length.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if x.ndim != 1 or x.shape != y.shape:
+        raise ValueError(f"x and y must be 1-D of one length, got {x.shape} and {y.shape}")
+    d = x.shape[0]
+    ax.clear()
+    idx = np.arange(d)
+    w = 0.38
+    stats = {}
+    for key, vals, off, label in (("input", x, -w / 2, "input x"), ("output", y, w / 2, "output y")):
+        st = SERIES_STYLE[key]
+        m, s = float(vals.mean()), float(vals.std())
+        ax.axhspan(m - s, m + s, color=st["color"], alpha=0.13, label=f"mean ± std of {label[-1]}")
+        ax.bar(idx + off, vals, width=w, color=st["color"], hatch=st["hatch"], edgecolor="black",
+               linewidth=0.6, label=label)
+        ax.axhline(m, color=st["color"], linestyle=st["linestyle"], linewidth=1.8,
+                   label=f"mean of {label[-1]}")
+        stats[f"mean_{key[0]}"] = m
+        stats[f"std_{key[0]}"] = s
+    lim = ylim if ylim is not None else max(2.5, 1.15 * float(np.max(np.abs(np.r_[x, y]))))
+    ax.set_ylim(-lim, lim)
+    ax.axhline(0, color="black", linewidth=0.5)
+    ax.set_xticks(idx, [f"x[{i}]" for i in idx])
+    ax.set_xlabel("feature r of the token (index)")
+    ax.set_ylabel("value (unitless)")
+    ax.set_title(title)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, framealpha=0.9)
+    return {"x": x, "y": y, "mean_x": stats["mean_i"], "std_x": stats["std_i"],
+            "mean_y": stats["mean_o"], "std_y": stats["std_o"]}
+
+
+def plot_token(x, *, norm: str = "layer", weight: float = 1.0, bias: float = 0.0,
+               eps: float | None = None) -> Plot:
+    """One token before and after LayerNorm or RMSNorm, as bars with mean and +-std marked.
+
+    Args:
+        x: one token, 1-D sequence of ``d`` floats, e.g. the seed's ``(1, 2, 3)``.
+        norm: ``"layer"`` or ``"rms"``.
+        weight, bias: scalar gamma and beta broadcast over the features (bias: LayerNorm only).
+        eps: default ``normref.LAYER_NORM_EPS`` / ``normref.RMS_NORM_EPS``.
+
+    Returns:
+        :class:`Plot`; ``data`` as :func:`draw_token_bars` returns it.
+
+    Raises:
+        ValueError: unknown ``norm``, or ``x`` not 1-D.
+
+    Source: the seed's worked examples, LN(1,2,3) and RMSNorm(1,2,3).
+    """
+    y = normalize_token(x, norm=norm, weight=weight, bias=bias, eps=eps)
+    fig = _figure(8, 4.2)
+    name = _NAMES[norm]
+    data = draw_token_bars(fig.add_subplot(), x, y, title=f"{name} of one token x = "
+                           + "(" + ", ".join(f"{v:g}" for v in np.asarray(x, float)) + ")")
+    if norm == "layer":
+        take = f"LayerNorm moves the mean to {data['mean_y']:.3f} and the std to {data['std_y']:.3f}."
+    else:
+        take = (f"RMSNorm only rescales: the mean stays {data['mean_y']:.3f}, not 0; "
+                f"the RMS becomes {float(np.sqrt(np.mean(y ** 2))):.3f}.")
+    _takeaway(fig, take)
+    alt = (f"Bar chart of the {len(data['x'])} features of one token: input x (orange, hatched) "
+           f"and its {name} output y (blue), with horizontal lines at each mean and shaded "
+           f"bands of mean ± one standard deviation.")
+    return Plot(fig, alt, take, data)
+
+
+_NAMES = {"layer": "LayerNorm", "rms": "RMSNorm"}
+
+
+def normalize_token(x, *, norm: str, weight: float = 1.0, bias: float = 0.0,
+                    eps: float | None = None) -> np.ndarray:
+    """``normref.layer_norm`` / ``normref.rms_norm`` of one token with scalar gamma and beta.
+
+    Args:
+        x: 1-D sequence of ``d`` floats.
+        norm: ``"layer"`` or ``"rms"`` (RMSNorm has no bias; ``bias`` is ignored for it).
+        weight, bias: scalars, broadcast to ``[d]``.
+        eps: default: the norm's ``normref`` default.
+
+    Returns:
+        ``[d]`` float64 numpy array.
+
+    Raises:
+        ValueError: unknown ``norm`` or ``x`` not 1-D.
+    """
+    from .functional import LAYER_NORM_EPS, RMS_NORM_EPS, layer_norm, rms_norm
+
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 1:
+        raise ValueError(f"x must be one token, a 1-D vector; got shape {list(x.shape)}")
+    w = np.full(x.shape, float(weight))
+    if norm == "layer":
+        return layer_norm(x, w, np.full(x.shape, float(bias)),
+                          eps=LAYER_NORM_EPS if eps is None else eps)
+    if norm == "rms":
+        return rms_norm(x, w, eps=RMS_NORM_EPS if eps is None else eps)
+    raise ValueError(f"norm must be 'layer' or 'rms', got {norm!r}")
+
+
+# --------------------------------------------------------------------------- a batch
+
+
+def _span(v) -> str:
+    """``"1.000"`` when all of ``v`` rounds alike, else ``"0.998 to 1.000"``."""
+    lo, hi = (f"{float(a):.3f}".replace("-0.000", "0.000") for a in (np.min(v), np.max(v)))
+    return lo if lo == hi else f"{lo} to {hi}"
+
+
+def demo_batch(seed: int = 16, shape=(2, 3, 8)) -> np.ndarray:
+    """A ``[B, T, D]`` float64 batch whose tokens have visibly different means and scales.
+
+    Token ``(b, t)`` is ``N(0, 1)`` noise times ``0.5 + b + t`` plus ``2 b - t``, so every
+    token starts with its own mean and spread. Fixed seed.
+    """
+    b, t, d = shape
+    g = np.random.default_rng(seed)
+    bi, ti = np.meshgrid(np.arange(b), np.arange(t), indexing="ij")
+    scale = (0.5 + bi + ti)[..., None]  # [B, T, 1]
+    shift = (2.0 * bi - ti)[..., None]  # [B, T, 1]
+    return g.standard_normal((b, t, d)) * scale + shift  # [B, T, D]
+
+
+def plot_batch_before_after(x=None, *, norm: str = "layer") -> Plot:
+    """A ``[B, T, D]`` batch before and after the norm: each token is normalised on its own.
+
+    Left: heat map of the input, one row per token ``(b, t)``, one column per feature.
+    Middle: the same after the norm. Right: each token's mean and std before (orange squares)
+    and after (blue circles): after LayerNorm every token has mean 0 and std 1, whatever the
+    others hold, and the array keeps its ``[B, T, D]`` shape.
+
+    Args:
+        x: ``[B, T, D]`` array (numpy or torch); default :func:`demo_batch` (``[2, 3, 8]``).
+        norm: ``"layer"`` or ``"rms"`` (weight 1, bias 0, the norm's default eps).
+
+    Returns:
+        :class:`Plot`; ``data`` holds ``x``, ``y`` (``[B, T, D]`` float64) and the per-token
+        ``mean_x, std_x, mean_y, std_y, rms_y`` (``[B*T]``, row order ``b`` major).
+
+    Raises:
+        ValueError: ``x`` is not 3-D, or unknown ``norm``.
+    """
+    from matplotlib.colors import TwoSlopeNorm
+
+    from .functional import layer_norm, rms_norm
+
+    x = demo_batch() if x is None else np.asarray(x, dtype=np.float64)
+    if x.ndim != 3:
+        raise ValueError(f"x must be [B, T, D], got shape {list(x.shape)}")
+    if norm not in _NAMES:
+        raise ValueError(f"norm must be 'layer' or 'rms', got {norm!r}")
+    y = layer_norm(x) if norm == "layer" else rms_norm(x)  # [B, T, D]
+    B, T, D = x.shape
+    flat_x, flat_y = x.reshape(B * T, D), y.reshape(B * T, D)  # one row per token
+    labels = [f"b={b}, t={t}" for b in range(B) for t in range(T)]
+    fig = _figure(12, 4.4)
+    axes = fig.subplots(1, 3, width_ratios=[1, 1, 0.9])
+    lim = float(np.abs(np.r_[flat_x.ravel(), flat_y.ravel()]).max())
+    cnorm = TwoSlopeNorm(vcenter=0.0, vmin=-lim, vmax=lim)
+    name = _NAMES[norm]
+    for ax, data, title in ((axes[0], flat_x, f"input x {list(x.shape)}"),
+                            (axes[1], flat_y, f"{name}(x) {list(y.shape)}")):
+        im = ax.imshow(data, cmap="RdBu_r", norm=cnorm, aspect="auto")
+        ax.set_yticks(range(B * T), labels)
+        ax.set_xticks(range(D))
+        ax.set_xlabel("feature index r (D axis)")
+        ax.set_ylabel("token (batch b, position t)")
+        ax.set_title(title)
+        for r in range(1, B):
+            ax.axhline(r * T - 0.5, color="black", linewidth=1.5)
+    fig.colorbar(im, ax=axes[:2], label="value (unitless)", shrink=0.9)
+    st = {"mean_x": flat_x.mean(-1), "std_x": flat_x.std(-1), "mean_y": flat_y.mean(-1),
+          "std_y": flat_y.std(-1), "rms_y": np.sqrt((flat_y ** 2).mean(-1))}
+    ax = axes[2]
+    rows = np.arange(B * T)
+    si, so = SERIES_STYLE["input"], SERIES_STYLE["output"]
+    ax.plot(st["mean_x"], rows, si["marker"], color=si["color"], label="mean before", mfc="none", ms=8)
+    ax.plot(st["std_x"], rows, si["marker"], color=si["color"], label="std before", ms=8)
+    ax.plot(st["mean_y"], rows, so["marker"], color=so["color"], label="mean after", mfc="none", ms=8)
+    ax.plot(st["std_y"], rows, so["marker"], color=so["color"], label="std after", ms=8)
+    ax.axvline(0, color="gray", linewidth=0.6)
+    ax.axvline(1, color="gray", linewidth=0.6, linestyle=":")
+    ax.set_yticks(rows, labels)
+    ax.invert_yaxis()
+    ax.set_xlabel("statistic over the D features (unitless)")
+    ax.set_ylabel("token (batch b, position t)")
+    ax.set_title("per-token mean and std")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncols=2)
+    if norm == "layer":
+        take = (f"each token, on its own, ends with mean {_span(st['mean_y'])} and std "
+                f"{_span(st['std_y'])}; the shape {list(y.shape)} is unchanged.")
+    else:
+        take = (f"each token, on its own, ends with RMS {_span(st['rms_y'])}, its mean not forced "
+                f"to 0; the shape {list(y.shape)} is unchanged.")
+    _takeaway(fig, take)
+    alt = (f"Two heat maps of a {list(x.shape)} batch, one row per token and one column per "
+           f"feature, before and after {name}, on a blue-white-red scale; and a dot plot of "
+           f"each token's mean and standard deviation before (orange squares) and after (blue circles).")
+    return Plot(fig, alt, take, dict(x=x, y=y, **st))
+
+
+# --------------------------------------------------------------------------- cost
+
+
+def plot_timing(timing: dict) -> Plot:
+    """Bar chart of LayerNorm vs RMSNorm run time, as measured by
+    :func:`normref.experiments.time_norms`.
+
+    Args:
+        timing: ``time_norms()``'s result: ``{"shape", "rows": [{"impl", "layer_us", "rms_us"}, ...]}``.
+
+    Returns:
+        :class:`Plot`; ``data["ratio"]`` is RMSNorm time / LayerNorm time per implementation.
+
+    Raises:
+        KeyError: ``timing`` lacks the keys above.
+    """
+    rows = timing["rows"]
+    fig = _figure(7.5, 3.8)
+    ax = fig.add_subplot()
+    idx = np.arange(len(rows))
+    w = 0.38
+    for key, off, label in (("layer", -w / 2, "LayerNorm"), ("rms", w / 2, "RMSNorm")):
+        st = SERIES_STYLE[key]
+        vals = [r[f"{key}_us"] for r in rows]
+        bars = ax.bar(idx + off, vals, width=w, color=st["color"], edgecolor="black",
+                      hatch="" if key == "layer" else "..", label=label)
+        ax.bar_label(bars, fmt="%.0f", fontsize=8)
+    ax.set_xticks(idx, [r["impl"] for r in rows])
+    ax.set_ylabel("time per call (microseconds)")
+    ax.set_xlabel("implementation")
+    ax.set_title(f"LayerNorm vs RMSNorm on this machine, x of shape {list(timing['shape'])}")
+    ax.legend()
+    ratio = {r["impl"]: r["rms_us"] / r["layer_us"] for r in rows}
+    take = ("RMSNorm time / LayerNorm time: "
+            + ", ".join(f"{k.split(' (')[0]} {v:.2f}x" for k, v in ratio.items()) + ".")
+    _takeaway(fig, take)
+    alt = ("Grouped bar chart of the time per call, in microseconds, of LayerNorm (blue) and "
+           "RMSNorm (vermillion, dotted) for each implementation: " + take)
+    return Plot(fig, alt, take, {"ratio": ratio})
+
+
+# --------------------------------------------------------------------------- placement
+
+
+def _per_layer(ax, series: dict, *, ylabel: str, title: str, log: bool = False) -> None:
+    for key, vals in series.items():
+        st = SERIES_STYLE[key]
+        vals = np.asarray(vals, dtype=np.float64)
+        ax.plot(np.arange(1, len(vals) + 1), vals, marker=st["marker"], linestyle=st["linestyle"],
+                color=st["color"], label=f"{key.capitalize()}-LN")
+    if log:
+        ax.set_yscale("log")
+    ax.set_xlabel("layer (1 = nearest the input)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend()
+    ax.grid(alpha=0.3)
+
+
+def plot_residual_norms(norms: dict) -> Plot:
+    """Residual-stream size after each layer, Pre-LN vs Post-LN.
+
+    Args:
+        norms: ``{"pre": [L], "post": [L]}``: the mean per-token L2 norm of the hidden state
+            after layers 1..L (:func:`normref.experiments.residual_norms`).
+
+    Returns:
+        :class:`Plot`; ``data`` is ``norms`` as float64 arrays.
+    """
+    fig = _figure(7, 4)
+    _per_layer(fig.add_subplot(), norms, ylabel="mean token L2 norm ‖x‖ (unitless)",
+               title="Residual stream size after each layer, at initialisation")
+    pre, post = np.asarray(norms["pre"], float), np.asarray(norms["post"], float)
+    take = (f"Pre-LN's stream grows with depth ({pre[0]:.1f} -> {pre[-1]:.1f}); Post-LN renormalises "
+            f"it to sqrt(d) after every layer ({post[0]:.1f} -> {post[-1]:.1f}).")
+    _takeaway(fig, take)
+    alt = ("Line chart of the mean L2 norm of the residual stream after each layer, Pre-LN (blue "
+           "circles, solid) and Post-LN (vermillion squares, dashed). " + take)
+    return Plot(fig, alt, take, {k: np.asarray(v, float) for k, v in norms.items()})
+
+
+def plot_grad_norms(grads: dict) -> Plot:
+    """Gradient norm of each layer's weights at initialisation, Pre-LN vs Post-LN (Xiong et al. 2020, Fig. 3).
+
+    Args:
+        grads: ``{"pre": [L], "post": [L]}``: the gradient norm of layer 1..L's parameters
+            (:func:`normref.experiments.grad_norms`).
+
+    Returns:
+        :class:`Plot`; ``data`` holds the arrays and ``ratio`` = last / first layer per placement.
+    """
+    fig = _figure(7, 4)
+    _per_layer(fig.add_subplot(), grads, ylabel="‖∂loss/∂W‖ of the layer (log scale)",
+               title="Gradient norm per layer at initialisation", log=True)
+    ratio = {k: float(np.asarray(v)[-1] / np.asarray(v)[0]) for k, v in grads.items()}
+    take = (f"last/first layer gradient ratio: Post-LN {ratio['post']:.1f}x (grows toward the "
+            f"output), Pre-LN {ratio['pre']:.2f}x (flat), as Xiong et al. 2020 predict.")
+    _takeaway(fig, take)
+    alt = ("Line chart, log scale, of the gradient norm of each layer's weights at "
+           "initialisation for Pre-LN (blue circles, solid) and Post-LN (vermillion squares, "
+           "dashed). " + take)
+    return Plot(fig, alt, take, {**{k: np.asarray(v, float) for k, v in grads.items()}, "ratio": ratio})
+
+
+def plot_training(curves: dict) -> Plot:
+    """Training loss of Pre-LN and Post-LN, with and without learning-rate warmup.
+
+    Args:
+        curves: ``{(placement, warmup): [steps] losses}`` with placement ``"pre"``/``"post"``
+            and warmup a bool (:func:`normref.experiments.train_placements`), plus optional
+            ``"steps"``: the step numbers.
+
+    Returns:
+        :class:`Plot`; ``data["final"][(placement, warmup)]`` is the mean loss of the last 10 steps.
+    """
+    fig = _figure(7.5, 4.2)
+    ax = fig.add_subplot()
+    final = {}
+    for (placement, warm), losses in ((k, v) for k, v in curves.items() if isinstance(k, tuple)):
+        st = SERIES_STYLE[placement]
+        losses = np.asarray(losses, dtype=np.float64)
+        steps = np.arange(1, len(losses) + 1)
+        ax.plot(steps, losses, color=st["color"], linestyle="-" if warm else ":",
+                marker=st["marker"], markevery=max(1, len(losses) // 8), ms=5,
+                label=f"{placement.capitalize()}-LN, {'with' if warm else 'no'} warmup")
+        final[(placement, warm)] = float(losses[-10:].mean())
+    ax.set_xlabel("training step")
+    ax.set_ylabel("cross-entropy loss (nats)")
+    ax.set_title("Tiny training run: does the placement need warmup?")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    take = (f"final loss, no warmup: Post-LN {final[('post', False)]:.2f} vs Pre-LN "
+            f"{final[('pre', False)]:.2f}; with warmup Post-LN reaches {final[('post', True)]:.2f}.")
+    _takeaway(fig, take)
+    alt = ("Line chart of training loss against step for Pre-LN (blue circles) and Post-LN "
+           "(vermillion squares), solid with learning-rate warmup and dotted without. " + take)
+    return Plot(fig, alt, take, {"final": final})

@@ -1,0 +1,228 @@
+"""The lesson's interactive widgets (ipywidgets), built so they also work with no browser.
+
+Each explorer renders its figure with matplotlib's Agg backend into an ``ipywidgets.Image``
+(PNG bytes) and prints its numbers into an ``ipywidgets.HTML`` readout, so it builds and
+updates the same way in JupyterLab, in a headless ``nbclient`` run, under ``nbgrader`` and in
+a plain Python test (set a slider's ``.value``; the callback runs synchronously). Nothing
+waits for a front end, so nothing can hang.
+
+Stable handles for tests and for a browser driving the page:
+
+- every control has a fixed ``description`` (listed in each class's docstring);
+- the readout is an ``HTML`` widget with CSS class ``normref-readout`` holding one ``<pre>``
+  whose lines have the fixed form documented in each class (``name = value``, numbers with
+  three decimals, vectors as ``[a, b, c]``);
+- the picture is an ``Image`` widget with CSS class ``normref-plot``; its ``tooltip`` and the
+  ``HTML`` caption below it (CSS class ``normref-caption``) describe it in words (alt text).
+
+ipywidgets and matplotlib are imported inside the classes, so ``import normref`` stays cheap.
+"""
+from __future__ import annotations
+
+import html
+
+import numpy as np
+
+from .plots import draw_token_bars, normalize_token
+
+__all__ = ["NormExplorer", "fmt_vector", "fmt_number", "parse_readout"]
+
+_NORM_NAMES = {"layer": "LayerNorm", "rms": "RMSNorm"}
+
+
+def fmt_number(v: float) -> str:
+    """Three decimals, and never ``-0.000``."""
+    s = f"{float(v):.3f}"
+    return "0.000" if s == "-0.000" else s
+
+
+def fmt_vector(v) -> str:
+    """``[a, b, c]`` with :func:`fmt_number` entries."""
+    return "[" + ", ".join(fmt_number(a) for a in np.asarray(v, dtype=np.float64).ravel()) + "]"
+
+
+def parse_readout(text: str) -> dict:
+    """Parse a readout (the ``<pre>`` text, or the widget's HTML) back into numbers.
+
+    Lines ``name = value`` separated by runs of three spaces; a value in brackets becomes a
+    list of floats, a number a float, anything else stays a string. This is the inverse of
+    what the explorers print, for tests and browser checks.
+
+    Args:
+        text: the readout text; HTML tags are stripped first.
+
+    Returns:
+        ``{name: value}``, e.g. ``{"norm": "LayerNorm", "y": [-1.225, 0.0, 1.225], ...}``.
+    """
+    import re
+
+    text = html.unescape(re.sub(r"<[^>]+>", "", text))
+    out: dict = {}
+    for line in text.splitlines():
+        for part in re.split(r"\s{3,}", line.strip()):
+            if " = " not in part:
+                continue
+            k, v = part.split(" = ", 1)
+            v = v.strip()
+            if v.startswith("[") and v.endswith("]"):
+                out[k.strip()] = [float(a) for a in v[1:-1].split(",") if a.strip()]
+            else:
+                try:
+                    out[k.strip()] = float(v)
+                except ValueError:
+                    out[k.strip()] = v
+    return out
+
+
+class NormExplorer:
+    """Sliders for one token vector, gamma, beta and eps; a live bar chart and the numbers.
+
+    The chart shows the input ``x`` (orange, hatched) and the output ``y`` (blue) feature by
+    feature, each with its mean (a line) and mean +- one std (a shaded band). ``y`` is computed
+    by :func:`normref.layer_norm` or :func:`normref.rms_norm` (float64) with gamma and beta
+    broadcast to every feature.
+
+    Controls (``description`` -> attribute):
+        ``"x[0]"``, ``"x[1]"``, ... -> ``feature_sliders[i]`` (``FloatSlider``, -5..5, step 0.1);
+        ``"gamma"`` -> ``weight_slider`` (-2..3); ``"beta"`` -> ``bias_slider`` (-2..2; disabled
+        for RMSNorm, which has no bias); ``"eps"`` -> ``eps_slider`` (``FloatLogSlider``,
+        1e-8..10); ``"norm"`` -> ``norm_toggle`` (``ToggleButtons``, values ``"layer"`` /
+        ``"rms"``, labels LayerNorm / RMSNorm; shown only when ``toggle=True``).
+
+    Readout (``readout``, an ``HTML`` widget, CSS class ``normref-readout``), always five lines::
+
+        norm = LayerNorm   gamma = 1.000   beta = 0.000   eps = 1.0e-05
+        x = [1.000, 2.000, 3.000]
+        mean(x) = 2.000   std(x) = 0.816   rms(x) = 2.160
+        y = [-1.225, 0.000, 1.225]
+        mean(y) = 0.000   std(y) = 1.000   rms(y) = 1.000
+
+    (std is the biased one, divide by d; for RMSNorm ``beta`` reads ``beta = unused``.)
+    :func:`parse_readout` turns it back into numbers.
+
+    Args:
+        x: the starting token, 1-D, 2 to 8 features (default the seed's ``(1, 2, 3)``).
+        norm: ``"layer"`` or ``"rms"``.
+        toggle: show the LayerNorm/RMSNorm switch.
+        weight, bias: starting gamma and beta (scalars).
+        eps: starting eps; default the norm's ``normref`` default.
+
+    Attributes:
+        widget: the ``ipywidgets.VBox`` to display (a notebook cell ending in the explorer
+            shows it).
+        values: the last computed numbers: ``x``, ``y`` (numpy), ``norm``, ``gamma``,
+            ``beta``, ``eps`` and the ``mean_x, std_x, mean_y, std_y`` that were drawn.
+        renders: how many times the chart was redrawn.
+
+    Raises:
+        ValueError: ``x`` is not 1-D with 2..8 entries, or ``norm`` is unknown.
+
+    Source: the seed's LayerNorm and RMSNorm formulas and worked example (1, 2, 3).
+    """
+
+    def __init__(self, x=(1.0, 2.0, 3.0), *, norm: str = "layer", toggle: bool = False,
+                 weight: float = 1.0, bias: float = 0.0, eps: float | None = None):
+        import ipywidgets as W
+        from matplotlib.figure import Figure
+
+        from .functional import LAYER_NORM_EPS, RMS_NORM_EPS
+
+        x = np.asarray(x, dtype=np.float64)
+        if x.ndim != 1 or not 2 <= x.shape[0] <= 8:
+            raise ValueError(f"x must be one token with 2 to 8 features, got shape {list(x.shape)}")
+        if norm not in _NORM_NAMES:
+            raise ValueError(f"norm must be 'layer' or 'rms', got {norm!r}")
+        if eps is None:
+            eps = LAYER_NORM_EPS if norm == "layer" else RMS_NORM_EPS
+        style = {"description_width": "3.5em"}
+        lay = W.Layout(width="330px")
+        self.feature_sliders = [
+            W.FloatSlider(value=float(v), min=-5.0, max=5.0, step=0.1, description=f"x[{i}]",
+                          readout_format=".2f", continuous_update=False, style=style, layout=lay)
+            for i, v in enumerate(x)
+        ]
+        self.weight_slider = W.FloatSlider(value=weight, min=-2.0, max=3.0, step=0.05,
+                                           description="gamma", continuous_update=False,
+                                           style=style, layout=lay)
+        self.bias_slider = W.FloatSlider(value=bias, min=-2.0, max=2.0, step=0.05,
+                                         description="beta", continuous_update=False,
+                                         style=style, layout=lay)
+        self.eps_slider = W.FloatLogSlider(value=eps, base=10, min=-8, max=1, step=0.1,
+                                           description="eps", readout_format=".1e",
+                                           continuous_update=False, style=style, layout=lay)
+        self.norm_toggle = W.ToggleButtons(options=[("LayerNorm", "layer"), ("RMSNorm", "rms")],
+                                           value=norm, description="norm", style=style)
+        self.readout = W.HTML()
+        self.readout.add_class("normref-readout")
+        self.image = W.Image(format="png", width=720)
+        self.image.add_class("normref-plot")
+        self.caption = W.HTML()
+        self.caption.add_class("normref-caption")
+
+        # A fixed layout (no constrained layout): one draw per update instead of two.
+        self._fig = Figure(figsize=(8.0, 4.0), dpi=90)
+        self._ax = self._fig.add_subplot()
+        self._fig.subplots_adjust(left=0.09, right=0.76, top=0.92, bottom=0.13)
+        self.values: dict = {}
+        self.renders = 0
+
+        controls = [W.HTML("<b>Token x (drag a feature)</b>"), *self.feature_sliders,
+                    W.HTML("<b>Norm parameters</b>"), self.weight_slider, self.bias_slider,
+                    self.eps_slider]
+        top = [self.norm_toggle] if toggle else []
+        self.widget = W.VBox(top + [W.HBox([W.VBox(controls), W.VBox([self.image, self.caption])]),
+                                    self.readout])
+        for s in (*self.feature_sliders, self.weight_slider, self.bias_slider, self.eps_slider,
+                  self.norm_toggle):
+            s.observe(self._update, names="value")
+        self._update()
+
+    # -- the callback -------------------------------------------------------------------
+
+    def _update(self, change=None) -> None:
+        import io
+
+        x = np.array([s.value for s in self.feature_sliders], dtype=np.float64)
+        norm = self.norm_toggle.value
+        gamma, beta, eps = self.weight_slider.value, self.bias_slider.value, self.eps_slider.value
+        self.bias_slider.disabled = norm == "rms"
+        y = normalize_token(x, norm=norm, weight=gamma, bias=beta, eps=eps)
+        name = _NORM_NAMES[norm]
+        lim = max(5.5, 1.1 * float(np.abs(np.r_[x, y]).max()))
+        drawn = draw_token_bars(self._ax, x, y, title=f"{name}: input x vs output y", ylim=lim)
+        buf = io.BytesIO()
+        self._fig.savefig(buf, format="png")
+        self.image.value = buf.getvalue()
+        self.renders += 1
+        rms = lambda v: float(np.sqrt(np.mean(v ** 2)))  # noqa: E731
+        self.values = {"x": x, "y": y, "norm": norm, "gamma": gamma, "beta": beta, "eps": eps,
+                       **{k: drawn[k] for k in ("mean_x", "std_x", "mean_y", "std_y")}}
+        b = "unused" if norm == "rms" else fmt_number(beta)
+        lines = [
+            f"norm = {name}   gamma = {fmt_number(gamma)}   beta = {b}   eps = {eps:.1e}",
+            f"x = {fmt_vector(x)}",
+            f"mean(x) = {fmt_number(x.mean())}   std(x) = {fmt_number(x.std())}   rms(x) = {fmt_number(rms(x))}",
+            f"y = {fmt_vector(y)}",
+            f"mean(y) = {fmt_number(y.mean())}   std(y) = {fmt_number(y.std())}   rms(y) = {fmt_number(rms(y))}",
+        ]
+        self.readout.value = "<pre>" + html.escape("\n".join(lines)) + "</pre>"
+        alt = (f"Bar chart: the {len(x)} features of x = {fmt_vector(x)} (orange, hatched) and "
+               f"{name} output y = {fmt_vector(y)} (blue); lines mark each mean "
+               f"(x: {fmt_number(x.mean())}, y: {fmt_number(y.mean())}), shaded bands mean ± std.")
+        self.image.tooltip = alt
+        self.caption.value = f"<small>{html.escape(alt)}</small>"
+
+    @property
+    def axes(self):
+        """The matplotlib ``Axes`` the bars are drawn on (its ``containers`` hold the bars)."""
+        return self._ax
+
+    @property
+    def readout_text(self) -> str:
+        """The readout's plain text (the five lines above)."""
+        import re
+
+        return html.unescape(re.sub(r"<[^>]+>", "", self.readout.value))
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.widget._repr_mimebundle_(**kwargs)

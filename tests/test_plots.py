@@ -1,0 +1,136 @@
+"""normref.plots: each figure draws the right numbers and carries title, axis labels, legend,
+takeaway and alt text, in colour-blind-safe colours."""
+import html
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from matplotlib.colors import to_hex
+
+from normref import plots
+
+
+def assert_readable(p: plots.Plot):
+    """Every axes with data has a title, both axis labels and a legend or colour bar; the
+    figure has a takeaway line and alt text; it renders to PNG and to an HTML <figure>."""
+    main = [ax for ax in p.fig.axes if ax.get_label() != "<colorbar>"]
+    colourbars = [ax for ax in p.fig.axes if ax.get_label() == "<colorbar>"]
+    assert main
+    for ax in main:
+        assert ax.get_title(), ax
+        assert ax.get_xlabel() and ax.get_ylabel(), ax
+        assert "(" in ax.get_xlabel() + ax.get_ylabel()  # units or what the index counts
+        if ax.images:  # a heat map is read through its labelled colour bar
+            assert colourbars and "(" in colourbars[0].get_ylabel(), ax
+        else:
+            assert ax.get_legend() is not None, ax
+    assert p.fig._supxlabel.get_text() == f"Takeaway: {p.takeaway}"
+    assert len(p.alt) > 40
+    assert p.png()[:8] == b"\x89PNG\r\n\x1a\n"
+    h = p.to_html()
+    assert "<figure" in h and "<figcaption>" in h and 'alt="' in h and html.escape(p.takeaway) in h
+    assert "text/html" in p._repr_mimebundle_()
+
+
+def used_colours(p: plots.Plot) -> set:
+    out = set()
+    for ax in p.fig.axes:
+        for line in ax.get_lines():
+            out.add(to_hex(line.get_color()))
+        for c in ax.containers:
+            for r in c:
+                out.add(to_hex(r.get_facecolor()))
+    return out
+
+
+def test_token_plot_of_the_seed_example():
+    p = plots.plot_token([1.0, 2.0, 3.0])
+    assert_readable(p)
+    np.testing.assert_allclose(p.data["y"], [-1.2247357, 0.0, 1.2247357], atol=1e-6)  # eps = 1e-5
+    assert p.data["mean_x"] == 2.0 and p.data["std_x"] == pytest.approx(np.sqrt(2 / 3))
+    assert "mean to 0.000 and the std to 1.000" in p.takeaway
+    okabe = {c.lower() for c in plots.OKABE_ITO.values()}
+    assert used_colours(p) - {"#000000"} <= okabe
+
+
+def test_rms_token_plot_says_the_mean_is_not_zero():
+    p = plots.plot_token([1.0, 2.0, 3.0], norm="rms")
+    np.testing.assert_allclose(p.data["y"], np.array([1, 2, 3]) / np.sqrt(14 / 3), rtol=1e-6)
+    assert "mean stays 0.926, not 0" in p.takeaway
+
+
+def test_batch_plot_normalises_each_token_on_its_own():
+    x = plots.demo_batch()
+    assert x.shape == (2, 3, 8)
+    p = plots.plot_batch_before_after(x)
+    assert_readable(p)
+    want = F.layer_norm(torch.tensor(x), (8,), eps=1e-5).numpy()
+    np.testing.assert_allclose(p.data["y"], want, atol=1e-10)
+    assert p.data["y"].shape == (2, 3, 8)
+    np.testing.assert_allclose(p.data["mean_y"], 0, atol=1e-12)
+    sx = x.reshape(6, 8).std(-1)
+    np.testing.assert_allclose(p.data["std_y"], sx / np.sqrt(sx ** 2 + 1e-5), rtol=1e-10)  # ~1, eps
+    assert np.ptp(p.data["std_x"]) > 1.0 and np.ptp(p.data["mean_x"]) > 2.0  # the input differs per token
+    assert "shape [2, 3, 8] is unchanged" in p.takeaway
+    # the heat maps show exactly the input and the output, one row per token
+    ims = [ax.images[0].get_array() for ax in p.fig.axes if ax.images]
+    np.testing.assert_allclose(ims[0], x.reshape(6, 8))
+    np.testing.assert_allclose(ims[1], want.reshape(6, 8), atol=1e-10)
+
+
+def test_changing_one_token_changes_only_its_own_output():
+    x = plots.demo_batch()
+    for norm in ("layer", "rms"):
+        for b, t in ((0, 0), (1, 2)):
+            x2 = x.copy()
+            x2[b, t, 0] += 5.0  # one feature of one token
+            y = plots.plot_batch_before_after(x, norm=norm).data["y"]
+            y2 = plots.plot_batch_before_after(x2, norm=norm).data["y"]
+            changed = np.abs(y2 - y).max(axis=-1) > 0  # [B, T]
+            want = np.zeros((2, 3), dtype=bool)
+            want[b, t] = True
+            assert changed.tolist() == want.tolist(), norm
+
+
+def test_batch_plot_rms():
+    p = plots.plot_batch_before_after(norm="rms")
+    want = F.rms_norm(torch.tensor(p.data["x"]), (8,), eps=1e-6).numpy()
+    np.testing.assert_allclose(p.data["y"], want, atol=1e-10)
+    np.testing.assert_allclose(p.data["rms_y"], 1, atol=1e-5)
+    assert np.abs(p.data["mean_y"]).max() > 0.3
+
+
+@pytest.mark.parametrize("bad, match", [(np.zeros((2, 8)), r"\[B, T, D\]")])
+def test_batch_plot_rejects_non_3d(bad, match):
+    with pytest.raises(ValueError, match=match):
+        plots.plot_batch_before_after(bad)
+
+
+def test_timing_plot_reports_the_ratio_it_was_given():
+    timing = {"shape": (8, 64, 256), "rows": [
+        {"impl": "eager ops (normref)", "layer_us": 160.0, "rms_us": 80.0},
+        {"impl": "fused (torch.nn.functional)", "layer_us": 60.0, "rms_us": 75.0}]}
+    p = plots.plot_timing(timing)
+    assert_readable(p)
+    assert p.data["ratio"] == {"eager ops (normref)": 0.5, "fused (torch.nn.functional)": 1.25}
+    assert "eager ops 0.50x, fused 1.25x" in p.takeaway
+    heights = sorted(r.get_height() for c in p.fig.axes[0].containers for r in c)
+    assert heights == [60.0, 75.0, 80.0, 160.0]
+
+
+def test_placement_plots_compute_their_takeaways():
+    p = plots.plot_grad_norms({"pre": [1.0, 1.1, 0.9, 1.0], "post": [0.1, 0.5, 1.0, 2.0]})
+    assert_readable(p)
+    assert p.data["ratio"] == {"pre": 1.0, "post": 20.0}
+    assert "Post-LN 20.0x" in p.takeaway and "Pre-LN 1.00x" in p.takeaway
+    assert p.fig.axes[0].get_yscale() == "log"
+    r = plots.plot_residual_norms({"pre": [5.0, 7.0, 9.0], "post": [5.7, 5.7, 5.7]})
+    assert_readable(r)
+    assert "(5.0 -> 9.0)" in r.takeaway
+    curves = {("pre", False): np.linspace(4, 2, 30), ("post", False): np.linspace(4, 3.5, 30),
+              ("pre", True): np.linspace(4, 2.2, 30), ("post", True): np.linspace(4, 2.1, 30)}
+    t = plots.plot_training(curves)
+    assert_readable(t)
+    assert t.data["final"][("post", False)] == pytest.approx(np.linspace(4, 3.5, 30)[-10:].mean())
+    assert len(t.fig.axes[0].get_lines()) == 4

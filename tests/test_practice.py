@@ -1,0 +1,138 @@
+"""normref.practice: the seed's self-check questions grade right answers right, diagnose the
+usual mistakes, and keep the answer hidden until a real attempt."""
+import math
+
+import pytest
+import torch
+
+from normref import practice as P
+
+# The seed's "Check solutions", typed here from the seed (the module computes its own).
+SEED_ANSWERS = {
+    "ps_mean_var": (3, 1),
+    "ps_layernorm": (-1, -1, 1, 1),
+    "ps_rms_3_4": 3.536,
+    "ps_rms_subtracts_mean": "No",
+    "ps_pre_ln_formula": "Y = X + Attention(Norm(X))",
+    "ps_shape_change": 0,
+    "retrieval_axis": "the feature axis D: the d features of that one token",
+    "trace_rms_shape": (2, 3, 1),
+}
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    P.reset()
+    yield
+    P.reset()
+
+
+def test_every_seed_question_is_asked():
+    assert set(P.QUESTIONS) == set(SEED_ANSWERS)
+    sections = {q.section for q in P.QUESTIONS.values()}
+    assert sections == {"Practice studio", "Retrieval check", "Trace it"}
+    assert sum(q.section == "Practice studio" for q in P.QUESTIONS.values()) == 6
+
+
+@pytest.mark.parametrize("qid", sorted(SEED_ANSWERS))
+def test_the_seed_solution_is_graded_correct(qid):
+    fb = P.check(qid, SEED_ANSWERS[qid])
+    assert fb.correct is True, fb
+
+
+@pytest.mark.parametrize("answer", ["3, 1", (3.0, 1.0), [3, 1], torch.tensor([3.0, 1.0]), "(3; 1)", "3 1"])
+def test_numbers_are_read_in_many_forms(answer):
+    assert P.check("ps_mean_var", answer).correct is True
+
+
+@pytest.mark.parametrize("answer", ["sqrt(12.5)", "√12.5", "sqrt(25/2)", 3.5355, "3.54"])
+def test_rms_of_3_4_accepts_root_forms(answer):
+    assert P.check("ps_rms_3_4", answer).correct is True
+
+
+@pytest.mark.parametrize("qid, answer, says", [
+    ("ps_mean_var", (3, 4 / 3), "n - 1"),
+    ("ps_mean_var", (3, 4), "sum of squared deviations"),
+    ("ps_mean_var", (3, 10), "mean of x²"),
+    ("ps_mean_var", (12, 1), "sum"),
+    ("ps_layernorm", [-math.sqrt(3 / 4)] * 2 + [math.sqrt(3 / 4)] * 2, "0.866 = sqrt(3/4)"),
+    ("ps_layernorm", [2 / math.sqrt(10), 2 / math.sqrt(10), 4 / math.sqrt(10), 4 / math.sqrt(10)], "RMSNorm"),
+    ("ps_layernorm", (1, 1, -1, -1), "signs"),
+    ("ps_layernorm", (-1, 1), "give 4 numbers"),
+    ("ps_rms_3_4", 5, "length of the vector"),
+    ("ps_rms_3_4", 12.5, "take its square root"),
+    ("ps_rms_3_4", 3.5, "that is the mean"),
+    ("ps_rms_3_4", 0.5, "RMS does not center"),
+    ("ps_rms_subtracts_mean", "Yes", "only rescales"),
+    ("ps_pre_ln_formula", "Norm(X + Attention(X))", "Post-LN"),
+    ("ps_pre_ln_formula", "Attention(Norm(X))", "residual"),
+    ("ps_pre_ln_formula", "Norm(X) + Attention(Norm(X))", "original X"),
+    ("ps_shape_change", 1, "broadcasts back"),
+    ("retrieval_axis", 0, "BatchNorm"),
+    ("retrieval_axis", 1, "mix tokens"),
+    ("trace_rms_shape", (2, 3), "keepdim"),
+    ("trace_rms_shape", "2, 3, 8", "reduces the last axis"),
+])
+def test_a_typical_mistake_gets_its_diagnosis(qid, answer, says):
+    fb = P.check(qid, answer)
+    assert fb.correct is False
+    assert says in fb.message, fb
+
+
+def test_formula_order_of_the_sum_does_not_matter():
+    assert P.check("ps_pre_ln_formula", "Attention(LN(X)) + X").correct is True
+    assert P.check("ps_pre_ln_formula", r"\operatorname{Attention}(\operatorname{Norm}(X)) + X").correct is True
+
+
+@pytest.mark.parametrize("qid, answer", [
+    ("ps_pre_ln_formula", "X + Foo(X)"), ("ps_pre_ln_formula", "X +"), ("ps_mean_var", "three"),
+    ("retrieval_axis", 7), ("retrieval_axis", "axis"),
+])
+def test_unreadable_answers_get_a_message_and_do_not_unlock(qid, answer):
+    fb = P.check(qid, answer)
+    assert fb.correct is False and fb.message
+    assert not P.attempted(qid)
+
+
+def test_answer_hidden_until_a_real_attempt():
+    locked = P.reveal("ps_mean_var")
+    assert "Answer first" in locked and "variance = 1" not in locked
+    assert P.check("ps_mean_var", ...).correct is None  # the notebook's unanswered placeholder
+    assert "Answer first" in P.reveal("ps_mean_var")
+    assert P.check("ps_mean_var", (2, 2)).correct is False
+    assert P.reveal("ps_mean_var") == "Standard answer: mean = 3, variance = 1"
+
+
+def test_revealed_answers_match_the_seed_check_solutions():
+    for qid, ans in SEED_ANSWERS.items():
+        P.check(qid, ans)
+    assert P.reveal("ps_layernorm") == "Standard answer: (-1, -1, 1, 1)"
+    assert P.reveal("ps_rms_3_4").endswith("≈ 3.536")
+    assert P.reveal("ps_rms_subtracts_mean") == "Standard answer: No"
+    assert P.reveal("trace_rms_shape") == "Standard answer: [2, 3, 1]"
+    assert "X + Attention(Norm(X))" in P.reveal("ps_pre_ln_formula")
+
+
+def test_unknown_question_names_the_known_ones():
+    with pytest.raises(KeyError, match="ps_mean_var"):
+        P.check("nope", 1)
+
+
+def test_quiz_widget_checks_and_unlocks_show_answer():
+    q = P.quiz("ps_rms_3_4")
+    assert q.reveal_button.disabled
+    q.check_button.click()  # empty box: no attempt
+    assert "no answer yet" in q.feedback.value and q.reveal_button.disabled
+    q.answer.value = "5"
+    q.check_button.click()
+    assert "length of the vector" in q.feedback.value
+    assert not q.reveal_button.disabled
+    q.reveal_button.click()
+    assert "3.536" in q.feedback.value
+
+
+def test_quiz_widget_for_a_choice_question():
+    q = P.quiz("retrieval_axis")
+    q.answer.value = q.answer.options[2]
+    q.check_button.click()
+    assert "correct" in q.feedback.value and "dim=-1" in q.feedback.value

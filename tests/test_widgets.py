@@ -1,0 +1,147 @@
+"""normref.widgets: the explorer builds with no browser and its callbacks redraw the right numbers.
+
+Every expected value comes from torch.nn.functional (float64) or from the seed's hand-worked
+numbers, never from normref itself.
+"""
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from normref.widgets import NormExplorer, fmt_vector, parse_readout
+
+
+def ref_ln(x, gamma=1.0, beta=0.0, eps=1e-5):
+    x = torch.tensor(x, dtype=torch.float64)
+    d = x.shape[-1]
+    return F.layer_norm(x, (d,), torch.full((d,), gamma, dtype=torch.float64),
+                        torch.full((d,), beta, dtype=torch.float64), eps).numpy()
+
+
+def ref_rms(x, gamma=1.0, eps=1e-6):
+    x = torch.tensor(x, dtype=torch.float64)
+    d = x.shape[-1]
+    return F.rms_norm(x, (d,), torch.full((d,), gamma, dtype=torch.float64), eps).numpy()
+
+
+def bars(ex):
+    """Heights of the (input, output) bars drawn on the explorer's axes."""
+    inp, out = ex.axes.containers
+    return np.array([r.get_height() for r in inp]), np.array([r.get_height() for r in out])
+
+
+@pytest.fixture
+def ex():
+    return NormExplorer(toggle=True)
+
+
+def test_opens_on_the_seed_example_with_its_numbers(ex):
+    got = parse_readout(ex.readout.value)
+    assert got["norm"] == "LayerNorm"
+    assert got["x"] == [1.0, 2.0, 3.0]
+    assert got["y"] == [-1.225, 0.0, 1.225]  # the seed: (-1, 0, 1) / sqrt(2/3)
+    assert got["mean(x)"] == 2.0 and got["std(x)"] == round(math.sqrt(2 / 3), 3)
+    assert got["rms(x)"] == 2.160  # the seed: sqrt(14/3)
+    assert got["mean(y)"] == 0.0 and got["std(y)"] == 1.0
+    x_bars, y_bars = bars(ex)
+    np.testing.assert_allclose(x_bars, [1, 2, 3])
+    np.testing.assert_allclose(y_bars, ref_ln([1.0, 2.0, 3.0]), atol=1e-12)
+
+
+def test_readout_has_the_documented_five_lines(ex):
+    lines = ex.readout_text.splitlines()
+    assert len(lines) == 5
+    assert lines[0] == "norm = LayerNorm   gamma = 1.000   beta = 0.000   eps = 1.0e-05"
+    assert lines[1] == "x = [1.000, 2.000, 3.000]"
+    assert lines[3] == "y = [-1.225, 0.000, 1.225]"
+    assert 'class="' not in ex.readout.value and ex.readout._dom_classes == ("normref-readout",)
+
+
+def test_moving_a_feature_slider_redraws_bars_and_numbers(ex):
+    png_before, n = ex.image.value, ex.renders
+    ex.feature_sliders[0].value = 4.0
+    want = ref_ln([4.0, 2.0, 3.0])
+    assert ex.renders == n + 1 and ex.image.value != png_before
+    np.testing.assert_allclose(ex.values["y"], want, atol=1e-12)
+    x_bars, y_bars = bars(ex)
+    np.testing.assert_allclose(x_bars, [4, 2, 3])
+    np.testing.assert_allclose(y_bars, want, atol=1e-12)
+    got = parse_readout(ex.readout.value)
+    assert got["y"] == [round(v, 3) for v in want]  # [1.225, -1.225, 0.0]
+    assert got["mean(x)"] == 3.0
+    assert ex.values["mean_y"] == pytest.approx(0.0, abs=1e-12)
+    assert ex.values["std_y"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_gamma_and_beta_scale_and_shift_the_output(ex):
+    ex.weight_slider.value = 2.0
+    ex.bias_slider.value = 0.5
+    want = ref_ln([1.0, 2.0, 3.0], gamma=2.0, beta=0.5)
+    np.testing.assert_allclose(ex.values["y"], want, atol=1e-12)
+    got = parse_readout(ex.readout.value)
+    assert got["y"] == [round(v, 3) for v in want]  # 2 * (-1.225, 0, 1.225) + 0.5
+    assert got["mean(y)"] == 0.5 and got["std(y)"] == 2.0
+
+
+def test_large_eps_shrinks_the_output(ex):
+    ex.eps_slider.value = 1.0
+    want = ref_ln([1.0, 2.0, 3.0], eps=1.0)  # (-1, 0, 1) / sqrt(2/3 + 1) = +-0.775
+    np.testing.assert_allclose(ex.values["y"], want, atol=1e-12)
+    assert parse_readout(ex.readout.value)["y"] == [-0.775, 0.0, 0.775]
+
+
+def test_toggle_to_rmsnorm_shows_the_seed_numbers_and_disables_beta(ex):
+    ex.eps_slider.value = 1e-6
+    ex.norm_toggle.value = "rms"
+    got = parse_readout(ex.readout.value)
+    assert got["norm"] == "RMSNorm" and got["beta"] == "unused"
+    assert got["y"] == [0.463, 0.926, 1.389]  # the seed: (1, 2, 3) / sqrt(14/3)
+    assert got["mean(y)"] == 0.926  # not forced to zero
+    assert got["rms(y)"] == 1.0
+    assert ex.bias_slider.disabled
+    np.testing.assert_allclose(bars(ex)[1], ref_rms([1.0, 2.0, 3.0]), atol=1e-12)
+    ex.bias_slider.value = 1.5  # beta has no effect on RMSNorm
+    np.testing.assert_allclose(ex.values["y"], ref_rms([1.0, 2.0, 3.0]), atol=1e-12)
+    ex.norm_toggle.value = "layer"
+    assert not ex.bias_slider.disabled
+    np.testing.assert_allclose(ex.values["y"], ref_ln([1.0, 2.0, 3.0], beta=1.5, eps=1e-6), atol=1e-12)
+
+
+def test_controls_have_stable_descriptions():
+    ex = NormExplorer(x=(2.0, 2.0, 4.0, 4.0))
+    descs = [s.description for s in ex.feature_sliders]
+    assert descs == ["x[0]", "x[1]", "x[2]", "x[3]"]
+    assert (ex.weight_slider.description, ex.bias_slider.description, ex.eps_slider.description,
+            ex.norm_toggle.description) == ("gamma", "beta", "eps", "norm")
+    assert parse_readout(ex.readout.value)["y"] == [-1.0, -1.0, 1.0, 1.0]  # the seed's practice answer
+
+
+def test_toggle_is_hidden_unless_asked():
+    plain = NormExplorer()
+    flat = []
+
+    def walk(w):
+        flat.append(w)
+        for c in getattr(w, "children", ()):
+            walk(c)
+
+    walk(plain.widget)
+    assert plain.norm_toggle not in flat and plain.feature_sliders[0] in flat
+    assert plain.image.tooltip and "Bar chart" in plain.caption.value
+
+
+def test_widget_displays_as_a_widget_view(ex):
+    bundle = ex._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+
+
+@pytest.mark.parametrize("x", [(1.0,), [[1.0, 2.0]], tuple(range(9))])
+def test_rejects_tokens_it_cannot_show(x):
+    with pytest.raises(ValueError, match="2 to 8 features"):
+        NormExplorer(x=x)
+
+
+def test_fmt_vector_never_prints_negative_zero():
+    assert fmt_vector([-0.0001, 1.23456]) == "[0.000, 1.235]"
