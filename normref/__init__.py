@@ -14,7 +14,18 @@ from .blocks import (
     post_ln,
     pre_ln,
 )
-from .checks import FAULT_KINDS, CaseResult, CheckResult, check_layer_norm, check_rms_norm
+from .checks import (
+    FAULT_KINDS,
+    CaseResult,
+    CheckResult,
+    check_layer_norm,
+    check_layer_norm_backward,
+    check_post_ln,
+    check_pre_ln,
+    check_pre_ln_block,
+    check_rms_norm,
+    check_rms_norm_module,
+)
 from .functional import LAYER_NORM_EPS, RMS_NORM_EPS, layer_norm, rms_norm
 from .modules import LayerNorm, RMSNorm
 
@@ -38,6 +49,11 @@ __all__ = [
     "layer_grad_norms",
     "check_rms_norm",
     "check_layer_norm",
+    "check_rms_norm_module",
+    "check_pre_ln",
+    "check_post_ln",
+    "check_pre_ln_block",
+    "check_layer_norm_backward",
     "CheckResult",
     "CaseResult",
     "FAULT_KINDS",

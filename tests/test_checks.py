@@ -1,4 +1,6 @@
 """Checkers: the reference scores 1.0; each purpose-made wrong implementation gets its diagnosis."""
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -146,3 +148,415 @@ def test_correct_answer_leaves_no_warning(recwarn):
     assert check_rms_norm(noisy_but_right).score == 1.0
     assert len(recwarn) == 0
     assert torch.get_default_dtype() == torch.float32
+
+
+# ----------------------------------------------------------------- every checker, full score
+
+def _case(result, name_start):
+    """The one case whose name starts with ``name_start``."""
+    (c,) = [c for c in result.cases if c.name.startswith(name_start)]
+    return c
+
+
+def test_every_reference_passes_its_checker_with_full_score():
+    results = [
+        check_rms_norm(normref.rms_norm, backend="numpy"),
+        check_layer_norm(normref.layer_norm, backend="torch"),
+        normref.check_rms_norm_module(normref.RMSNorm),
+        normref.check_pre_ln(normref.pre_ln),
+        normref.check_post_ln(normref.post_ln),
+        normref.check_pre_ln_block(normref.TransformerBlock),  # (dim, n_heads), Pre-LN, RMSNorm
+        normref.check_pre_ln_block(normref.TransformerBlock(8, 2, norm="layer")),  # a built module
+        normref.check_layer_norm_backward(normref.layer_norm_backward),
+    ]
+    for r in results:
+        assert r.passed and r.score == 1.0 and r.faults == [], r.report()
+
+
+# ----------------------------------------------------------------- LayerNorm faults, numpy and torch
+
+def _np_ln(x, w, b, eps, *, ddof=0, eps_at="inside", axis=-1, keepdims=True, stats_dtype=np.float32,
+           out_dtype=None, center=True):
+    h = x.astype(stats_dtype) if stats_dtype is not None else x
+    m = h.mean(axis, keepdims=keepdims) if center else 0.0
+    v = ((h - m) ** 2).sum(axis, keepdims=keepdims) / (h.shape[axis] - ddof)
+    den = {"inside": np.sqrt(v + eps), "outside": np.sqrt(v) + eps, "none": np.sqrt(v)}[eps_at]
+    return ((h - m) / den * w + b).astype(out_dtype or x.dtype)
+
+
+def _t_ln(x, w, b, eps, *, ddof=0, eps_at="inside", axis=-1, keepdim=True, f32=True, cast=True,
+          center=True):
+    h = x.float() if f32 else x
+    m = h.mean(axis, keepdim=keepdim) if center else 0.0
+    v = ((h - m) ** 2).sum(axis, keepdim=keepdim) / (h.shape[axis] - ddof)
+    den = {"inside": (v + eps).sqrt(), "outside": v.sqrt() + eps, "none": v.sqrt()}[eps_at]
+    y = (h - m) / den * w + b
+    return y.to(x.dtype) if cast else y
+
+
+# (fault options, expected fault, the purpose-made case that must show it)
+LN_FAULTS = [
+    ({"ddof": 1}, "unbiased_variance", "seed (1, 2, 3)"),
+    ({"eps_at": "outside"}, "eps_outside_sqrt", "tiny values"),
+    ({"eps_at": "none"}, "no_eps", "tiny values"),
+    ({"eps_at": "none"}, "nan_on_constant_row", "constant row"),
+    ({"axis": 0}, "wrong_axis", "B = T = D"),  # [4, 4, 4]: axis 0 broadcasts and runs
+    ({"center": False}, "not_centered", "seed shape [2, 3, 8]"),
+]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("options, fault, case", LN_FAULTS)
+def test_each_layer_norm_fault_is_diagnosed_on_its_case(backend, options, fault, case):
+    impl = _np_ln if backend == "numpy" else _t_ln
+
+    def student(x, w, b, eps=1e-5):
+        return impl(x, w, b, eps, **options)
+
+    r = check_layer_norm(student, backend=backend)
+    c = _case(r, case)
+    assert not c.passed and c.fault == fault, r.report()
+    assert f"[fault: {fault}]" in c.message and "max abs error" in c.message
+
+
+def test_layer_norm_missing_keepdim_on_B_T_D_runs_and_is_named():
+    # [4, 4, 4]: mean(-1) has shape [4, 4], which broadcasts against the last two axes.
+    for student, backend in [
+        (lambda x, w, b, eps=1e-5: _np_ln(x, w, b, eps, keepdims=False), "numpy"),
+        (lambda x, w, b, eps=1e-5: _t_ln(x, w, b, eps, keepdim=False), "torch"),
+    ]:
+        r = check_layer_norm(student, backend=backend)
+        assert _case(r, "B = T = D").fault == "missing_keepdim", r.report()
+        assert _case(r, "seed shape [2, 3, 8]").fault == "missing_keepdim"  # raised: [2,3] vs [2,3,8]
+        assert r.faults == ["missing_keepdim"]
+
+
+def test_layer_norm_low_precision_fails_only_the_float16_overflow_row():
+    # numpy battery: seed, [2,3,8], [4,4,4], tiny, float16, constant: only float16 differs -> 5/6.
+    r = check_layer_norm(lambda x, w, b, eps=1e-5: _np_ln(x, w, b, eps, stats_dtype=None))
+    assert r.score == pytest.approx(5 / 6) and r.faults == ["low_precision_stats"]
+    assert not _case(r, "float16 row").passed
+    # torch battery adds bfloat16 (7 cases); bf16 statistics of N(0,1) values stay within tolerance.
+    r = check_layer_norm(lambda x, w, b, eps=1e-5: _t_ln(x, w, b, eps, f32=False), backend="torch")
+    assert r.faults == ["low_precision_stats"] and not _case(r, "float16 row").passed
+
+
+def test_layer_norm_float32_output_is_a_dtype_fault_on_low_precision_inputs_only():
+    r = check_layer_norm(lambda x, w, b, eps=1e-5: _t_ln(x, w, b, eps, cast=False), backend="torch")
+    assert r.faults == ["wrong_dtype"]
+    assert {c.name for c in r.cases if not c.passed} == {
+        "float16 row [300, -300, 300, -300] (x**2 overflows float16)", "bfloat16 [2, 3, 8]"}
+    assert "dtype float32, expected float16" in _case(r, "float16 row").message
+
+
+def test_layer_norm_in_place_is_caught_on_every_case():
+    def in_place(x, w, b, eps=1e-5):
+        x -= x.mean(-1, keepdims=True)
+        return (x / np.sqrt((x.astype(np.float32) ** 2).mean(-1, keepdims=True) + eps) * w + b).astype(x.dtype)
+
+    r = check_layer_norm(in_place)
+    assert r.score == 0 and r.faults == ["mutates_input"]
+
+
+def test_n_minus_1_factor_is_stated_only_where_the_output_shows_it():
+    r = check_layer_norm(lambda x, w, b, eps=1e-5: _np_ln(x, w, b, eps, ddof=1))
+    assert "0.816 = sqrt(2/3)" in _case(r, "seed (1, 2, 3)").message  # d = 3
+    # tiny values with eps=1e-4 >> var: the ratio is not sqrt(4/5), so no factor is claimed
+    assert "sqrt(4/5)" not in _case(r, "tiny values").message
+
+
+def test_rms_norm_without_eps_is_named_no_eps():
+    def rms_no_eps(x, weight, eps=1e-6):
+        return (x.float() * x.float().pow(2).mean(dim=-1, keepdim=True).rsqrt() * weight).to(x.dtype)
+
+    r = check_rms_norm(rms_no_eps)
+    # eps=1e-6 is below tolerance except on the tiny-values case (mean square 1e-6, eps 1e-4): 5 of 6.
+    assert r.score == pytest.approx(5 / 6) and r.faults == ["no_eps"]
+
+
+def test_relative_error_is_not_blown_up_by_a_zero_reference_value():
+    # LN(1, 2, 3) = (-1.22, 0, 1.22): the middle zero must not produce "rel 1e12".
+    r = check_layer_norm(lambda x, w, b, eps=1e-5: _np_ln(x, w, b, eps, ddof=1), quick=True)
+    assert r.cases[0].max_rel_err < 1
+
+
+# ----------------------------------------------------------------- the RMSNorm module
+
+class SeedRMSNorm(torch.nn.Module):  # the seed's MiniMind module, verbatim
+    def __init__(self, width, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = torch.nn.Parameter(torch.ones(width))
+
+    def forward(self, x):
+        rms = torch.rsqrt(x.float().pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        return (x.float() * rms * self.weight).to(dtype=x.dtype)
+
+
+class HFStyleRMSNorm(SeedRMSNorm):  # Hugging Face Llama: cast back before the weight multiply
+    def forward(self, x):
+        rms = torch.rsqrt(x.float().pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        return self.weight.to(x.dtype) * (x.float() * rms).to(x.dtype)
+
+
+class DefaultEps1e5(SeedRMSNorm):
+    def __init__(self, width, eps=1e-5):
+        super().__init__(width, eps)
+
+
+class WeightIsABuffer(SeedRMSNorm):
+    def __init__(self, width, eps=1e-6):
+        super().__init__(width, eps)
+        del self.weight
+        self.register_buffer("weight", torch.ones(width))
+
+
+class HasABias(SeedRMSNorm):
+    def __init__(self, width, eps=1e-6):
+        super().__init__(width, eps)
+        self.bias = torch.nn.Parameter(torch.zeros(width))
+
+
+class Float16Statistics(SeedRMSNorm):
+    def forward(self, x):
+        return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight).to(x.dtype)
+
+
+class SubtractsMean(SeedRMSNorm):
+    def forward(self, x):
+        h = x.float() - x.float().mean(-1, keepdim=True)
+        return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight).to(x.dtype)
+
+
+def test_rms_norm_module_accepts_the_seed_and_hugging_face_orders():
+    for cls in (SeedRMSNorm, HFStyleRMSNorm):
+        assert normref.check_rms_norm_module(cls).score == 1.0
+
+
+@pytest.mark.parametrize("cls, fault, score", [
+    # 7 cases: parameter, [2,3,8] f32, [4,4,4], f16 row, bf16, eps=1e-4 tiny, default eps.
+    (DefaultEps1e5, "wrong_eps", 6 / 7),  # only the default-eps case (values 1e-3) feels it
+    (WeightIsABuffer, "module_weight", 6 / 7),  # forward is right; the parameter case fails
+    (HasABias, "module_weight", 6 / 7),
+    (Float16Statistics, "low_precision_stats", 6 / 7),  # only the float16 overflow row
+    (SubtractsMean, "subtracts_mean", 1 / 7),  # every forward case has rows with mean != 0
+])
+def test_each_rms_norm_module_fault_is_diagnosed(cls, fault, score):
+    r = normref.check_rms_norm_module(cls)
+    assert r.faults == [fault], r.report()
+    assert r.score == pytest.approx(score)
+
+
+# ----------------------------------------------------------------- placement
+
+@pytest.mark.parametrize("student, fault", [
+    (lambda x, F, N: N(x) + F(N(x)), "residual_from_normed"),
+    (lambda x, F, N: N(x + F(x)), "pre_post_swapped"),
+    (lambda x, F, N: F(N(x)), "missing_residual"),
+    (lambda x, F, N: x + F(x), "missing_norm"),
+    (lambda x, F, N: x + N(F(x)), "norm_on_sublayer_output"),
+])
+def test_each_pre_ln_fault_is_diagnosed_on_every_case(student, fault):
+    # Every case has x != Norm(x) (trained gamma/beta or a non-unit token) and a sublayer that
+    # is not scale-equivariant, so each misplacement changes all four outputs.
+    r = normref.check_pre_ln(student)
+    assert r.score == 0 and r.faults == [fault], r.report()
+
+
+def test_pre_ln_seed_token_by_hand():
+    # x = (1, 2, 3), F(v) = 2v, LN without eps: x + 2 LN(x) = (1 - 2s, 2, 3 + 2s), s = sqrt(3/2).
+    r = normref.check_pre_ln(lambda x, F, N: x + F(N(x)))
+    assert r.cases[0].name.startswith("seed token (1, 2, 3)") and r.cases[0].passed
+    s = math.sqrt(1.5)
+    got = normref.pre_ln(torch.tensor([1.0, 2.0, 3.0]), lambda v: 2 * v, normref.LayerNorm(3, eps=0.0))
+    torch.testing.assert_close(got, torch.tensor([1 - 2 * s, 2.0, 3 + 2 * s]))
+
+
+@pytest.mark.parametrize("student, fault, score", [
+    (lambda x, F, N: x + F(N(x)), "pre_post_swapped", 0.0),
+    # LN(2x) = LN(3x) on the seed token with F(v) = 2v: the missing residual hides there, 1 of 4.
+    (lambda x, F, N: N(F(x)), "missing_residual", 0.25),
+    (lambda x, F, N: x + F(x), "missing_norm", 0.0),
+    (lambda x, F, N: x + N(F(x)), "norm_on_sublayer_output", 0.0),
+    (lambda x, F, N: N(x) + F(x), "residual_from_normed", 0.0),
+])
+def test_each_post_ln_fault_is_diagnosed(student, fault, score):
+    r = normref.check_post_ln(student)
+    assert r.faults == [fault] and r.score == pytest.approx(score), r.report()
+
+
+def test_placement_checker_catches_an_in_place_residual():
+    def in_place(x, sublayer, norm):
+        x += sublayer(norm(x))
+        return x
+
+    r = normref.check_pre_ln(in_place)
+    assert r.score == 0 and r.faults == ["mutates_input"]
+
+
+def test_checkers_leave_the_global_rng_alone():
+    torch.manual_seed(123)
+    want = torch.rand(3)
+    torch.manual_seed(123)
+    normref.check_pre_ln(normref.pre_ln)
+    normref.check_pre_ln_block(normref.TransformerBlock)
+    assert torch.equal(torch.rand(3), want)
+
+
+# ----------------------------------------------------------------- one pre-norm block
+
+class Block(torch.nn.Module):
+    """A MiniMind-named block whose forward has one chosen wiring."""
+
+    def __init__(self, dim, n_heads, wiring="pre"):
+        super().__init__()
+        self.input_layernorm = normref.RMSNorm(dim)
+        self.self_attn = normref.CausalSelfAttention(dim, n_heads)
+        self.post_attention_layernorm = normref.RMSNorm(dim)
+        self.mlp = normref.FeedForward(dim)
+        self.wiring = wiring
+
+    def forward(self, x):
+        A, M = self.self_attn, self.mlp
+        N1, N2 = self.input_layernorm, self.post_attention_layernorm
+        w = self.wiring
+        if w == "pre":
+            h = x + A(N1(x))
+            return h + M(N2(h))
+        if w == "normed":
+            h = N1(x) + A(N1(x))
+            return N2(h) + M(N2(h))
+        if w == "post":
+            h = N1(x + A(x))
+            return N2(h + M(h))
+        if w == "norms_swapped":
+            h = x + A(N2(x))
+            return h + M(N1(h))
+        if w == "no_first_residual":
+            h = A(N1(x))
+            return h + M(N2(h))
+        if w == "mlp_reads_x":
+            h = x + A(N1(x))
+            return h + M(N2(x))
+        if w == "ln1_twice":
+            h = x + A(N1(x))
+            return h + M(N1(h))
+        raise ValueError(w)
+
+
+@pytest.mark.parametrize("wiring, fault, score", [
+    # 4 cases: build, wiring with RMSNorms, wiring with LayerNorms, the student's own modules.
+    # The student's own two RMSNorms both start at gamma = 1, so a norm swap or reuse is
+    # invisible on the last case: build + own pass, 2 of 4.
+    ("normed", "residual_from_normed", 0.25),
+    ("post", "pre_post_swapped", 0.25),
+    ("norms_swapped", "norms_swapped", 0.5),
+    ("no_first_residual", "missing_residual", 0.25),
+    ("mlp_reads_x", "mlp_reads_x", 0.25),
+    ("ln1_twice", "shared_norm", 0.5),
+])
+def test_each_block_wiring_fault_is_diagnosed(wiring, fault, score):
+    r = normref.check_pre_ln_block(lambda dim, n_heads: Block(dim, n_heads, wiring))
+    assert r.faults == [fault] and r.score == pytest.approx(score), r.report()
+
+
+def test_block_contract_faults_missing_names_and_one_shared_norm():
+    class Renamed(torch.nn.Module):
+        def __init__(self, dim, n_heads):
+            super().__init__()
+            self.ln_1 = normref.RMSNorm(dim)
+
+    r = normref.check_pre_ln_block(Renamed)
+    assert r.score == 0 and r.faults == ["missing_attribute"]
+    assert "no input_layernorm, self_attn, post_attention_layernorm, mlp" in r.messages[0]
+
+    class OneNorm(Block):
+        def __init__(self, dim, n_heads):
+            super().__init__(dim, n_heads)
+            self.post_attention_layernorm = self.input_layernorm
+
+    r = normref.check_pre_ln_block(OneNorm)
+    assert r.faults == ["shared_norm"] and r.score == pytest.approx(3 / 4)
+
+
+# ----------------------------------------------------------------- LayerNorm backward
+
+def _ln_bwd(dy, x, w, eps, mean_term=True, var_term=True, use_weight=True):
+    m = x.mean(-1, keepdims=True)
+    r = 1 / np.sqrt(((x - m) ** 2).mean(-1, keepdims=True) + eps)
+    xhat = (x - m) * r
+    g = dy * w if use_weight else dy
+    dx = g - (g.mean(-1, keepdims=True) if mean_term else 0)
+    dx = dx - (xhat * (g * xhat).mean(-1, keepdims=True) if var_term else 0)
+    lead = tuple(range(x.ndim - 1))
+    return r * dx, (dy * xhat).sum(lead), dy.sum(lead)
+
+
+def _ln_bwd_unbiased(dy, x, w, eps):
+    d = x.shape[-1]
+    m = x.mean(-1, keepdims=True)
+    r = 1 / np.sqrt(((x - m) ** 2).sum(-1, keepdims=True) / (d - 1) + eps)
+    xhat = (x - m) * r
+    g = dy * w
+    dx = r * (g - g.mean(-1, keepdims=True) - xhat * (g * xhat).sum(-1, keepdims=True) / (d - 1))
+    lead = tuple(range(x.ndim - 1))
+    return dx, (dy * xhat).sum(lead), dy.sum(lead)
+
+
+def _ln_bwd_swapped(dy, x, w, eps):
+    dx, dw, db = _ln_bwd(dy, x, w, eps)
+    return dx, db, dw
+
+
+def _ln_bwd_not_summed(dy, x, w, eps):
+    dx, _, _ = _ln_bwd(dy, x, w, eps)
+    xhat = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + eps)
+    return dx, dy * xhat, dy
+
+
+@pytest.mark.parametrize("student, fault, score", [
+    # 4 cases: seed (1,2,3) with gamma = 1, [2,3,8], [4,4,4], tiny values (all with gamma != 1 but the first).
+    (lambda dy, x, w, eps: _ln_bwd(dy, x, w, eps, mean_term=False), "bwd_no_mean_term", 0.0),
+    (lambda dy, x, w, eps: _ln_bwd(dy, x, w, eps, var_term=False), "bwd_no_variance_term", 0.0),
+    (lambda dy, x, w, eps: _ln_bwd(dy, x, w, eps, False, False), "bwd_constant_stats", 0.0),
+    (lambda dy, x, w, eps: _ln_bwd(dy, x, w, eps, use_weight=False), "ignores_weight", 0.25),  # gamma = 1 hides it
+    (_ln_bwd_unbiased, "unbiased_variance", 0.0),
+    (_ln_bwd_swapped, "bwd_dweight_dbias_swapped", 0.0),
+    (_ln_bwd_not_summed, "bwd_not_summed", 0.25),  # 1-D: nothing to sum over
+])
+def test_each_layer_norm_backward_fault_is_diagnosed(student, fault, score):
+    r = normref.check_layer_norm_backward(student)
+    assert r.faults == [fault] and r.score == pytest.approx(score), r.report()
+
+
+def test_backward_message_names_the_wrong_gradient():
+    r = normref.check_layer_norm_backward(_ln_bwd_swapped)
+    msg = r.messages[0]
+    assert "dweight max abs error" in msg and "dbias max abs error" in msg and "dx max abs" not in msg
+
+
+# ----------------------------------------------------------------- robustness of the new checkers
+
+@pytest.mark.parametrize("checker", [
+    normref.check_pre_ln, normref.check_post_ln, normref.check_layer_norm_backward,
+    normref.check_rms_norm_module, normref.check_pre_ln_block,
+])
+def test_new_checkers_never_raise_on_garbage(checker):
+    def raises(*args, **kwargs):
+        raise NotImplementedError()
+
+    for student in (42, raises, lambda *a, **k: None, lambda *a, **k: "nope"):
+        r = checker(student)
+        assert r.score == 0 and r.faults and not r.passed
+    assert "not implemented yet" in checker(raises).messages[0]
+
+
+def test_a_correct_answer_that_writes_to_stderr_still_leaves_stderr_empty(capsys):
+    import sys
+
+    def chatty(x, sublayer, norm):
+        print("debug: shapes", x.shape, file=sys.stderr)
+        return x + sublayer(norm(x))
+
+    assert normref.check_pre_ln(chatty).score == 1.0
+    assert capsys.readouterr().err == ""
