@@ -30,6 +30,11 @@ def _is_torch(x) -> bool:
 def _check_input(x, weight, bias, eps, name):
     if not (_is_torch(x) or isinstance(x, np.ndarray)):
         raise TypeError(f"{name}: x must be a numpy array or a torch tensor, got {type(x).__name__}")
+    floating = x.dtype.is_floating_point if _is_torch(x) else np.issubdtype(x.dtype, np.floating)
+    if not floating:
+        raise TypeError(f"{name}: x must have a floating dtype (float16, bfloat16, float32, "
+                        f"float64), got {str(x.dtype).replace('torch.', '')}: convert it first, "
+                        "e.g. x.astype(np.float32) or x.float()")
     if x.ndim == 0:
         raise ValueError(f"{name}: x must have at least one axis (the feature axis), got a scalar")
     d = x.shape[-1]
@@ -71,7 +76,8 @@ def layer_norm(x, weight=None, bias=None, eps: float = LAYER_NORM_EPS):
         never modified.
 
     Raises:
-        TypeError: ``x`` is neither a numpy array nor a torch tensor.
+        TypeError: ``x`` is neither a numpy array nor a torch tensor, or its dtype is not
+            floating (an integer array would be silently truncated on the cast back).
         ValueError: ``x`` is a scalar, the last axis is empty, weight/bias are not ``[D]``,
             or ``eps < 0``.
 
@@ -117,7 +123,8 @@ def rms_norm(x, weight=None, eps: float = RMS_NORM_EPS):
         (float64 input stays float64). ``x`` is never modified.
 
     Raises:
-        TypeError: ``x`` is neither a numpy array nor a torch tensor.
+        TypeError: ``x`` is neither a numpy array nor a torch tensor, or its dtype is not
+            floating.
         ValueError: ``x`` is a scalar, the last axis is empty, weight is not ``[D]``, or
             ``eps < 0``.
 

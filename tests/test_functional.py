@@ -34,6 +34,7 @@ def test_seed_practice_layer_norm_of_2_2_4_4():
 
 def test_seed_practice_rms_of_3_4():
     # RMS(3, 4) = sqrt(12.5) ~ 3.536, so RMSNorm(3, 4) = (3, 4) / 3.536
+    assert round(math.sqrt((9 + 16) / 2), 3) == 3.536
     y = rms_norm(np.array([3.0, 4.0]), eps=0.0)
     np.testing.assert_allclose(y, [3 / 3.5355339, 4 / 3.5355339], rtol=1e-7)
 
@@ -108,3 +109,16 @@ def test_bad_input_is_refused_clearly():
         rms_norm(np.ones(3), weight=np.ones(4))
     with pytest.raises(ValueError, match="eps must be >= 0"):
         rms_norm(np.ones(3), eps=-1.0)
+    with pytest.raises(TypeError, match="floating dtype .* got int64"):
+        layer_norm(np.array([1, 2, 3]))  # the cast back would truncate to (-1, 0, 1)
+    with pytest.raises(TypeError, match="floating dtype .* got int32"):
+        rms_norm(torch.tensor([1, 2, 3], dtype=torch.int32))
+
+
+def test_seed_trace_rms_statistic_is_B_T_1_and_rms_norm_divides_by_it():
+    # Seed: "For x.shape == [2, 3, 8], what is the shape of rms after keepdim=True?" -> [2, 3, 1]
+    x = torch.randn(2, 3, 8, generator=torch.Generator().manual_seed(3))
+    rms = x.float().pow(2).mean(dim=-1, keepdim=True).add(1e-6).rsqrt()
+    assert rms.shape == (2, 3, 1)
+    assert torch.equal(rms_norm(x), x * rms)
+    assert rms_norm(x).shape == (2, 3, 8)
