@@ -6,6 +6,9 @@ the course (tests, the demo class) is its own root.
 """
 import os
 
+from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+from nbgrader.preprocessors import ClearHiddenTests, GetGrades
+
 c = get_config()  # noqa: F821 - injected by traitlets when nbgrader loads this file
 
 c.CourseDirectory.course_id = "lesson16-normalization"
@@ -18,3 +21,10 @@ c.Execute.timeout = 60
 c.Execute.kernel_name = "python3"
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.OverwriteCells.add_missing_cells = True
+
+# Feedback shows what the hidden tests print (the diagnosis), never their source. nbgrader 0.9
+# copies grade cells into the feedback HTML whole (jupyter/nbgrader#917), so the hidden-test
+# regions are cleared first, and a traceback in a grade cell prints only its failing line
+# (IPython's Plain mode), not the lines around it, which could be hidden tests.
+c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, CSSHTMLHeaderPreprocessor]
+c.Execute.extra_arguments = ["--HistoryManager.hist_file=:memory:", "--InteractiveShell.xmode=Plain"]

@@ -1,0 +1,655 @@
+"""Checkers for the lesson's short answers: Practice studio, Trace it, Retrieval check.
+
+Each ``check_*`` takes what a student typed (a number, a tuple, ``True``/``"no"``, a shape, a
+formula string), parses it tolerantly, and returns a :class:`normref.checks.CheckResult` whose
+``.score`` is the fraction of parts right, exactly like the implementation checkers, so a
+grade cell awards ``points * result.score``. A wrong answer gets a message naming the likely
+mistake, found from the *value* given (``4/3`` for a variance of (2, 2, 4, 4) means "divided by
+n-1"); no message ever contains the expected answer. Every message ends with a tag such as
+``[fault: unbiased_variance]`` that the class report counts (the implementation checkers' tags,
+:data:`normref.checks.FAULT_KINDS`, where the mistake is the same one, else
+:data:`ANSWER_FAULTS`).
+
+Accepted forms (anything else gets a message saying what form is expected):
+
+- numbers: ``3``, ``3.0``, ``np.float64(3)``, a 0-d tensor, or a string of arithmetic such as
+  ``"2/3"``, ``"sqrt(12.5)"``, ``"12.5**0.5"``, ``"≈ 3.536"``;
+- vectors: a tuple, list, numpy array or tensor of numbers, or a string ``"(-1, 0, 1)"``;
+- yes/no: ``True``/``False`` or the strings ``"yes"``/``"no"`` (and ``"true"``/``"false"``);
+- shapes: a tuple/list of ints, ``torch.Size``, a tensor (its shape is read), or ``"[2, 3, 1]"``;
+- axes: an int for a ``[B, T, D]`` tensor (``-1``/``2``, ``1``/``-2``, ``0``/``-3``) or words
+  (``"last"``, ``"feature"``, ``"D"``, ``"sequence"``, ``"batch"`` ...);
+- formulas: a string with ``X``, a norm (``Norm``, ``LN``, ``RMSNorm`` ...), a sublayer
+  (``Attention``, ``Attn``, ``F``, ``MHA`` ...), ``+`` and parentheses; LaTeX is accepted.
+
+Source: the Lesson 16 seed text (``shared/seed``), Practice studio and its "Check solutions".
+"""
+from __future__ import annotations
+
+import ast
+import math
+import operator
+import re
+
+import numpy as np
+
+from .checks import FAULT_KINDS, CaseResult, CheckResult
+
+__all__ = [
+    "ANSWER_FAULTS",
+    "AnswerFormatError",
+    "parse_number",
+    "parse_vector",
+    "parse_yes_no",
+    "parse_shape",
+    "parse_axis",
+    "parse_formula",
+    "check_mean_var",
+    "check_layer_norm_2244",
+    "check_rms_34",
+    "check_rms_subtracts_mean",
+    "check_pre_ln_formula",
+    "check_norm_changes_shape",
+    "check_rms_shape",
+    "check_stats_axis",
+]
+
+#: Fault kinds that only the short answers can show, with the sentence a student reads.
+ANSWER_FAULTS: dict[str, str] = {
+    "not_answered": "not answered yet.",
+    "bad_format": "the answer could not be read.",
+    "sum_not_mean": "that is a sum: divide by the number of features d to get a mean.",
+    "uncentered_variance": "that is the mean of the squares: subtract the mean from each value "
+    "before squaring.",
+    "sum_of_squares": "that is the sum of squared deviations: divide it by d.",
+    "missing_sqrt": "that is the mean square: RMS takes its square root.",
+    "l2_norm_not_rms": "that is the L2 norm sqrt(sum of squares): RMS divides the sum of "
+    "squares by d before taking the root.",
+    "mean_abs_not_rms": "that is the mean of the values: RMS is the root of the mean of the squares.",
+    "divided_outside_sqrt": "d was divided outside the square root: RMS = sqrt(sum of squares / d).",
+    "not_centered": "the mean was not subtracted: LayerNorm centers each token before dividing.",
+    "not_scaled": "the values were centered but not divided by the standard deviation.",
+    "divided_by_variance": "divide by the standard deviation sqrt(variance), not by the variance.",
+    "post_ln_formula": "that is the original Post-LN, Norm applied after the residual addition; "
+    "Pre-LN normalizes the sublayer's input and adds the original X.",
+    "norm_after_sublayer": "the norm is applied to the sublayer's output; Pre-LN normalizes "
+    "before the sublayer (normalize, then attend).",
+    "missing_residual": "the original X is not added back: the residual path is missing.",
+    "residual_from_normed": "the residual adds Norm(X); Pre-LN adds the original X, "
+    "unnormalized (\"add the original\").",
+    "missing_norm": "there is no normalization in the formula.",
+    "says_shape_changes": "normalization changes values, not the layout: think about what "
+    "mean(dim=-1, keepdim=True) broadcasts back to.",
+    "dropped_keepdim": "without keepdim the reduced axis disappears; keepdim=True keeps it "
+    "with length 1.",
+    "output_shape_not_statistic": "that is the shape of x (and of the output); rms is the "
+    "per-token statistic, one number per token.",
+    "batch_axis": "statistics over the batch axis are BatchNorm's choice; LayerNorm and RMSNorm "
+    "normalize one token at a time.",
+    "sequence_axis": "statistics over the sequence axis would mix different tokens; each token "
+    "is normalized on its own.",
+}
+
+_ALL_FAULTS = {**FAULT_KINDS, **ANSWER_FAULTS}
+
+
+class AnswerFormatError(ValueError):
+    """An answer could not be parsed; the message says what form is expected."""
+
+
+# --------------------------------------------------------------------------- parsing
+
+_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+           ast.Div: operator.truediv, ast.Pow: operator.pow}
+_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos}
+_FUNCS = {"sqrt": math.sqrt}
+
+
+def _eval_arith(node: ast.AST) -> float:
+    if isinstance(node, ast.Expression):
+        return _eval_arith(node.body)
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
+            and not isinstance(node.value, bool):
+        return float(node.value)
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        left, right = _eval_arith(node.left), _eval_arith(node.right)
+        if isinstance(node.op, ast.Pow) and abs(right) > 64:
+            raise AnswerFormatError("exponent too large")
+        return _BINOPS[type(node.op)](left, right)
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+        return _UNARY[type(node.op)](_eval_arith(node.operand))
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+            and node.func.id in _FUNCS and len(node.args) == 1 and not node.keywords:
+        return _FUNCS[node.func.id](_eval_arith(node.args[0]))
+    raise AnswerFormatError("only numbers, + - * / **, parentheses and sqrt(...) are understood")
+
+
+def _clean_number_text(s: str) -> str:
+    s = s.strip().lower()
+    s = re.sub(r"^(about|approx\.?|approximately|roughly)\s+", "", s)
+    s = s.lstrip("≈~= ").replace("…", "").replace("...", "")
+    s = re.sub(r"√\s*([0-9.]+)", r"sqrt(\1)", s).replace("√", "sqrt")
+    s = s.replace("^", "**").replace("×", "*").replace("−", "-")
+    return s.strip()
+
+
+def parse_number(value, *, what: str = "the answer") -> float:
+    """Read one real number from what a student typed.
+
+    Args:
+        value: an int, float, numpy scalar, one-element array or tensor, or a string of
+            arithmetic (``"2/3"``, ``"sqrt(12.5)"``, ``"≈ 3.536"``).
+        what: how messages name the answer, e.g. ``"var_2244"``.
+
+    Returns:
+        The number as a Python float.
+
+    Raises:
+        AnswerFormatError: None, ``...``, a bool, text that is not arithmetic, several
+            numbers, or a number that is not finite.
+    """
+    if value is None or value is Ellipsis:
+        raise AnswerFormatError(f"{what} is not answered yet: set it to a number")
+    if isinstance(value, (bool, np.bool_)):
+        raise AnswerFormatError(f"{what} should be a number, got {value!r}")
+    if isinstance(value, str):
+        text = _clean_number_text(value)
+        try:
+            out = _eval_arith(ast.parse(text, mode="eval"))
+        except (SyntaxError, AnswerFormatError, ZeroDivisionError, OverflowError, ValueError,
+                RecursionError):
+            raise AnswerFormatError(f"{what}: could not read {value!r} as a number; write "
+                                    "e.g. 0.5, 2/3 or sqrt(2)") from None
+    else:
+        try:
+            arr = np.asarray(_detach(value), dtype=np.float64)
+        except (TypeError, ValueError):
+            raise AnswerFormatError(f"{what} should be a number, got "
+                                    f"{type(value).__name__}") from None
+        if arr.size != 1:
+            raise AnswerFormatError(f"{what} should be one number, got {arr.size} values")
+        out = float(arr.reshape(()))
+    if not math.isfinite(out):
+        raise AnswerFormatError(f"{what} should be a finite number, got {out}")
+    return out
+
+
+def _detach(value):
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor
+        return value.detach().cpu().double().numpy()
+    return value
+
+
+def parse_vector(value, *, what: str = "the answer") -> np.ndarray:
+    """Read a vector of numbers.
+
+    Args:
+        value: a tuple, list, numpy array or tensor of numbers, or a string such as
+            ``"(-1, 0, 1)"`` / ``"[-1 0 1]"`` whose entries :func:`parse_number` can read.
+        what: how messages name the answer.
+
+    Returns:
+        A 1-D float64 numpy array.
+
+    Raises:
+        AnswerFormatError: not answered, not a flat sequence of numbers, or an entry that
+            cannot be read.
+    """
+    if value is None or value is Ellipsis:
+        raise AnswerFormatError(f"{what} is not answered yet: set it to a tuple of numbers")
+    if isinstance(value, str):
+        body = value.strip().strip("()[]{} ")
+        parts = [p for p in re.split(r"[,;]\s*|\s+", body) if p] if body else []
+        if not parts:
+            raise AnswerFormatError(f"{what}: could not read {value!r}; write e.g. (0.5, -1, 2)")
+        return np.array([parse_number(p, what=f"{what} entry {i}") for i, p in enumerate(parts)])
+    if isinstance(value, (list, tuple)):
+        return np.array([parse_number(v, what=f"{what} entry {i}") for i, v in enumerate(value)])
+    try:
+        arr = np.asarray(_detach(value), dtype=np.float64)
+    except (TypeError, ValueError):
+        raise AnswerFormatError(f"{what} should be a tuple of numbers, got "
+                                f"{type(value).__name__}") from None
+    if arr.ndim != 1:
+        raise AnswerFormatError(f"{what} should be a flat tuple of numbers, got an array of "
+                                f"shape {list(arr.shape)}")
+    return arr
+
+
+_YES = {"yes", "y", "true", "t", "it does", "yes it does", "yes, it does"}
+_NO = {"no", "n", "false", "f", "it does not", "it doesn't", "does not", "doesn't",
+       "no it does not", "no, it does not", "no it doesn't", "no, it doesn't", "not"}
+
+
+def parse_yes_no(value, *, what: str = "the answer") -> bool:
+    """Read a yes/no answer: ``True``/``False`` or ``"yes"``/``"no"``/``"true"``/``"false"``.
+
+    Raises:
+        AnswerFormatError: not answered, or anything else (including 0 and 1).
+    """
+    if value is None or value is Ellipsis:
+        raise AnswerFormatError(f"{what} is not answered yet: set it to True or False")
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, str):
+        s = re.sub(r"[.!]+$", "", value.strip().lower())
+        if s in _YES:
+            return True
+        if s in _NO:
+            return False
+    raise AnswerFormatError(f"{what} should be True or False (or \"yes\"/\"no\"), got {value!r}")
+
+
+def parse_shape(value, *, what: str = "the answer") -> tuple[int, ...]:
+    """Read a tensor shape: a tuple/list of ints, ``torch.Size``, a tensor or array (its
+    ``.shape`` is used), or a string such as ``"[2, 3, 1]"`` or ``"2x3x1"``.
+
+    Raises:
+        AnswerFormatError: not answered, or not a sequence of non-negative integers.
+    """
+    if value is None or value is Ellipsis:
+        raise AnswerFormatError(f"{what} is not answered yet: set it to a shape like (4, 5)")
+    if hasattr(value, "shape") and not isinstance(value, (tuple, list)) \
+            and getattr(value, "ndim", 0) > 0 and not _is_int_vector(value):
+        value = tuple(value.shape)
+    if isinstance(value, str):
+        nums = re.findall(r"-?\d+", value)
+        if not nums or re.search(r"\d\.\d", value):
+            raise AnswerFormatError(f"{what}: could not read {value!r} as a shape; write e.g. (4, 5)")
+        out = tuple(int(n) for n in nums)
+    else:
+        try:
+            out = tuple(int(v) for v in value)
+            ok = all(float(v) == int(v) for v in value)
+        except (TypeError, ValueError):
+            raise AnswerFormatError(f"{what} should be a shape like (4, 5), got "
+                                    f"{type(value).__name__}") from None
+        if not ok:
+            raise AnswerFormatError(f"{what}: a shape holds whole numbers, got {value!r}")
+    if any(n < 0 for n in out):
+        raise AnswerFormatError(f"{what}: axis lengths cannot be negative, got {out}")
+    return out
+
+
+def _is_int_vector(value) -> bool:
+    """A 1-D integer array/tensor is read as the shape itself, not as a tensor to measure."""
+    dt = str(getattr(value, "dtype", ""))
+    return getattr(value, "ndim", 0) == 1 and "int" in dt
+
+
+_AXIS_WORDS = [  # checked in order: "the feature axis of one token" is the feature axis
+    ("feature", ("feature", "last", "hidden", "channel", "embedding", "d_model", "model dim",
+                 "dim=-1", "axis=-1", "dim -1", "axis -1", "width")),
+    ("batch", ("batch",)),
+    ("sequence", ("sequence", "seq", "token", "time", "position", "length")),
+]
+_AXIS_LETTERS = {"d": "feature", "-1": "feature", "2": "feature", "b": "batch", "0": "batch",
+                 "-3": "batch", "t": "sequence", "1": "sequence", "-2": "sequence",
+                 "n": "sequence", "l": "sequence"}
+
+
+def parse_axis(value, *, what: str = "the answer") -> str:
+    """Name the axis of a ``[B, T, D]`` tensor an answer means: ``"feature"``, ``"sequence"``
+    or ``"batch"``.
+
+    Args:
+        value: an int axis of ``[B, T, D]`` (``-1``/``2`` feature, ``1``/``-2`` sequence,
+            ``0``/``-3`` batch) or words (``"the last axis"``, ``"features"``, ``"D"``,
+            ``"dim=-1"``, ``"across tokens"``, ``"batch"`` ...).
+
+    Raises:
+        AnswerFormatError: not answered, or no axis could be recognised.
+    """
+    if value is None or value is Ellipsis:
+        raise AnswerFormatError(f"{what} is not answered yet: name an axis (a word or an int)")
+    if isinstance(value, (bool, np.bool_)):
+        raise AnswerFormatError(f"{what} should name an axis, got {value!r}")
+    if isinstance(value, (int, np.integer)):
+        key = str(int(value))
+        if key in _AXIS_LETTERS:
+            return _AXIS_LETTERS[key]
+        raise AnswerFormatError(f"{what}: a [B, T, D] tensor has axes 0, 1, 2 (or -3, -2, -1), "
+                                f"got {value}")
+    if isinstance(value, str):
+        s = value.strip().lower()
+        bare = re.sub(r"^(the|axis|dim|dimension)\s*[=:]?\s*", "", s).strip(" .")
+        if bare in _AXIS_LETTERS:
+            return _AXIS_LETTERS[bare]
+        for name, words in _AXIS_WORDS:
+            if any(w in s for w in words):
+                return name
+    raise AnswerFormatError(f"{what}: could not tell which axis {value!r} means; answer with "
+                            "a word (batch, sequence, feature) or an axis number of [B, T, D]")
+
+
+_NORM_NAMES = {"norm", "ln", "layernorm", "layer_norm", "rmsnorm", "rms_norm", "normalize",
+               "normalise", "normalization", "normalisation", "rmsn", "n"}
+_SUBLAYER_NAMES = {"attention", "attn", "selfattention", "self_attention", "self_attn", "mha",
+                   "mhsa", "multiheadattention", "sublayer", "f", "sa", "a", "att"}
+_INPUT_NAMES = {"x", "h", "hidden", "hidden_states", "residual", "x_l", "xl", "input"}
+
+
+def parse_formula(value, *, what: str = "the answer") -> str:
+    """Reduce a residual-block formula to a canonical string over ``X``, ``N()`` (any norm)
+    and ``A()`` (any sublayer), e.g. ``"Y = x + attn(LN(x))"`` -> ``"X+A(N(X))"``.
+
+    Raises:
+        AnswerFormatError: not a string, not answered, or a name that is not recognised.
+    """
+    if value is None or value is Ellipsis:
+        raise AnswerFormatError(f"{what} is not answered yet: write the formula as a string")
+    if not isinstance(value, str):
+        raise AnswerFormatError(f"{what} should be a string such as \"Y = ...\", got "
+                                f"{type(value).__name__}")
+    s = value.strip().strip("$").replace("\\left", "").replace("\\right", "")
+    s = re.sub(r"\\(operatorname|mathrm|mathbf|text|mathit|boldsymbol)", "", s)
+    s = s.replace("{", "").replace("}", "").replace("[", "(").replace("]", ")")
+    s = s.replace("\\", "").replace("·", "").replace("−", "-")
+    if "=" in s:  # drop "Y =" / "x_{l+1} ="
+        s = s.split("=")[-1]
+    out = []
+    for tok in re.findall(r"[A-Za-z_][A-Za-z0-9_]*|[()+]|\S", s):
+        low = tok.lower()
+        if low in _INPUT_NAMES:
+            out.append("X")
+        elif low in _NORM_NAMES:
+            out.append("N")
+        elif low in _SUBLAYER_NAMES:
+            out.append("A")
+        elif tok in "()+":
+            out.append(tok)
+        elif tok == "*":
+            continue
+        else:
+            raise AnswerFormatError(f"{what}: did not recognise {tok!r} in {value!r}; use X, "
+                                    "Norm(...), Attention(...) (or F(...)), + and parentheses")
+    return "".join(out)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _case(name: str, passed: bool, message: str = "", fault: str | None = None) -> CaseResult:
+    if passed:
+        return CaseResult(name, True, f"{name}: ok")
+    return CaseResult(name, False, f"{name}: {message} [fault: {fault}]", fault)
+
+
+def _fault_case(name: str, fault: str, got_text: str = "") -> CaseResult:
+    return _case(name, False, (got_text + _ALL_FAULTS[fault]).strip(), fault)
+
+
+def _format_case(name: str, err: AnswerFormatError) -> CaseResult:
+    fault = "not_answered" if "not answered" in str(err) else "bad_format"
+    return _case(name, False, str(err), fault)
+
+
+def _near(a: float, b: float, tol: float) -> bool:
+    return abs(a - b) <= tol
+
+
+def _result(name: str, *cases: CaseResult) -> CheckResult:
+    return CheckResult(name, list(cases))
+
+
+# --------------------------------------------------------------------------- Practice studio
+
+_X2244 = np.array([2.0, 2.0, 4.0, 4.0])
+_NUM_TOL = 5e-3  # answers rounded to 2-3 decimals pass; 1-decimal roundings of 1/sqrt do not
+
+
+def check_mean_var(mean, var) -> CheckResult:
+    """Practice studio 1: the mean and (biased) variance of (2, 2, 4, 4).
+
+    Args:
+        mean, var: the student's numbers (see :func:`parse_number` for accepted forms).
+
+    Returns:
+        :class:`CheckResult` with two cases, ``mean`` and ``variance``; score 0, 0.5 or 1.
+        Never raises.
+
+    Source: the seed, Practice studio item 1; LayerNorm's statistics (Ba et al. 2016, eq. 4).
+    """
+    x = _X2244
+    mu, d = float(x.mean()), x.size
+    ss = float(((x - mu) ** 2).sum())
+    try:
+        m = parse_number(mean, what="mean")
+        if _near(m, mu, _NUM_TOL):
+            c1 = _case("mean", True)
+        elif _near(m, float(x.sum()), _NUM_TOL):
+            c1 = _fault_case("mean", "sum_not_mean", f"you gave {m:g}: ")
+        else:
+            c1 = _case("mean", False, f"you gave {m:g}: add the four values and divide by "
+                       "how many there are.", "wrong_values")
+    except AnswerFormatError as e:
+        c1 = _format_case("mean", e)
+    try:
+        v = parse_number(var, what="variance")
+        if _near(v, ss / d, _NUM_TOL):
+            c2 = _case("variance", True)
+        elif _near(v, ss / (d - 1), _NUM_TOL):
+            c2 = _case("variance", False, f"you gave {v:.4g} = {ss:g}/{d - 1}: "
+                       + FAULT_KINDS["unbiased_variance"], "unbiased_variance")
+        elif _near(v, ss, _NUM_TOL):
+            c2 = _fault_case("variance", "sum_of_squares", f"you gave {v:g}: ")
+        elif _near(v, float((x**2).mean()), _NUM_TOL):
+            c2 = _fault_case("variance", "uncentered_variance", f"you gave {v:g}: ")
+        else:
+            c2 = _case("variance", False, f"you gave {v:g}: average the squared deviations "
+                       "(x_r - mean)^2 over the d = 4 features.", "wrong_values")
+    except AnswerFormatError as e:
+        c2 = _format_case("variance", e)
+    return _result("mean_var (2, 2, 4, 4)", c1, c2)
+
+
+def check_layer_norm_2244(y) -> CheckResult:
+    """Practice studio 2: LayerNorm of (2, 2, 4, 4), ignoring eps, with gamma = 1, beta = 0.
+
+    Args:
+        y: the student's four numbers (see :func:`parse_vector`).
+
+    Returns:
+        :class:`CheckResult` with one case; an answer off by a known mistake (n-1, no
+        centering, no scaling, dividing by the variance, RMSNorm instead) names it. Never raises.
+
+    Source: the seed, Practice studio item 2; Ba et al. 2016, eq. (3)-(4).
+    """
+    name = "layer_norm (2, 2, 4, 4)"
+    x = _X2244
+    mu = x.mean()
+    var = ((x - mu) ** 2).mean()
+    want = (x - mu) / math.sqrt(var)
+    try:
+        g = parse_vector(y, what="ln_2244")
+    except AnswerFormatError as e:
+        return _result(name, _format_case(name, e))
+    if g.shape != want.shape:
+        return _result(name, _case(name, False, f"you gave {g.size} numbers; "
+                                   + FAULT_KINDS["wrong_shape"] + " (4 features in, 4 out)",
+                                   "wrong_shape"))
+    if np.allclose(g, want, atol=_NUM_TOL):
+        return _result(name, _case(name, True))
+    d = x.size
+    models = [
+        ("unbiased_variance", (x - mu) / math.sqrt(var * d / (d - 1))),
+        ("not_centered", x / math.sqrt(var)),
+        ("not_scaled", x - mu),
+        ("subtracts_mean", x / math.sqrt((x**2).mean())),  # RMSNorm: no centering at all
+        ("divided_by_variance", (x - mu) / (var * d / (d - 1))),
+    ]
+    for fault, out in models:
+        if np.allclose(g, out, atol=_NUM_TOL):
+            if fault == "unbiased_variance":
+                msg = (f"your values are the right ones times {math.sqrt((d - 1) / d):.3f} = "
+                       f"sqrt({d - 1}/{d}): " + FAULT_KINDS[fault])
+            elif fault == "subtracts_mean":
+                msg = ("this is RMSNorm's answer (divide by the RMS, no centering): "
+                       + ANSWER_FAULTS["not_centered"])
+                fault = "not_centered"
+            else:
+                msg = _ALL_FAULTS[fault]
+            return _result(name, _case(name, False, msg, fault))
+    if abs(g.mean()) > _NUM_TOL:
+        return _result(name, _case(name, False, f"your values average {g.mean():.3g}; "
+                                   "LayerNorm's output (gamma = 1, beta = 0) averages 0.",
+                                   "not_centered"))
+    return _result(name, _case(name, False, "the values differ: subtract the mean, then divide "
+                               "by sqrt(variance).", "wrong_values"))
+
+
+def check_rms_34(rms) -> CheckResult:
+    """Practice studio 3: the RMS of (3, 4) (a number; eps ignored).
+
+    Returns:
+        :class:`CheckResult` with one case; answers within 0.005 pass (3 decimals). The L2
+        norm, the mean square, the plain mean and dividing outside the root are named.
+        Never raises.
+
+    Source: the seed, Practice studio item 3; Zhang and Sennrich 2019, eq. (4).
+    """
+    name = "rms (3, 4)"
+    x = np.array([3.0, 4.0])
+    try:
+        r = parse_number(rms, what="rms_34")
+    except AnswerFormatError as e:
+        return _result(name, _format_case(name, e))
+    ms = float((x**2).mean())
+    if _near(r, math.sqrt(ms), _NUM_TOL):
+        return _result(name, _case(name, True))
+    for fault, val in (("l2_norm_not_rms", math.sqrt((x**2).sum())), ("missing_sqrt", ms),
+                       ("mean_abs_not_rms", float(np.abs(x).mean())),
+                       ("divided_outside_sqrt", math.sqrt((x**2).sum()) / x.size),
+                       ("sum_of_squares", float((x**2).sum()))):
+        if _near(r, val, _NUM_TOL):
+            if fault == "sum_of_squares":
+                return _result(name, _case(name, False, f"you gave {r:g}: that is the sum of "
+                                           "the squares; RMS = sqrt(their mean).", fault))
+            return _result(name, _fault_case(name, fault, f"you gave {r:g}: "))
+    return _result(name, _case(name, False, f"you gave {r:g}: square each value, average "
+                               "the squares, take the square root.", "wrong_values"))
+
+
+def check_rms_subtracts_mean(answer) -> CheckResult:
+    """Practice studio 4: does RMSNorm subtract the mean? (a yes/no answer).
+
+    Never raises. Source: the seed ("RMSNorm: scale without centering"); Zhang and
+    Sennrich 2019, section 3.
+    """
+    name = "rms_subtracts_mean"
+    try:
+        says = parse_yes_no(answer, what=name)
+    except AnswerFormatError as e:
+        return _result(name, _format_case(name, e))
+    if says:
+        return _result(name, _case(name, False, "look again at RMS(x) = sqrt(mean(x^2) + eps): "
+                                   + FAULT_KINDS["subtracts_mean"]
+                                   + " Its output's mean is not forced to zero.",
+                                   "subtracts_mean"))
+    return _result(name, _case(name, True))
+
+
+_PRE_LN = {"X+A(N(X))", "A(N(X))+X"}
+_FORMULA_FAULTS = {
+    "N(X+A(X))": "post_ln_formula", "N(A(X)+X)": "post_ln_formula",
+    "X+N(A(X))": "norm_after_sublayer", "N(A(X))+X": "norm_after_sublayer",
+    "A(N(X))": "missing_residual", "N(A(X))": "missing_residual",
+    "N(X)+A(N(X))": "residual_from_normed", "A(N(X))+N(X)": "residual_from_normed",
+    "X+A(X)": "missing_norm", "A(X)+X": "missing_norm",
+}
+
+
+def check_pre_ln_formula(formula) -> CheckResult:
+    """Practice studio 5: "normalize, attend, add the original" as one Pre-LN formula.
+
+    Args:
+        formula: a string, e.g. ``"Y = X + Attention(Norm(X))"``; any of the names listed in
+            :func:`parse_formula` and LaTeX are accepted, as is the residual written second.
+
+    Returns:
+        :class:`CheckResult` with one case. Post-LN, the norm after the sublayer, a missing
+        residual, a residual from Norm(X) and a missing norm are each named. Never raises.
+
+    Source: the seed, "Placement is a separate choice"; Xiong et al. 2020, Figure 1.
+    """
+    name = "pre_ln formula"
+    try:
+        canon = parse_formula(formula, what="pre_ln_formula")
+    except AnswerFormatError as e:
+        return _result(name, _format_case(name, e))
+    if canon in _PRE_LN:
+        return _result(name, _case(name, True))
+    if canon in _FORMULA_FAULTS:
+        return _result(name, _fault_case(name, _FORMULA_FAULTS[canon]))
+    if canon.count("(") != canon.count(")"):
+        return _result(name, _case(name, False, "the parentheses do not balance.", "bad_format"))
+    return _result(name, _case(name, False, "this is not a Pre-LN block: the sublayer should "
+                               "see the normalized X, and the block's output should be the "
+                               "original X plus the sublayer's output.", "wrong_values"))
+
+
+def check_norm_changes_shape(answer) -> CheckResult:
+    """Practice studio 6 (the yes/no half): does normalization change the tensor shape?
+
+    The one-line explanation is graded by hand (see the assignment's mark scheme).
+    Never raises. Source: the seed, Practice studio item 6 and the Shape check.
+    """
+    name = "norm_changes_shape"
+    try:
+        says = parse_yes_no(answer, what=name)
+    except AnswerFormatError as e:
+        return _result(name, _format_case(name, e))
+    if says:
+        return _result(name, _fault_case(name, "says_shape_changes"))
+    return _result(name, _case(name, True))
+
+
+def check_rms_shape(shape) -> CheckResult:
+    """Trace it: for ``x.shape == [2, 3, 8]``, the shape of ``rms`` after ``keepdim=True``.
+
+    Returns:
+        :class:`CheckResult` with one case; dropping keepdim, giving x's own shape and
+        reducing another axis are named. Never raises.
+
+    Source: the seed, "Code checkpoint · RMSNorm over the last axis", Trace it.
+    """
+    name = "rms shape"
+    try:
+        s = parse_shape(shape, what="rms_shape")
+    except AnswerFormatError as e:
+        return _result(name, _format_case(name, e))
+    x_shape = (2, 3, 8)
+    want = x_shape[:-1] + (1,)
+    if s == want:
+        return _result(name, _case(name, True))
+    if s == x_shape[:-1]:
+        return _result(name, _fault_case(name, "dropped_keepdim", f"you gave {s}: "))
+    if s == x_shape:
+        return _result(name, _fault_case(name, "output_shape_not_statistic", f"you gave {s}: "))
+    if len(s) == 3 and s.count(1) == 1 and sorted(s) != sorted(want):
+        return _result(name, _case(name, False, f"you gave {s}: " + FAULT_KINDS["wrong_axis"],
+                                   "wrong_axis"))
+    return _result(name, _case(name, False, f"you gave {s}: mean(dim=-1, keepdim=True) reduces "
+                               "one axis of [2, 3, 8] and keeps it with length 1.", "wrong_values"))
+
+
+def check_stats_axis(axis) -> CheckResult:
+    """Retrieval check: which axis supplies the mean and variance for one token?
+
+    Args:
+        axis: an int axis of ``[B, T, D]`` or words (see :func:`parse_axis`).
+
+    Returns:
+        :class:`CheckResult` with one case; the batch axis (BatchNorm) and the sequence axis
+        are named. Never raises.
+
+    Source: the seed, Retrieval check ("calculate statistics across its d features").
+    """
+    name = "statistics axis"
+    try:
+        ax = parse_axis(axis, what="stats_axis")
+    except AnswerFormatError as e:
+        return _result(name, _format_case(name, e))
+    if ax == "feature":
+        return _result(name, _case(name, True))
+    return _result(name, _fault_case(name, f"{ax}_axis"))
