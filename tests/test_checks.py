@@ -560,3 +560,23 @@ def test_a_correct_answer_that_writes_to_stderr_still_leaves_stderr_empty(capsys
 
     assert normref.check_pre_ln(chatty).score == 1.0
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("options", [{}, {"ddof": 1}, {"eps_out": True}, {"eps": 0.0},
+                                     {"centered": False}, {"axis": 0}])
+def test_backward_fault_models_are_the_autograd_gradients_of_the_faulty_forwards(options):
+    # The diagnosis trusts normref.checks._bwd_model; check it against torch autograd of the
+    # same faulty forward (normref.checks._model_t), float64, on a [3, 4, 5] input.
+    from normref.checks import _bwd_model, _model_t
+
+    rng = np.random.default_rng(5)
+    x, dy, w = rng.normal(size=(3, 4, 5)) + 0.3, rng.normal(size=(3, 4, 5)), 1 + rng.normal(size=5)
+    eps = options.pop("eps", 1e-3)
+    xt, wt = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    bt = torch.zeros(5, dtype=torch.float64, requires_grad=True)
+    _model_t("layer", xt, wt, bt, eps, **options).backward(torch.tensor(dy))
+    for got, want in zip(_bwd_model(dy, x, w, eps, **options), (xt.grad, wt.grad, bt.grad)):
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-10, atol=1e-12)
+    if not options:
+        for got, want in zip(_bwd_model(dy, x, w, eps), normref.layer_norm_backward(dy, x, w, eps)):
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
