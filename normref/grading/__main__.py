@@ -23,6 +23,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fresh", action="store_true", default=None,
                    help="remove earlier grading state (submitted/, autograded/, feedback/, gradebook.db) "
                    "first; always done for the demo class")
+    p.add_argument("--no-sandbox", action="store_true",
+                   help="run student code without the bubblewrap sandbox (not recommended)")
+    p.add_argument("--cell-timeout", type=int, default=None, metavar="S",
+                   help="seconds a cell may run before it is interrupted (default: nbgrader_config.py)")
     p.add_argument("--course-root", type=Path, default=REPO_ROOT,
                    help="the nbgrader course root (default: this repository)")
     args = p.parse_args(argv)
@@ -30,7 +34,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--jobs must be at least 1")
     try:
         run = grade_class(course_root=args.course_root, submissions=args.submissions, jobs=args.jobs,
-                          fresh=args.fresh, progress=True)
+                          fresh=args.fresh, progress=True, cell_timeout=args.cell_timeout,
+                          use_sandbox=False if args.no_sandbox else None)
     except (GradingError, FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -87,7 +88,8 @@ def _done(course_root: Path, pairs: list[tuple[str, str]]) -> set[tuple[str, str
 
 
 def autograde(course_root: Path, assignments: list[str], *, jobs: int | None = None,
-              progress=None, log=print) -> AutogradeOutcome:
+              progress=None, log=print, extra_args: list[str] | None = None,
+              worker_setup=None, only: list[str] | None = None) -> AutogradeOutcome:
     """Autograde every submission in ``course_root/submitted`` with ``jobs`` nbgrader processes.
 
     Args:
@@ -98,6 +100,10 @@ def autograde(course_root: Path, assignments: list[str], *, jobs: int | None = N
             one plain ``nbgrader autograde "*" --force``.
         progress: a callable ``progress(done, total)`` called as notebooks finish, or None.
         log: where per-student failure lines go.
+        extra_args: more nbgrader command-line options for every worker (e.g. the sandbox).
+        worker_setup: ``worker_setup(i) -> (args, env)`` extra options and environment for
+            worker ``i`` (e.g. its own kernel socket directory), or None.
+        only: grade just these students (default: everyone in ``submitted/``).
 
     Returns:
         :class:`AutogradeOutcome`. A student whose code fails is *not* an error here: nbgrader
@@ -110,10 +116,17 @@ def autograde(course_root: Path, assignments: list[str], *, jobs: int | None = N
     course_root = Path(course_root)
     jobs = jobs or default_jobs()
     pairs = submissions_in(course_root, assignments)
+    if only is not None:
+        pairs = [(a, s) for a, s in pairs if s in set(only)]
+    everyone = sorted({s for _, s in submissions_in(course_root, assignments)})
     students = sorted({s for _, s in pairs})
     outcome = AutogradeOutcome()
     if not pairs:
         return outcome
+    for a, s in pairs:  # nbgrader --force would remove these too; progress counts fresh ones
+        old = course_root / "autograded" / s / a
+        if old.is_dir():
+            shutil.rmtree(old)
     groups = split_round_robin(students, jobs)
     db_url = f"sqlite:///{course_root / 'gradebook.db'}?timeout={SQLITE_BUSY_TIMEOUT_S}"
     assignment_glob = assignments[0] if len(assignments) == 1 else "*"
@@ -122,15 +135,20 @@ def autograde(course_root: Path, assignments: list[str], *, jobs: int | None = N
     logdir = course_root / "logs"
     logdir.mkdir(exist_ok=True)
     for i, group in enumerate(groups):
-        others = [s for s in students if s not in group]
+        others = [s for s in everyone if s not in group]
         cmd = [sys.executable, "-m", "nbgrader", "autograde", assignment_glob, "--force",
-               f"--CourseDirectory.db_url={db_url}"]
+               f"--CourseDirectory.db_url={db_url}", *(extra_args or [])]
         if others:
             cmd.append(f"--CourseDirectory.student_id_exclude={','.join(others)}")
+        env = _env(single_thread=len(groups) > 1)
+        if worker_setup is not None:
+            more_args, more_env = worker_setup(i)
+            cmd += more_args
+            env.update(more_env)
         logfile = logdir / f"autograde-worker{i}.log"
         fh = logfile.open("w")
         procs.append((subprocess.Popen(cmd, cwd=course_root, stdout=fh, stderr=subprocess.STDOUT,
-                                       env=_env(single_thread=len(groups) > 1)), fh, logfile))
+                                       env=env), fh, logfile))
         outcome.logs.append(logfile)
     last = -1
     while True:

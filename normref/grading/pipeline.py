@@ -5,6 +5,7 @@ the submissions, runs the apps, and reads nbgrader's gradebook.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import os
@@ -15,8 +16,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import nbformat
+
+from . import sandbox
 from .collect import collect
 from .parallel import AutogradeOutcome, autograde, default_jobs
+from .repair import Repair, repair_all
 from .report import ClassReport, build_report, summary_text, write_report
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -45,6 +50,8 @@ class GradeRun:
         max_points: ``{assignment: {grade_id: max points}}``.
         report: the :class:`~normref.grading.report.ClassReport`.
         autograde: timing and failures of the autograde stage.
+        repairs: ``{(assignment, student): Repair}`` for every submission repair touched.
+        sandboxed: whether kernels ran in the bubblewrap sandbox.
         seconds: wall time of the whole run.
     """
 
@@ -59,6 +66,8 @@ class GradeRun:
     max_points: dict[str, dict[str, float]] = field(default_factory=dict)
     report: ClassReport | None = None
     autograde: AutogradeOutcome | None = None
+    repairs: dict[tuple[str, str], Repair] = field(default_factory=dict)
+    sandboxed: bool = False
     seconds: float = 0.0
 
 
@@ -166,6 +175,7 @@ def clean(course_root: Path) -> None:
 
 def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = None,
                 jobs: int | None = None, fresh: bool | None = None, progress: bool = False,
+                use_sandbox: bool | None = None, cell_timeout: int | None = None,
                 log=print) -> GradeRun:
     """Grade a class end to end with nbgrader.
 
@@ -177,6 +187,10 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
         fresh: remove earlier grading state first (default: True for the demo class, False
             otherwise, so a real class can be graded in several batches).
         progress: show a progress bar with an ETA on stderr.
+        use_sandbox: run every kernel in the bubblewrap sandbox (default: when bwrap works
+            here; True makes its absence an error).
+        cell_timeout: seconds a cell may run before it is interrupted (default: the
+            ``Execute.timeout`` of ``nbgrader_config.py``).
         log: where progress lines go.
 
     Returns:
@@ -208,13 +222,33 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
 
         apply_due_dates(course_root, lambda *a: _nbgrader(course_root, *a))
 
+    run.repairs = repair_all(course_root, run.assignments)
+    for (a, st), rep in sorted(run.repairs.items()):
+        for line in rep.notes + rep.flags:
+            log(f"repair: {st} ({a}): {line}")
+
     jobs = jobs or default_jobs()
-    log(f"autograde: {jobs} parallel nbgrader process{'es' if jobs > 1 else ''}")
-    try:
-        run.autograde = autograde(course_root, run.assignments, jobs=jobs,
-                                  progress=_progress_bar() if progress else None, log=log)
-    except RuntimeError as e:
-        raise GradingError(str(e)) from e
+    ok = sandbox.available()
+    if use_sandbox and not ok:
+        raise GradingError("the grading sandbox needs bubblewrap (`apt-get install bubblewrap`), "
+                           "and it cannot start here")
+    run.sandboxed = ok if use_sandbox is None else use_sandbox
+    if not run.sandboxed:
+        log("WARNING: grading WITHOUT the sandbox (bubblewrap not available): student code runs "
+            "with your rights and can read source/ and gradebook.db")
+    extra = [f"--Execute.timeout={cell_timeout}"] if cell_timeout else []
+    log(f"autograde: {jobs} parallel nbgrader process{'es' if jobs > 1 else ''}"
+        f"{', sandboxed' if run.sandboxed else ''}")
+    session = sandbox.SandboxSession(course_root) if run.sandboxed else contextlib.nullcontext()
+    with session as sb:
+        setup = sb.worker if run.sandboxed else None
+        try:
+            run.autograde = autograde(course_root, run.assignments, jobs=jobs,
+                                      progress=_progress_bar() if progress else None, log=log,
+                                      extra_args=extra, worker_setup=setup)
+            _regrade_dead_kernels(course_root, run, extra, setup, log)
+        except RuntimeError as e:
+            raise GradingError(str(e)) from e
     log(f"autograde: {len(run.autograde.graded)} notebooks in {run.autograde.seconds:.1f} s")
 
     for a in run.assignments:
@@ -235,11 +269,65 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
 
     ungraded = {f"{s} ({a})": why for (a, s), why in run.autograde.failed.items()}
     ungraded.update({f"file {name}": why for name, why in collected.skipped.items()})
+    flags: dict[str, list[str]] = {}
+    for (a, st), rep in sorted(run.repairs.items()):
+        flags.setdefault(st, []).extend(f"{a}: {n}" for n in rep.notes + rep.flags)
+        if rep.unrecoverable:
+            ungraded[f"{st} ({a})"] = rep.unrecoverable + " (scored 0)"
     run.report = build_report(course_root, run.assignments, run.scores, run.max_points,
-                              ungraded=ungraded)
+                              ungraded=ungraded, flags=flags)
+    if not run.sandboxed:
+        run.report.flags.setdefault("(all)", []).append("graded WITHOUT the sandbox")
     run.report_html = write_report(run.report, course_root / "reports")
     run.seconds = time.perf_counter() - t0
     return run
+
+
+def _answer_ids(nb) -> list[str]:
+    return [c.metadata["nbgrader"]["grade_id"] for c in nb.cells
+            if c.cell_type == "code" and c.get("metadata", {}).get("nbgrader", {}).get("solution")]
+
+
+def _regrade_dead_kernels(course_root: Path, run: GradeRun, extra, setup, log) -> None:
+    """A submission nbgrader could not finish (its kernel died or stopped answering) is graded
+    again with one answer cell at a time replaced by a stub that raises, until it finishes:
+    that question scores 0 with the reason, and every other question keeps its points."""
+    out = run.autograde
+    for (a, st), reason in sorted(out.failed.items()):
+        sub = course_root / "submitted" / st / a
+        nbs = sorted(sub.glob("*.ipynb"))
+        if not nbs:
+            continue
+        originals = {p: p.read_text(encoding="utf-8") for p in nbs}
+        cells = [(p, gid) for p in nbs for gid in _answer_ids(nbformat.reads(originals[p], 4))]
+        stubbed: list[tuple[Path, str]] = []
+        attempts = [[c] for c in cells] + [cells[: k + 1] for k in range(1, len(cells))]
+        for attempt in attempts:
+            for p, text in originals.items():
+                nb = nbformat.reads(text, 4)
+                for c in nb.cells:
+                    gid = c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+                    if (p, gid) in attempt:
+                        c.source = ("# The grader removed this cell: the grading kernel died or hung "
+                                    "while running this question's code.\nraise RuntimeError("
+                                    "'removed by the grader: the kernel died in this question')")
+                nbformat.write(nb, p)
+            again = autograde(course_root, [a], jobs=1, log=lambda *_: None, extra_args=extra,
+                              worker_setup=setup, only=[st])
+            if (a, st) in again.graded:
+                stubbed = attempt
+                break
+        if stubbed:
+            del out.failed[(a, st)]
+            out.graded.append((a, st))
+            rep = run.repairs.setdefault((a, st), Repair(st, a))
+            for _, gid in stubbed:
+                rep.flags.append(f"the grading kernel died or hung in answer cell {gid!r} ({reason}): "
+                                 "that question scores 0; the rest was graded")
+            log(f"autograde: {st} ({a}) regraded without {', '.join(g for _, g in stubbed)}")
+        else:
+            for p, text in originals.items():
+                p.write_text(text, encoding="utf-8")
 
 
 def format_table(run: GradeRun) -> str:

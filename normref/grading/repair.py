@@ -1,0 +1,286 @@
+"""Structural repair of submissions before nbgrader sees them, with a per-student report.
+
+For every ``submitted/<student>/<assignment>/`` this finds the notebook(s), repairs what a real
+class mangles, and writes back a notebook nbgrader can grade, keeping as much of the student's
+work as possible. The original files are kept under ``logs/originals/``. What is repaired:
+
+* file level: a renamed notebook (spaces, ``(1)`` suffixes, other case) is mapped back onto the
+  released name; several notebooks for one released notebook: the one with most answers is
+  graded, the others set aside; text that is not UTF-8 is decoded (cp1252/latin-1); a file
+  that is not JSON, or not a notebook, cannot be graded: the released notebook is graded in
+  its place (so every question scores 0) with the reason in the report; older nbformat
+  versions are converted to v4 and invalid fields normalised;
+* cell level, against the source notebook: nbgrader metadata restored from the released
+  notebook (an old or edited ``schema_version`` stops nbgrader for the whole class); an answer
+  cell split in two or more (one grade_id several times) is merged back; graded cells turned
+  into markdown or raw are turned back; a deleted answer or test cell is re-inserted from the
+  *released* notebook (never the source, which holds the solution), and an answer cell that
+  lost its metadata is recognised by the function or class it defines and re-attached;
+  edited locked cells are reported (nbgrader restores them); the kernelspec is set to the
+  course's;
+* tampering (:mod:`normref.grading.tamper`): a cell that tampers with the grader, or an
+  answer that calls the reference instead of implementing it, is replaced by a stub that
+  raises, so its question earns what a blank answer earns and later tests run honestly.
+"""
+from __future__ import annotations
+
+import ast
+import copy
+import json
+import shutil
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from .collect import notebook_key
+from .tamper import protected_bindings, scan
+
+COURSE_KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+
+
+@dataclass
+class Repair:
+    """What repair did to one student's assignment: ``notes`` for the report, ``flags`` for
+    tampering, and ``unrecoverable`` when the student's file could not be graded at all."""
+
+    student: str
+    assignment: str
+    notes: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+    unrecoverable: str | None = None
+
+
+def _nbg(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {}) or {}
+
+
+def _decode(raw: bytes) -> tuple[str, str | None]:
+    for enc in ("utf-8-sig", "utf-8"):
+        try:
+            return raw.decode(enc), None
+        except UnicodeDecodeError:
+            pass
+    try:
+        return raw.decode("cp1252"), "cp1252"
+    except UnicodeDecodeError:
+        return raw.decode("latin-1"), "latin-1"
+
+
+def read_notebook_leniently(path: Path) -> tuple[nbformat.NotebookNode | None, list[str], str | None]:
+    """``(notebook or None, notes, reason it is unreadable)`` for any file a student sent."""
+    notes: list[str] = []
+    raw = path.read_bytes()
+    text, enc = _decode(raw)
+    if enc:
+        notes.append(f"{path.name} was not UTF-8; decoded as {enc}")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            data = json.loads(text, strict=False)  # raw control characters inside strings
+            notes.append(f"{path.name} had control characters inside JSON strings; accepted")
+        except json.JSONDecodeError as e:
+            return None, notes, f"{path.name} is not valid JSON ({e.msg} at line {e.lineno})"
+    if not isinstance(data, dict) or "cells" not in data and "worksheets" not in data:
+        return None, notes, f"{path.name} is JSON but not a Jupyter notebook"
+    try:
+        major = int(data.get("nbformat", 4))
+        with warnings.catch_warnings():  # duplicate cell ids etc. are normalised, not fatal
+            warnings.simplefilter("ignore")
+            nb = nbformat.reads(json.dumps(data), as_version=4)
+    except Exception as e:  # noqa: BLE001 - any failure here means "cannot be graded"
+        return None, notes, f"{path.name} could not be read as a notebook ({type(e).__name__}: {e})"
+    if major < 4:
+        notes.append(f"{path.name} was nbformat {major}; converted to nbformat 4")
+    try:
+        nbformat.validator.normalize(nb)
+    except Exception:  # noqa: BLE001
+        pass
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.setdefault("outputs", [])
+            cell.setdefault("execution_count", None)
+        else:
+            cell.pop("outputs", None)
+            cell.pop("execution_count", None)
+        cell.setdefault("metadata", {})
+        if isinstance(cell.get("source"), list):
+            cell["source"] = "".join(cell["source"])
+    return nb, notes, None
+
+
+def _answered_count(nb) -> int:
+    return sum(1 for c in nb.cells if _nbg(c).get("solution") and "NotImplementedError" not in c.get("source", ""))
+
+
+def _defined_names(src: str) -> set[str]:
+    try:
+        tree = ast.parse(src)
+    except SyntaxError:
+        return set()
+    return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))}
+
+
+def _stub(reason: str) -> str:
+    return (f"# The grader removed this cell: {reason}\n"
+            f"raise RuntimeError({('removed by the grader: ' + reason)!r})")
+
+
+def repair_notebook(nb, release_nb, rep: Repair) -> nbformat.NotebookNode:
+    """Repair one notebook against its released version (see the module docstring)."""
+    rel_cells = [c for c in release_nb.cells if _nbg(c).get("grade_id")]
+    rel_by_id = {_nbg(c)["grade_id"]: c for c in rel_cells}
+    order = [_nbg(c)["grade_id"] for c in rel_cells]
+
+    # 1. metadata: unknown grade_ids dropped, known ones restored; split cells merged.
+    out = []
+    seen: dict[str, int] = {}
+    for cell in nb.cells:
+        gid = _nbg(cell).get("grade_id")
+        if gid is None:
+            if "nbgrader" in cell.get("metadata", {}):
+                cell.metadata.pop("nbgrader")
+            out.append(cell)
+            continue
+        if gid not in rel_by_id:
+            cell.metadata.pop("nbgrader", None)
+            rep.notes.append(f"cell with unknown grade_id {gid!r}: kept as an ordinary cell")
+            out.append(cell)
+            continue
+        rel = rel_by_id[gid]
+        if gid in seen:
+            first = out[seen[gid]]
+            if _nbg(rel).get("solution"):
+                first.source = first.source.rstrip("\n") + "\n\n" + cell.get("source", "")
+                rep.notes.append(f"answer cell {gid!r} was split into several cells: merged back")
+            else:
+                rep.notes.append(f"graded cell {gid!r} appeared twice: the copy was dropped")
+            continue
+        if cell.cell_type != rel.cell_type:
+            rep.notes.append(f"cell {gid!r} had been turned into {cell.cell_type}: restored as {rel.cell_type}")
+            new = (nbformat.v4.new_code_cell if rel.cell_type == "code" else nbformat.v4.new_markdown_cell)(
+                cell.get("source", ""))
+            new.metadata = cell.get("metadata", {})
+            cell = new
+        if _nbg(rel).get("locked") and cell.get("source", "") != rel.source:
+            rep.notes.append(f"locked cell {gid!r} had been edited: restored from the released version")
+            cell.source = rel.source
+        cell.metadata["nbgrader"] = copy.deepcopy(_nbg(rel))
+        seen[gid] = len(out)
+        out.append(cell)
+
+    # 2. deleted graded cells: re-attach an orphaned answer, else insert the released cell.
+    present = {_nbg(c).get("grade_id") for c in out}
+    for gid in order:
+        if gid in present:
+            continue
+        rel = rel_by_id[gid]
+        adopted = False
+        if _nbg(rel).get("solution") and rel.cell_type == "code":
+            want = _defined_names(rel.source)
+            for c in out:
+                if c.cell_type == "code" and not _nbg(c) and want and want <= _defined_names(c.source):
+                    c.metadata["nbgrader"] = copy.deepcopy(_nbg(rel))
+                    rep.notes.append(f"answer cell {gid!r} had lost its nbgrader metadata: re-attached")
+                    adopted = True
+                    break
+        if not adopted:
+            idx = order.index(gid)
+            prev = next((g for g in reversed(order[:idx]) if g in present), None)
+            pos = 0 if prev is None else next(i for i, c in enumerate(out) if _nbg(c).get("grade_id") == prev) + 1
+            out.insert(pos, copy.deepcopy(rel))
+            what = "answer" if _nbg(rel).get("solution") else "graded"
+            rep.notes.append(f"{what} cell {gid!r} was missing: re-inserted from the released notebook")
+        present.add(gid)
+    nb.cells = out
+
+    # 3. tampering and reference calls in every cell the student could edit.
+    locked_sources = [c.source for c in nb.cells if c.cell_type == "code" and _nbg(c).get("locked")]
+    protected = protected_bindings(locked_sources)
+    for cell in nb.cells:
+        if cell.cell_type != "code" or _nbg(cell).get("locked"):
+            continue
+        findings = scan(cell.source, protected)
+        if not findings:
+            continue
+        where = f"answer cell {_nbg(cell)['grade_id']!r}" if _nbg(cell).get("grade_id") else "a cell the student added"
+        kinds = {f.kind for f in findings}
+        what = "; ".join(f"line {f.line}: {f.what}" for f in findings)
+        if "tamper" in kinds:
+            rep.flags.append(f"tampering in {where} ({what}): cell removed, its question earns 0")
+            cell.source = _stub("it tried to change how grading works")
+        else:
+            rep.flags.append(f"{where} calls the reference instead of implementing it ({what}): "
+                             "cell removed, its question earns 0")
+            cell.source = _stub("it calls the reference implementation instead of implementing it")
+        cell.outputs = []
+
+    nb.metadata["kernelspec"] = dict(COURSE_KERNELSPEC)
+    nb.metadata.setdefault("language_info", {"name": "python"})
+    return nb
+
+
+def repair_submission(course_root: Path, student: str, assignment: str) -> Repair:
+    """Repair ``submitted/<student>/<assignment>/`` in place; originals go to ``logs/originals``."""
+    rep = Repair(student, assignment)
+    sub = course_root / "submitted" / student / assignment
+    keep = course_root / "logs" / "originals" / student / assignment
+    release_dir = course_root / "release" / assignment
+    released = sorted(release_dir.glob("*.ipynb"))
+    files = sorted(p for p in sub.iterdir() if p.is_file() and p.suffix.lower() == ".ipynb")
+    if not files:
+        return rep
+    keep.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        shutil.copy2(f, keep / f.name)
+    parsed: dict[Path, tuple] = {f: read_notebook_leniently(f) for f in files}
+    unused = set(files)
+    for rel_path in released:
+        key = notebook_key(rel_path.name)
+        cands = [f for f in files if f in unused and notebook_key(f.name) == key]
+        if not cands and len(released) == 1:
+            cands = [f for f in files if f in unused]
+        if not cands:
+            rep.notes.append(f"{rel_path.name} was not submitted")
+            continue
+        good = [f for f in cands if parsed[f][0] is not None]
+        chosen = max(good, key=lambda f: (_answered_count(parsed[f][0]), f.stat().st_mtime)) if good else cands[0]
+        unused -= set(cands)
+        for other in cands:
+            if other != chosen:
+                rep.notes.append(f"several notebooks for {rel_path.name}: graded {chosen.name}, set aside {other.name}")
+        if chosen.name != rel_path.name:
+            rep.notes.append(f"{chosen.name!r} was renamed: graded as {rel_path.name}")
+        nb, notes, bad = parsed[chosen]
+        rep.notes.extend(notes)
+        release_nb = nbformat.read(rel_path, as_version=4)
+        if nb is None:
+            rep.unrecoverable = bad
+            rep.notes.append(f"{bad}: the released notebook is graded in its place (0 points)")
+            nb = copy.deepcopy(release_nb)
+        else:
+            nb = repair_notebook(nb, release_nb, rep)
+        for f in cands:
+            f.unlink()
+        nbformat.write(nb, sub / rel_path.name)
+    for f in unused:
+        rep.notes.append(f"{f.name} matches no released notebook: set aside")
+        f.unlink()
+    return rep
+
+
+def repair_all(course_root: Path, assignments: list[str]) -> dict[tuple[str, str], Repair]:
+    """Repair every submission; returns ``{(assignment, student): Repair}`` for those with notes."""
+    out = {}
+    sub = course_root / "submitted"
+    if not sub.is_dir():
+        return out
+    for sdir in sorted(p for p in sub.iterdir() if p.is_dir()):
+        for a in assignments:
+            if (sdir / a).is_dir():
+                rep = repair_submission(course_root, sdir.name, a)
+                if rep.notes or rep.flags or rep.unrecoverable:
+                    out[(a, sdir.name)] = rep
+    return out

@@ -1,0 +1,240 @@
+"""The hostile and broken corpus, graded by the real pipeline (`make grade`'s grade_class).
+
+A two-question assignment ("hostile": q1 = the seed's RMSNorm, 1 + 4 points; q2 = mean and
+variance of (2, 2, 4, 4), 2 points) is added to a throwaway course; each student below is one
+case of the issue's list. Every expected score is what the student's *honest* work earns:
+q1 correct = 5, q1 with n-1 = 0 (the n-1 answer fails every case), q2 correct = 2.
+"""
+import copy
+import json
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell
+
+from normref.grading import grade_class
+from normref.grading.demo import RMS_CORRECT, RMS_N_MINUS_1
+from normref.grading.sandbox import available as sandbox_available
+
+Q1 = ("rms_norm_shape", "rms_norm_battery")
+MEAN_VAR = "def mean_var(x):\n    return float(x.mean()), float(((x - x.mean()) ** 2).mean())"
+
+
+def _meta(grade_id, **kw):
+    m = {"grade": False, "solution": False, "locked": True, "grade_id": grade_id, "schema_version": 3,
+         "task": False}
+    m.update(kw)
+    return {"nbgrader": m}
+
+
+def make_hostile_assignment(root):
+    nb = nbformat.read(root / "source" / "rmsnorm" / "rmsnorm.ipynb", as_version=4)
+    nb.cells[1].source = "import numpy as np\n" + nb.cells[1].source
+    nb.cells += [
+        new_markdown_cell("## Question 2: mean and variance of one token", metadata=_meta("mean_var_intro")),
+        new_code_cell('def mean_var(x):\n    """(mean, biased variance) of a 1-D array."""\n'
+                      '    ### BEGIN SOLUTION\n    return float(x.mean()), float(x.var())\n    ### END SOLUTION',
+                      metadata=_meta("mean_var_impl", solution=True, locked=False)),
+        new_code_cell('"""mean_var on the seed\'s practice token (2, 2, 4, 4)."""\n'
+                      'assert mean_var(np.array([2.0, 2.0, 4.0, 4.0])) == (3.0, 1.0)\n'
+                      '### BEGIN HIDDEN TESTS\nassert abs(mean_var(np.array([1.0, 2.0, 3.0]))[1] - 2 / 3) < 1e-12\n'
+                      '### END HIDDEN TESTS', metadata=_meta("mean_var_test", grade=True, points=2)),
+    ]
+    (root / "source" / "hostile").mkdir()
+    nbformat.write(nb, root / "source" / "hostile" / "hostile.ipynb")
+    env = dict(os.environ, PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]))
+    subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", "hostile", "--force"],
+                   cwd=root, check=True, capture_output=True, env=env)
+    return nbformat.read(root / "release" / "hostile" / "hostile.ipynb", as_version=4)
+
+
+def _cells(nb, gid):
+    return [c for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == gid]
+
+
+def answered(release, q1=RMS_CORRECT, q2=MEAN_VAR):
+    nb = copy.deepcopy(release)
+    if q1 is not None:
+        _cells(nb, "rms_norm_impl")[0].source = q1
+    if q2 is not None:
+        _cells(nb, "mean_var_impl")[0].source = q2
+    return nb
+
+
+def insert_after(nb, gid, source):
+    i = nb.cells.index(_cells(nb, gid)[0])
+    nb.cells.insert(i + 1, new_code_cell(source))
+    return nb
+
+
+FULL = {"rms_norm_shape": 1.0, "rms_norm_battery": 4.0, "mean_var_test": 2.0}
+Q1_ZERO = {"rms_norm_shape": 0.0, "rms_norm_battery": 0.0, "mean_var_test": 2.0}
+ALL_ZERO = {"rms_norm_shape": 0.0, "rms_norm_battery": 0.0, "mean_var_test": 0.0}
+
+
+def build_corpus(release, root, port):
+    """``{student: (files {name: bytes}, expected points, text expected in the report or None)}``."""
+    w = lambda nb: nbformat.writes(nb).encode()  # noqa: E731
+    c = {}
+    c["honest_correct"] = ({"hostile.ipynb": w(answered(release))}, FULL, None)
+    c["honest_nminus1"] = ({"hostile.ipynb": w(answered(release, q1=RMS_N_MINUS_1))}, Q1_ZERO, None)
+    # --- structure
+    nb = answered(release)
+    nb.cells.remove(_cells(nb, "rms_norm_impl")[0])
+    c["deleted_answer"] = ({"hostile.ipynb": w(nb)}, Q1_ZERO, "answer cell 'rms_norm_impl' was missing")
+    nb = answered(release)
+    cell = _cells(nb, "rms_norm_impl")[0]
+    lines = RMS_CORRECT.rstrip().splitlines()
+    cell.source = "\n".join(lines[:2])
+    second = copy.deepcopy(cell)
+    second.source = "\n".join(lines[2:])
+    nb.cells.insert(nb.cells.index(cell) + 1, second)
+    c["split_answer"] = ({"hostile.ipynb": w(nb)}, FULL, "was split into several cells: merged back")
+    nb = answered(release)
+    cell = _cells(nb, "rms_norm_impl")[0]
+    md = new_markdown_cell(cell.source, metadata=cell.metadata)
+    nb.cells[nb.cells.index(cell)] = md
+    c["markdown_answer"] = ({"hostile.ipynb": w(nb)}, FULL, "had been turned into markdown")
+    nb = insert_after(answered(release), "rms_norm_impl", "print('my own check:', rms_norm(torch.ones(2, 4), torch.ones(4)))")
+    c["inserted_cell"] = ({"hostile.ipynb": w(nb)}, FULL, None)
+    nb = answered(release)
+    nb.metadata["kernelspec"] = {"name": "python2-gone", "display_name": "Python 2", "language": "python"}
+    c["missing_kernel"] = ({"hostile.ipynb": w(nb)}, FULL, None)
+    c["renamed_twice"] = ({"Hostile (1).ipynb": w(answered(release)),
+                           "hostile copy.ipynb": w(release)}, FULL, "was renamed: graded as hostile.ipynb")
+    c["invalid_json"] = ({"hostile.ipynb": w(answered(release))[:-200]}, ALL_ZERO, "is not valid JSON")
+    v3 = nbformat.writes(nbformat.convert(answered(release), 3)).encode()
+    c["nbformat3"] = ({"hostile.ipynb": v3}, FULL, "converted to nbformat 4")
+    nb = answered(release, q1="# café, naïve: résumé\n" + RMS_CORRECT)
+    c["cp1252"] = ({"hostile.ipynb": nbformat.writes(nb).encode("cp1252")}, FULL, "was not UTF-8")
+    nb = answered(release)
+    for cell in nb.cells:
+        if "nbgrader" in cell.metadata:
+            cell.metadata["nbgrader"]["schema_version"] = 1
+    c["old_schema"] = ({"hostile.ipynb": w(nb)}, FULL, None)
+    # --- runaway code
+    c["infinite_loop"] = ({"hostile.ipynb": w(answered(release, q1="while True:\n    pass\n" + RMS_CORRECT))}, Q1_ZERO, None)
+    c["sleeper"] = ({"hostile.ipynb": w(answered(release, q1="import time\ntime.sleep(10**6)\n" + RMS_CORRECT))}, Q1_ZERO, None)
+    c["memory_bomb"] = ({"hostile.ipynb": w(answered(release, q1="hog = bytearray(64 * 2**30)\n" + RMS_CORRECT))}, Q1_ZERO, None)
+    c["sys_exit"] = ({"hostile.ipynb": w(answered(release, q1="import sys\ndef rms_norm(x, weight, eps=1e-6):\n    sys.exit(0)"))}, Q1_ZERO, None)
+    c["os_exit"] = ({"hostile.ipynb": w(answered(release, q1="import os\nos._exit(1)\n" + RMS_CORRECT))}, Q1_ZERO, None)
+    c["killed_kernel"] = ({"hostile.ipynb": w(answered(release, q1="import faulthandler\nfaulthandler._sigsegv()\n" + RMS_CORRECT))},
+                          Q1_ZERO, "the grading kernel died or hung in answer cell 'rms_norm_impl'")
+    c["input_call"] = ({"hostile.ipynb": w(answered(release, q1="name = input('name? ')\n" + RMS_CORRECT))}, Q1_ZERO, None)
+    c["print_flood"] = ({"hostile.ipynb": w(answered(release, q1="print('x' * 300_000_000)\n" + RMS_CORRECT))}, FULL, None)
+    # --- tampering (q1 is the n-1 answer, which honestly earns 0)
+    tamper = {
+        "patch_checker": "import normref\nnormref.check_rms_norm = lambda fn, **k: type('R', (), {'passed': True, 'score': 1.0})()",
+        "patch_allclose": "torch.allclose = lambda *a, **k: True\nnp.allclose = lambda *a, **k: True",
+        "redefine_checker": "class _R:\n    passed, score = True, 1.0\ndef check_rms_norm(fn, **kw):\n    return _R()",
+        "silence_traceback": "get_ipython().showtraceback = lambda *a, **k: None",
+        "forge_display": "ip = get_ipython()\nip.display_formatter.formatters['text/plain'].for_type(float, lambda o, p, c: p.text('4.0'))",
+        "obfuscated": "exec(bytes.fromhex('696d706f7274206e6f726d726566').decode())",
+    }
+    for sid, code in tamper.items():
+        c[sid] = ({"hostile.ipynb": w(answered(release, q1=RMS_N_MINUS_1 + "\n" + code))}, Q1_ZERO,
+                  "tampering in answer cell 'rms_norm_impl'")
+    nb = answered(release, q1=RMS_N_MINUS_1)
+    for cell in _cells(nb, "rms_norm_shape"):
+        cell.source = "print('all good')"
+    c["edited_locked"] = ({"hostile.ipynb": w(nb)}, Q1_ZERO, "locked cell 'rms_norm_shape' had been edited")
+    ref = "import torch.nn.functional as F\ndef rms_norm(x, weight, eps=1e-6):\n    return F.rms_norm(x, (x.shape[-1],), weight, eps)"
+    c["calls_reference"] = ({"hostile.ipynb": w(answered(release, q1=ref))}, Q1_ZERO, "calls the reference")
+    # --- isolation: honest answers plus an inserted cell that tries to escape
+    escape = f"""
+import glob, os, sqlite3
+found = []
+for path in [{str(root / 'gradebook.db')!r}, {str(root / 'source' / 'hostile' / 'hostile.ipynb')!r}]:
+    try:
+        open(path, 'rb').read(10); found.append('READ ' + path)
+    except OSError as e:
+        found.append('blocked ' + type(e).__name__)
+try:
+    db = sqlite3.connect({str(root / 'gradebook.db')!r}); db.execute("update grade set manual_score = 1000")
+    db.commit(); found.append('WROTE gradebook')
+except Exception as e:
+    found.append('blocked ' + type(e).__name__)
+found.append('source files visible: %d' % len(glob.glob({str(root)!r} + '/**/source/**', recursive=True)))
+for path in [{str(root / 'autograded' / 'evil.txt')!r}, {str(root / 'release' / 'hostile' / 'hostile.ipynb')!r}]:
+    try:  # may 'succeed' inside the sandbox's own throw-away file system: the host is checked
+        open(path, 'a').write('x')
+    except OSError:
+        pass
+import socket
+try:
+    socket.create_connection(('127.0.0.1', {port}), timeout=3); found.append('NETWORK reached')
+except OSError as e:
+    found.append('blocked ' + type(e).__name__)
+print(found)
+"""
+    nb = insert_after(answered(release), "rms_norm_impl", escape)
+    c["escape_attempt"] = ({"hostile.ipynb": w(nb)}, FULL, None)
+    return c
+
+
+@pytest.mark.slow
+def test_hostile_corpus(course_copy, tmp_path):
+    if not sandbox_available():
+        pytest.fail("bubblewrap is required for the grading sandbox: run `apt-get install -y bubblewrap`")
+    release = make_hostile_assignment(course_copy)
+    hits = []
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.5)
+    port = server.getsockname()[1]
+    stop = threading.Event()
+
+    def accept():
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+                hits.append(conn)
+            except OSError:
+                pass
+
+    threading.Thread(target=accept, daemon=True).start()
+    corpus = build_corpus(release, course_copy, port)
+    tree = tmp_path / "submitted"
+    for sid, (files, _, _) in corpus.items():
+        d = tree / sid / "hostile"
+        d.mkdir(parents=True)
+        for name, data in files.items():
+            (d / name).write_bytes(data)
+    log = []
+    try:
+        run = grade_class(course_root=course_copy, submissions=tree, jobs=2, cell_timeout=15,
+                          use_sandbox=True, log=log.append)
+    finally:
+        stop.set()
+        server.close()
+    assert run.sandboxed
+    got = {sid: run.scores.get(("hostile", sid)) for sid in corpus}
+    want = {sid: exp for sid, (_, exp, _) in corpus.items() if sid != "invalid_json"}
+    assert {k: got[k] for k in want} == want
+    assert got["invalid_json"] in (None, ALL_ZERO)
+    report = (course_copy / "reports" / "index.html").read_text()
+    flags = json.loads((course_copy / "reports" / "report.json").read_text())["flags"]
+    for sid, (_, _, text) in corpus.items():
+        if text:
+            assert any(text in note for note in flags.get(sid, [])), (sid, flags.get(sid))
+    assert "invalid_json (hostile)" in report
+    # isolation: nothing escaped, the gradebook is intact, no network connection was made
+    escaped = nbformat.read(course_copy / "autograded" / "escape_attempt" / "hostile" / "hostile.ipynb", 4)
+    printed = "".join(o.get("text", "") for cell in escaped.cells for o in cell.get("outputs", []))
+    assert "READ" not in printed and "WROTE" not in printed and "NETWORK" not in printed, printed
+    assert printed.count("blocked") == 4 and "source files visible: 0" in printed, printed
+    assert not (course_copy / "autograded" / "evil.txt").exists()
+    assert nbformat.read(course_copy / "release" / "hostile" / "hostile.ipynb", 4) == release
+    assert hits == []
+    with sqlite3.connect(course_copy / "gradebook.db") as db:
+        assert db.execute("select count(*) from grade where manual_score = 1000").fetchone()[0] == 0
+    # the flood was truncated, not stored
+    flood = (course_copy / "autograded" / "print_flood" / "hostile" / "hostile.ipynb").stat().st_size
+    assert flood < 3 * 2**20
