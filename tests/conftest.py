@@ -20,3 +20,33 @@ def course_copy(tmp_path: Path) -> Path:
     shutil.copytree(REPO / "source", root / "source")
     shutil.copytree(REPO / "release", root / "release")
     return root
+
+
+def ensure_debian_package(package: str, path: str) -> Path:
+    """Install a Debian package with apt-get when ``path`` is missing (CI starts without it).
+
+    Fails the test with what to do by hand when this machine cannot (no apt-get, not root).
+    """
+    import subprocess
+
+    if Path(path).exists():
+        return Path(path)
+    why = f"this test needs {path} from Debian's `{package}` and installs it with apt-get"
+    if shutil.which("apt-get") is None:
+        pytest.fail(f"{why}, but there is no apt-get here: install {package} by hand", pytrace=False)
+    if os.geteuid() != 0:
+        pytest.fail(f"{why}, which needs root: run `sudo apt-get install -y {package}` once", pytrace=False)
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", package]):
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+        if out.returncode != 0:
+            pytest.fail(f"{why}: `{' '.join(cmd)}` failed:\n{out.stdout[-2000:]}{out.stderr[-2000:]}", pytrace=False)
+    if not Path(path).exists():
+        pytest.fail(f"{why}: apt-get succeeded but {path} is still missing", pytrace=False)
+    return Path(path)
+
+
+@pytest.fixture(scope="session")
+def bubblewrap() -> Path:
+    """Debian's bubblewrap (the grading sandbox), installed when missing."""
+    return ensure_debian_package("bubblewrap", "/usr/bin/bwrap")

@@ -179,9 +179,9 @@ print(found)
 
 
 @pytest.mark.slow
-def test_hostile_corpus(course_copy, tmp_path):
+def test_hostile_corpus(bubblewrap, course_copy, tmp_path):
     if not sandbox_available():
-        pytest.fail("bubblewrap is required for the grading sandbox: run `apt-get install -y bubblewrap`")
+        pytest.fail(f"{bubblewrap} is installed but cannot create namespaces on this machine")
     release = make_hostile_assignment(course_copy)
     hits = []
     server = socket.socket()
