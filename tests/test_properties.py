@@ -84,9 +84,12 @@ def test_eps_makes_tiny_tokens_shrink_rather_than_blow_up(x, eps):
 
 
 @SETTINGS
-@given(shape=shapes, dtype=st.sampled_from([torch.float32, torch.float16, torch.bfloat16, torch.float64]),
+@given(shape=hnp.array_shapes(min_dims=1, max_dims=3, min_side=2, max_side=6),
+       dtype=st.sampled_from([torch.float32, torch.float16, torch.bfloat16, torch.float64]),
        eps=st.sampled_from([1e-6, 1e-5, 1e-3, 0.1]), seed=st.integers(0, 2**16))
 def test_agrees_with_torch_functional_and_nn_layer_norm(shape, dtype, eps, seed):
+    # D >= 2: with D = 1 the variance is 0 and 1/sqrt(eps) (up to 1000) amplifies torch's
+    # float32 rounding of x - mean (float16, eps=1e-6: 14 ulps off beta); ours returns beta exactly.
     g = torch.Generator().manual_seed(seed)
     d = shape[-1]
     x = (torch.randn(*shape, generator=g) * 3 + 1).to(dtype)
