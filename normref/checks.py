@@ -790,6 +790,9 @@ def check_rms_norm_module(cls) -> CheckResult:
                 for other in (LAYER_NORM_EPS, 1e-8):
                     if _close(g, _to_f64(rms_norm(case.x, weight, eps=other)), rtol, atol):
                         return "wrong_eps", f"your default eps behaves like {other:g}; " + FAULT_KINDS["wrong_eps"]
+            elif _close(g, _to_f64(rms_norm(case.x, weight)), rtol, atol):
+                return "wrong_eps", (f"built with eps={case.eps:g}, your module still used 1e-6: "
+                                     "store the eps argument (self.eps = eps) and use it in forward.")
             return _diagnose_norm("rms", case.x, weight, None, eps, g, want, rtol, atol)
 
         return _compare_array(case.name, case.x, got, want, diagnose)

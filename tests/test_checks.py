@@ -304,6 +304,12 @@ class DefaultEps1e5(SeedRMSNorm):
         super().__init__(width, eps)
 
 
+class IgnoresEpsArgument(SeedRMSNorm):
+    def forward(self, x):
+        rms = torch.rsqrt(x.float().pow(2).mean(dim=-1, keepdim=True) + 1e-6)  # not self.eps
+        return (x.float() * rms * self.weight).to(dtype=x.dtype)
+
+
 class WeightIsABuffer(SeedRMSNorm):
     def __init__(self, width, eps=1e-6):
         super().__init__(width, eps)
@@ -336,6 +342,7 @@ def test_rms_norm_module_accepts_the_seed_and_hugging_face_orders():
 @pytest.mark.parametrize("cls, fault, score", [
     # 7 cases: parameter, [2,3,8] f32, [4,4,4], f16 row, bf16, eps=1e-4 tiny, default eps.
     (DefaultEps1e5, "wrong_eps", 6 / 7),  # only the default-eps case (values 1e-3) feels it
+    (IgnoresEpsArgument, "wrong_eps", 6 / 7),  # only RMSNorm(5, eps=1e-4) feels it
     (WeightIsABuffer, "module_weight", 6 / 7),  # forward is right; the parameter case fails
     (HasABias, "module_weight", 6 / 7),
     (Float16Statistics, "low_precision_stats", 6 / 7),  # only the float16 overflow row
