@@ -12,6 +12,15 @@ import normref
 from normref import TransformerBlock, TransformerStack, layer_grad_norms, post_ln, pre_ln
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Tiny tensors: one intra-op thread is faster, and much faster on a loaded 2-core machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def test_pre_ln_and_post_ln_by_hand_on_one_token():
     # x = (1, 2, 3); F(v) = 2v; Norm = LayerNorm without eps (seed: LN(1,2,3) = (-1,0,1)/sqrt(2/3)).
     x = np.array([1.0, 2.0, 3.0])
@@ -187,3 +196,25 @@ def test_bad_configurations_are_refused():
         TransformerBlock(8, 3)
     with pytest.raises(ValueError, match="depth must be >= 1"):
         TransformerStack(0, 8, 2)
+
+
+@pytest.mark.parametrize("placement", ["pre", "post"])
+def test_stack_trains_a_tiny_copy_task(placement):
+    # Embedding -> stack -> head, Adam lr 3e-3, 40 steps of "predict the current token" (V = 8):
+    # the loss starts near ln 8 = 2.08 and, measured on seeds 0-2 for both placements and both
+    # norms, ends at 0.19-0.28 (x0.10-0.14). Gradients reach every layer and the stack learns.
+    torch.manual_seed(0)
+    V, D = 8, 16
+    emb, stack, head = nn.Embedding(V, D), TransformerStack(2, D, 2, placement=placement), nn.Linear(D, V)
+    opt = torch.optim.Adam([*emb.parameters(), *stack.parameters(), *head.parameters()], lr=3e-3)
+    g = torch.Generator().manual_seed(0)
+    losses = []
+    for _ in range(40):
+        tok = torch.randint(0, V, (8, 6), generator=g)
+        loss = F.cross_entropy(head(stack(emb(tok))).flatten(0, 1), tok.flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert 1.5 < losses[0] < 2.5
+    assert losses[-1] < 0.25 * losses[0]
