@@ -67,7 +67,8 @@ def pre_ln(x, sublayer: Callable, norm: Callable):
             ``[B, T, D] -> [B, T, D]``.
 
     Returns:
-        ``[B, T, D]``, same kind as ``x``.
+        ``[B, T, D]``, same kind as ``x``; the dtype is what ``x + sublayer(...)`` gives
+        (normref's norms keep ``x.dtype``).
 
     Raises:
         Whatever ``sublayer`` or ``norm`` raise; ``x`` is not modified.
@@ -86,7 +87,8 @@ def post_ln(x, sublayer: Callable, norm: Callable):
         norm: ``[B, T, D] -> [B, T, D]``.
 
     Returns:
-        ``[B, T, D]``, same kind as ``x``: the normalised sum, so every token leaves with
+        ``[B, T, D]``, same kind as ``x`` (dtype: what ``norm`` returns): the normalised sum,
+        so every token leaves with
         mean 0 / variance 1 (LayerNorm) or RMS 1 (RMSNorm) before gamma and beta.
 
     Raises:
@@ -100,10 +102,13 @@ def post_ln(x, sublayer: Callable, norm: Callable):
 
 def make_norm(norm: str, dim: int) -> nn.Module:
     """``"rms"`` -> :class:`normref.RMSNorm` (eps 1e-6), ``"layer"`` -> :class:`normref.LayerNorm`
-    (eps 1e-5), each with its one default eps.
+    (eps 1e-5), each with its one default eps; both map ``[B, T, dim]`` to ``[B, T, dim]``,
+    dtype kept.
 
     Raises:
         ValueError: ``norm`` is not ``"rms"`` or ``"layer"``.
+
+    Source: the seed (MiniMind uses RMSNorm); Ba et al. 2016; Zhang and Sennrich 2019.
     """
     if norm == "rms":
         return RMSNorm(dim)
@@ -158,7 +163,11 @@ class FeedForward(nn.Module):
         hidden: the inner width; default MiniMind's rule, ``8/3 * D`` rounded up to a
             multiple of 64.
 
-    Shapes: ``[B, T, D] -> [B, T, hidden] -> [B, T, D]``.
+    Shapes: ``[B, T, D] -> [B, T, hidden] -> [B, T, D]``; float32 parameters, so feed it the
+    parameters' dtype (or ``.to()`` the module).
+
+    Raises:
+        RuntimeError: (from ``nn.Linear``) the input's last axis is not ``D``.
 
     Source: Shazeer 2020, "GLU Variants Improve Transformer"; MiniMind's ``FeedForward``.
     """

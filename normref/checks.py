@@ -747,6 +747,10 @@ def check_rms_norm_module(cls) -> CheckResult:
         values, and the default eps. Diagnoses module_weight, wrong_eps and every
         :func:`check_rms_norm` fault. Never raises because of what ``cls`` does.
 
+    Raises:
+        Nothing: whatever the student's code does (raising, looping, odd return values)
+        becomes a failing case with a message.
+
     Source: the seed's MiniMind ``RMSNorm``; Zhang and Sennrich 2019, eq. (4).
     """
     import torch
@@ -951,6 +955,10 @@ def check_pre_ln(fn: Callable) -> CheckResult:
         missing_residual, missing_norm, norm_on_sublayer_output, mutates_input and the generic
         faults. Never raises because of what ``fn`` does.
 
+    Raises:
+        Nothing: whatever the student's code does (raising, looping, odd return values)
+        becomes a failing case with a message.
+
     Source: the seed, "Pre-LN, as depicted: Y = X + F(Norm(X))"; Xiong et al. 2020, Fig. 1(b).
     """
     from .blocks import pre_ln
@@ -963,7 +971,8 @@ def check_post_ln(fn: Callable) -> CheckResult:
     """Check a student's ``post_ln(x, sublayer, norm)`` = ``norm(x + sublayer(x))``.
 
     Args:
-        fn: called as ``fn(x, sublayer, norm)``, on the same four cases as :func:`check_pre_ln`.
+        fn: called as ``fn(x, sublayer, norm)``, on the same four cases as :func:`check_pre_ln`
+            (``x``: ``(1, 2, 3)``, ``[2, 3, 8]``, ``[4, 4, 4]``, ``[2, 5, 8]`` float32 tensors).
 
     Returns:
         :class:`CheckResult` with four cases. Diagnoses pre_post_swapped
@@ -971,6 +980,10 @@ def check_post_ln(fn: Callable) -> CheckResult:
         (``x + norm(sublayer(x))``), residual_from_normed (``norm(x) + sublayer(x)``),
         mutates_input and the generic faults. On the seed token with ``F(v) = 2v`` a missing
         residual is invisible (LN(2x) = LN(3x)); the other cases catch it.
+
+    Raises:
+        Nothing: whatever the student's code does (raising, looping, odd return values)
+        becomes a failing case with a message.
 
     Source: the seed, "Original Post-LN: Y = Norm(X + F(X))"; Vaswani et al. 2017.
     """
@@ -1083,6 +1096,10 @@ def check_pre_ln_block(block_cls) -> CheckResult:
         object used twice), residual_from_normed, pre_post_swapped, norms_swapped,
         missing_residual, mlp_reads_x, mutates_input and the generic faults. Never raises
         because of what the student's code does.
+
+    Raises:
+        Nothing: whatever the student's code does (raising, looping, odd return values)
+        becomes a failing case with a message.
 
     Source: the seed's "Engineering bridge · two norms, one block width" (MiniMind's block);
     Xiong et al. 2020, Fig. 1(b).
@@ -1247,6 +1264,10 @@ def check_layer_norm_backward(fn: Callable) -> CheckResult:
         ignores_weight, and the gradients of the forward faults (unbiased_variance,
         eps_outside_sqrt, no_eps, wrong_axis, not_centered), plus mutates_input and the generic
         faults. Never raises because of what ``fn`` does.
+
+    Raises:
+        Nothing: whatever the student's code does (raising, looping, odd return values)
+        becomes a failing case with a message.
 
     Source: Ba et al. 2016, eq. (3)-(4) differentiated; :mod:`normref.backward`.
     """
