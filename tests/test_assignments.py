@@ -2,17 +2,19 @@
 exactly its expected points per cell, a blank notebook scores 0, a correct one writes nothing
 to stderr, and the feedback shows the diagnosis but never the hidden tests.
 
-One throwaway course (config, source/, release/) serves the whole module; each assignment is
-autograded once, all its variants (students) in one ``nbgrader autograde`` call.
+Each assignment is autograded once, in its own throwaway course, all its variants (students) in
+one ``nbgrader autograde`` call; two assignments run at a time.
 """
 from __future__ import annotations
 
 import html
+import os
 import re
 import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -32,6 +34,9 @@ DIAGNOSES = [
     ("layernorm", "unbiased_variance", ["sqrt(7/8)", "[fault: unbiased_variance]"]),
     ("layernorm", "low_precision_stats", ["[fault: low_precision_stats]"]),
     ("rmsnorm", "eps_outside_sqrt", ["[fault: eps_outside_sqrt]"]),
+    ("block", "residual_from_normed", ["[fault: residual_from_normed]", "x + F(Norm(x))"]),
+    ("block", "mlp_reads_x", ["[fault: mlp_reads_x]"]),
+    ("layernorm_backward", "bwd_no_mean_term", ["[fault: bwd_no_mean_term]", "mean(g)"]),
 ]
 
 
@@ -50,14 +55,19 @@ def _grade_ids(nb_path: Path, *, grade: bool) -> list[str]:
 
 def _hidden_lines(nb_path: Path) -> list[str]:
     """The lines between ### BEGIN/END HIDDEN TESTS in a source notebook."""
+    return _region_lines(nb_path, "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
+
+
+def _region_lines(nb_path: Path, begin: str, end: str) -> list[str]:
+    """The stripped, non-empty lines between ``begin`` and ``end`` markers in a notebook."""
     out, inside = [], False
     for cell in nbformat.read(nb_path, as_version=4).cells:
         for line in cell.source.splitlines():
-            if "BEGIN HIDDEN TESTS" in line:
+            if begin in line:
                 inside = True
-            elif "END HIDDEN TESTS" in line:
+            elif end in line:
                 inside = False
-            elif inside and line.strip():
+            elif inside and line.strip() and not line.strip().startswith("#"):
                 out.append(line.strip())
     return out
 
@@ -70,39 +80,55 @@ def _html_text(path: Path) -> str:
 
 
 class Course:
-    """The module's throwaway course; autogrades an assignment on first request."""
+    """Throwaway nbgrader courses, one per assignment (config, source/<a>, release/<a>), so two
+    assignments can be autograded at once without sharing a gradebook."""
 
-    def __init__(self, root: Path):
-        self.root = root
+    def __init__(self, base: Path, workers: int):
+        self.base = base
         self.seconds: dict[str, float] = {}
-        self._done: set[str] = set()
+        self._pool = ThreadPoolExecutor(max_workers=workers)
+        self._jobs: dict[str, Future] = {}
+
+    def root(self, assignment: str) -> Path:
+        return self.base / assignment
+
+    def start(self, assignment: str) -> Future:
+        if assignment not in self._jobs:
+            self._jobs[assignment] = self._pool.submit(self._autograde, assignment)
+        return self._jobs[assignment]
+
+    def _autograde(self, assignment: str) -> None:
+        t0 = time.perf_counter()
+        root = self.root(assignment)
+        root.mkdir(parents=True)
+        shutil.copy(REPO / "nbgrader_config.py", root)
+        for kind in ("source", "release"):
+            shutil.copytree(REPO / kind / assignment, root / kind / assignment)
+        # records the assignment's cells, hidden tests included, in the gradebook
+        _nbgrader(root, "generate_assignment", assignment, "--force")
+        release = self.notebook("release", assignment)
+        for variant, answers in ANSWERS[assignment].items():
+            dest = root / "submitted" / variant / assignment
+            dest.mkdir(parents=True)
+            nbformat.write(fill_answers(release, answers), dest / release.name)
+        _nbgrader(root, "autograde", assignment, "--force")  # every variant in one call
+        _nbgrader(root, "generate_feedback", assignment, "--force")
+        self.seconds[assignment] = time.perf_counter() - t0
+
+    def autograde(self, assignment: str) -> None:
+        self.start(assignment).result()
 
     def notebook(self, kind: str, assignment: str, student: str | None = None) -> Path:
-        base = self.root / kind / (student or "") / assignment
+        base = self.root(assignment) / kind / (student or "") / assignment
         nbs = sorted(base.glob("*.ipynb"))
         assert len(nbs) == 1, f"expected one notebook in {base}, found {nbs}"
         return nbs[0]
 
     def feedback(self, assignment: str, student: str) -> Path:
-        pages = sorted((self.root / "feedback" / student / assignment).glob("*.html"))
+        self.autograde(assignment)
+        pages = sorted((self.root(assignment) / "feedback" / student / assignment).glob("*.html"))
         assert len(pages) == 1, f"expected one feedback page for {student}/{assignment}: {pages}"
         return pages[0]
-
-    def autograde(self, assignment: str) -> None:
-        if assignment in self._done:
-            return
-        release = self.notebook("release", assignment)
-        for variant, answers in ANSWERS[assignment].items():
-            dest = self.root / "submitted" / variant / assignment
-            dest.mkdir(parents=True, exist_ok=True)
-            nbformat.write(fill_answers(release, answers), dest / release.name)
-        t0 = time.perf_counter()
-        _nbgrader(self.root, "autograde", assignment, "--force")
-        _nbgrader(self.root, "generate_feedback", assignment, "--force")
-        self.seconds[assignment] = time.perf_counter() - t0
-        print(f"autograde + feedback {assignment}: {len(ANSWERS[assignment])} variants, "
-              f"{self.seconds[assignment]:.1f} s")
-        self._done.add(assignment)
 
     def grades(self, assignment: str) -> dict[str, dict[str, tuple[float, bool]]]:
         """``{variant: {grade_id: (score, needs_manual_grade)}}`` from nbgrader's gradebook."""
@@ -110,7 +136,7 @@ class Course:
 
         self.autograde(assignment)
         out: dict[str, dict[str, tuple[float, bool]]] = {}
-        with Gradebook(f"sqlite:///{self.root / 'gradebook.db'}") as gb:
+        with Gradebook(f"sqlite:///{self.root(assignment) / 'gradebook.db'}") as gb:
             for sub in gb.assignment_submissions(assignment):
                 out[sub.student.id] = {g.name: (float(g.score), bool(g.needs_manual_grade))
                                        for nb in sub.notebooks for g in nb.grades}
@@ -118,15 +144,18 @@ class Course:
 
 
 @pytest.fixture(scope="module")
-def course(tmp_path_factory) -> Course:
-    root = tmp_path_factory.mktemp("assignments") / "course"
-    root.mkdir()
-    shutil.copy(REPO / "nbgrader_config.py", root)
-    shutil.copytree(REPO / "source", root / "source")
-    shutil.copytree(REPO / "release", root / "release")
-    for a in ASSIGNMENTS:  # records each assignment's cells (with hidden tests) in the gradebook
-        _nbgrader(root, "generate_assignment", a, "--force")
-    return Course(root)
+def course(tmp_path_factory, request) -> Course:
+    """Autogrades, two at a time, every assignment the selected tests ask for."""
+    c = Course(tmp_path_factory.mktemp("assignments"), workers=min(2, os.cpu_count() or 1))
+    wanted = {item.callspec.params["assignment"] for item in request.session.items
+              if hasattr(item, "callspec") and "assignment" in item.callspec.params
+              and "course" in getattr(item, "fixturenames", ())}
+    for a in sorted(wanted, key=lambda a: -len(ANSWERS[a])):  # the longest first
+        c.start(a)
+    yield c
+    c._pool.shutdown(wait=True)
+    for a, sec in sorted(c.seconds.items()):
+        print(f"\n  generate + autograde + feedback {a}: {len(ANSWERS[a])} variants, {sec:.1f} s")
 
 
 # ----------------------------------------------------------------- the bank itself (fast)
@@ -150,6 +179,23 @@ def test_bank_names_real_cells_and_every_grade_cell(assignment):
         assert set(answers) <= solution_ids, (variant, set(answers) - solution_ids)
         assert set(EXPECTED[assignment][variant]) == grade_ids, variant
     assert set(MANUAL_CELLS.get(assignment, ())) <= grade_ids
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_release_shows_no_solution_no_hidden_test_but_a_self_check(assignment):
+    source = next((REPO / "source" / assignment).glob("*.ipynb"))
+    release = REPO / "release" / assignment / source.name
+    text = "\n".join(c.source for c in nbformat.read(release, as_version=4).cells)
+    for marker in ("BEGIN SOLUTION", "BEGIN HIDDEN TESTS", "BEGIN MARK SCHEME", "Mark scheme"):
+        assert marker not in text, marker
+    solution = _region_lines(source, "BEGIN SOLUTION", "END SOLUTION")
+    hidden = _hidden_lines(source)
+    assert solution and hidden
+    assert not [line for line in solution + hidden if line in text]
+    # every grade cell that students run prints a normref diagnosis
+    graded = [c for c in nbformat.read(release, as_version=4).cells
+              if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code"]
+    assert graded and all(re.search(r"check_\w+\(", c.source) for c in graded)
 
 
 # ----------------------------------------------------------------- nbgrader round trips (slow)
