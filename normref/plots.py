@@ -109,9 +109,13 @@ def _figure(w: float, h: float):
 
 
 def _takeaway(fig, text: str) -> None:
-    """Draw the one-line takeaway under the axes."""
+    """Draw the takeaway under the axes, wrapped to the figure's width."""
+    import textwrap
+
     fig.get_layout_engine().set(h_pad=0.08)
-    fig.supxlabel(f"Takeaway: {text}", fontsize=10, style="italic", color="#333333")
+    width = int(fig.get_figwidth() * 13)  # characters of 10 pt italic per line
+    fig.supxlabel(textwrap.fill(f"Takeaway: {text}", width), fontsize=10, style="italic",
+                  color="#333333")
 
 
 # --------------------------------------------------------------------------- one token
@@ -379,15 +383,19 @@ def plot_timing(timing: dict) -> Plot:
 # --------------------------------------------------------------------------- placement
 
 
-def _per_layer(ax, series: dict, *, ylabel: str, title: str, log: bool = False) -> None:
-    for key, vals in series.items():
+def _per_layer(ax, series: dict, *, ylabel: str, title: str, log: bool = False,
+               xlabel: str = "layer l (1 = nearest the input)", x=None) -> None:
+    for key in ("pre", "post"):
+        if key not in series:
+            continue
         st = SERIES_STYLE[key]
-        vals = np.asarray(vals, dtype=np.float64)
-        ax.plot(np.arange(1, len(vals) + 1), vals, marker=st["marker"], linestyle=st["linestyle"],
-                color=st["color"], label=f"{key.capitalize()}-LN")
+        vals = np.asarray(series[key], dtype=np.float64)
+        xs = np.arange(1, len(vals) + 1) if x is None else np.asarray(x)
+        ax.plot(xs, vals, marker=st["marker"], linestyle=st["linestyle"], color=st["color"],
+                label=f"{key.capitalize()}-LN")
     if log:
         ax.set_yscale("log")
-    ax.set_xlabel("layer (1 = nearest the input)")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend()
@@ -395,62 +403,104 @@ def _per_layer(ax, series: dict, *, ylabel: str, title: str, log: bool = False) 
 
 
 def plot_residual_norms(norms: dict) -> Plot:
-    """Residual-stream size after each layer, Pre-LN vs Post-LN.
+    """Residual-stream size after each layer at initialisation, Pre-LN vs Post-LN.
 
     Args:
-        norms: ``{"pre": [L], "post": [L]}``: the mean per-token L2 norm of the hidden state
-            after layers 1..L (:func:`normref.experiments.residual_norms`).
+        norms: ``{"pre": [L], "post": [L]}``: the mean L2 norm of one token of the hidden
+            state after blocks 1..L (``placement_profiles()["residual"]``).
 
     Returns:
         :class:`Plot`; ``data`` is ``norms`` as float64 arrays.
+
+    Raises:
+        KeyError: ``norms`` lacks ``"pre"`` or ``"post"``.
+
+    Source: Xiong et al. 2020, Lemma 2 (Pre-LN's hidden state grows with depth).
     """
     fig = _figure(7, 4)
-    _per_layer(fig.add_subplot(), norms, ylabel="mean token L2 norm ‖x‖ (unitless)",
+    _per_layer(fig.add_subplot(), norms, ylabel="mean token norm ‖x‖₂ (unitless)",
                title="Residual stream size after each layer, at initialisation")
     pre, post = np.asarray(norms["pre"], float), np.asarray(norms["post"], float)
-    take = (f"Pre-LN's stream grows with depth ({pre[0]:.1f} -> {pre[-1]:.1f}); Post-LN renormalises "
-            f"it to sqrt(d) after every layer ({post[0]:.1f} -> {post[-1]:.1f}).")
+    take = (f"Pre-LN's stream grows layer by layer ({pre[0]:.1f} -> {pre[-1]:.1f}); Post-LN "
+            f"renormalises it after every layer ({post[0]:.2f} -> {post[-1]:.2f} = sqrt(d)).")
     _takeaway(fig, take)
-    alt = ("Line chart of the mean L2 norm of the residual stream after each layer, Pre-LN (blue "
-           "circles, solid) and Post-LN (vermillion squares, dashed). " + take)
+    alt = ("Line chart of the mean L2 norm of a token of the residual stream after each layer, "
+           "Pre-LN (blue circles, solid) and Post-LN (vermillion squares, dashed). " + take)
     return Plot(fig, alt, take, {k: np.asarray(v, float) for k, v in norms.items()})
 
 
-def plot_grad_norms(grads: dict) -> Plot:
-    """Gradient norm of each layer's weights at initialisation, Pre-LN vs Post-LN (Xiong et al. 2020, Fig. 3).
+def plot_grad_norms(grads: dict, depth_sweep: dict | None = None) -> Plot:
+    """Gradient norm of each layer's W2 at initialisation, Pre-LN vs Post-LN (Xiong et al. 2020).
+
+    Left: per layer, for one depth. Right (with ``depth_sweep``): the last layer's gradient
+    norm as the stack gets deeper, Xiong et al.'s Theorem 1.
 
     Args:
-        grads: ``{"pre": [L], "post": [L]}``: the gradient norm of layer 1..L's parameters
-            (:func:`normref.experiments.grad_norms`).
+        grads: ``{"pre": [L], "post": [L]}``: the W2 gradient norm of blocks 1..L
+            (``placement_profiles()["grad"]``).
+        depth_sweep: optional ``{"depths", "pre", "post"}`` from
+            :func:`normref.experiments.last_layer_grad_vs_depth`.
 
     Returns:
-        :class:`Plot`; ``data`` holds the arrays and ``ratio`` = last / first layer per placement.
+        :class:`Plot`; ``data`` holds the arrays, ``ratio`` (last / first layer, per
+        placement) and, with a sweep, ``post_over_pre_last`` (Post-LN / Pre-LN at the
+        deepest depth).
+
+    Raises:
+        KeyError: ``grads`` lacks ``"pre"`` or ``"post"``.
+
+    Source: Xiong et al. 2020, Theorem 1 and Fig. 3.
     """
-    fig = _figure(7, 4)
-    _per_layer(fig.add_subplot(), grads, ylabel="‖∂loss/∂W‖ of the layer (log scale)",
-               title="Gradient norm per layer at initialisation", log=True)
-    ratio = {k: float(np.asarray(v)[-1] / np.asarray(v)[0]) for k, v in grads.items()}
-    take = (f"last/first layer gradient ratio: Post-LN {ratio['post']:.1f}x (grows toward the "
-            f"output), Pre-LN {ratio['pre']:.2f}x (flat), as Xiong et al. 2020 predict.")
+    fig = _figure(12 if depth_sweep else 7, 4.2)
+    axes = fig.subplots(1, 2 if depth_sweep else 1, squeeze=False)[0]
+    L = len(grads["pre"])
+    _per_layer(axes[0], grads, ylabel="‖∂loss/∂W2‖ of the layer (log scale)",
+               title=f"Gradient norm per layer at initialisation, {L} layers", log=True)
+    ratio = {k: float(np.asarray(grads[k])[-1] / np.asarray(grads[k])[0]) for k in ("pre", "post")}
+    data = {"pre": np.asarray(grads["pre"], float), "post": np.asarray(grads["post"], float),
+            "ratio": ratio}
+    take = (f"last/first layer: Post-LN {ratio['post']:.2f}x, Pre-LN {ratio['pre']:.2f}x; "
+            f"the output side gets {data['post'][-1] / data['pre'][-1]:.1f}x more gradient in Post-LN")
+    if depth_sweep:
+        d = depth_sweep
+        _per_layer(axes[1], {"pre": d["pre"], "post": d["post"]}, x=d["depths"], log=True,
+                   ylabel="‖∂loss/∂W2‖ of the last layer (log scale)",
+                   xlabel="depth L (number of layers, log scale)",
+                   title="Last layer's gradient vs depth (Theorem 1)")
+        axes[1].set_xscale("log", base=2)
+        axes[1].set_xticks(d["depths"], [str(v) for v in d["depths"]])
+        pre0, pre1 = float(d["pre"][0]), float(d["pre"][-1])
+        ref = pre0 * np.sqrt(d["depths"][0] / np.asarray(d["depths"], float))
+        axes[1].plot(d["depths"], ref, color="gray", linestyle=":", label="∝ 1/sqrt(L)")
+        axes[1].legend()
+        data["post_over_pre_last"] = float(d["post"][-1] / d["pre"][-1])
+        data["depth_sweep"] = {k: (np.asarray(v, float) if k != "depths" else list(v)) for k, v in d.items()}
+        take += (f"; from L={d['depths'][0]} to {d['depths'][-1]} Pre-LN's last-layer gradient "
+                 f"shrinks {pre0 / pre1:.1f}x, Post-LN's does not.")
+    else:
+        take += "."
     _takeaway(fig, take)
-    alt = ("Line chart, log scale, of the gradient norm of each layer's weights at "
-           "initialisation for Pre-LN (blue circles, solid) and Post-LN (vermillion squares, "
-           "dashed). " + take)
-    return Plot(fig, alt, take, {**{k: np.asarray(v, float) for k, v in grads.items()}, "ratio": ratio})
+    alt = ("Line chart, log scale, of the gradient norm of each layer's second feed-forward "
+           "matrix at initialisation, Pre-LN (blue circles, solid) and Post-LN (vermillion "
+           "squares, dashed)" + (", and of the last layer's gradient norm against depth" if depth_sweep else "")
+           + ". " + take)
+    return Plot(fig, alt, take, data)
 
 
 def plot_training(curves: dict) -> Plot:
     """Training loss of Pre-LN and Post-LN, with and without learning-rate warmup.
 
     Args:
-        curves: ``{(placement, warmup): [steps] losses}`` with placement ``"pre"``/``"post"``
-            and warmup a bool (:func:`normref.experiments.train_placements`), plus optional
-            ``"steps"``: the step numbers.
+        curves: :func:`normref.experiments.train_placements`' result:
+            ``{(placement, warmup): [steps] losses, "optimal": float, "warmup": int, ...}``.
 
     Returns:
         :class:`Plot`; ``data["final"][(placement, warmup)]`` is the mean loss of the last 10 steps.
+
+    Raises:
+        KeyError: a ``(placement, warmup)`` pair of the four is missing.
     """
-    fig = _figure(7.5, 4.2)
+    fig = _figure(8, 4.4)
     ax = fig.add_subplot()
     final = {}
     for (placement, warm), losses in ((k, v) for k, v in curves.items() if isinstance(k, tuple)):
@@ -459,15 +509,24 @@ def plot_training(curves: dict) -> Plot:
         steps = np.arange(1, len(losses) + 1)
         ax.plot(steps, losses, color=st["color"], linestyle="-" if warm else ":",
                 marker=st["marker"], markevery=max(1, len(losses) // 8), ms=5,
+                mfc=st["color"] if warm else "white",
                 label=f"{placement.capitalize()}-LN, {'with' if warm else 'no'} warmup")
         final[(placement, warm)] = float(losses[-10:].mean())
+    if "optimal" in curves:
+        ax.axhline(curves["optimal"], color="black", linewidth=0.8, linestyle="-.",
+                   label=f"best possible, ln 2 = {curves['optimal']:.3f}")
+    if curves.get("warmup"):
+        ax.axvline(curves["warmup"], color="gray", linewidth=0.8, linestyle="--",
+                   label=f"end of warmup (step {curves['warmup']})")
     ax.set_xlabel("training step")
-    ax.set_ylabel("cross-entropy loss (nats)")
-    ax.set_title("Tiny training run: does the placement need warmup?")
-    ax.legend()
+    ax.set_ylabel("cross-entropy loss (nats per token)")
+    depth = f", {curves['depth']} layers" if "depth" in curves else ""
+    lr = f", Adam lr {curves['lr']:g}" if "lr" in curves else ""
+    ax.set_title(f"Tiny language model{depth}{lr}: who needs warmup?")
+    ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    take = (f"final loss, no warmup: Post-LN {final[('post', False)]:.2f} vs Pre-LN "
-            f"{final[('pre', False)]:.2f}; with warmup Post-LN reaches {final[('post', True)]:.2f}.")
+    take = (f"without warmup Post-LN stalls at {final[('post', False)]:.2f} nats, Pre-LN reaches "
+            f"{final[('pre', False)]:.2f}; with warmup Post-LN gets to {final[('post', True)]:.2f}.")
     _takeaway(fig, take)
     alt = ("Line chart of training loss against step for Pre-LN (blue circles) and Post-LN "
            "(vermillion squares), solid with learning-rate warmup and dotted without. " + take)

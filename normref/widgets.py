@@ -25,7 +25,7 @@ import numpy as np
 
 from .plots import draw_token_bars, normalize_token
 
-__all__ = ["NormExplorer", "fmt_vector", "fmt_number", "parse_readout"]
+__all__ = ["NormExplorer", "PlacementExplorer", "fmt_vector", "fmt_number", "parse_readout"]
 
 _NORM_NAMES = {"layer": "LayerNorm", "rms": "RMSNorm"}
 
@@ -220,6 +220,143 @@ class NormExplorer:
     @property
     def readout_text(self) -> str:
         """The readout's plain text (the five lines above)."""
+        import re
+
+        return html.unescape(re.sub(r"<[^>]+>", "", self.readout.value))
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.widget._repr_mimebundle_(**kwargs)
+
+
+_PLACEMENT_NAMES = {"pre": "Pre-LN", "post": "Post-LN"}
+
+
+class PlacementExplorer:
+    """Switch the placement, depth and norm of a :class:`normref.TransformerStack`; see the
+    residual stream and the gradients per layer at initialisation.
+
+    Each change builds a fresh stack (seeded, PyTorch's default init) for *both* placements
+    and runs :func:`normref.experiments.probe_stack`: one forward and backward pass on a
+    ``[8, 16, 32]`` input. The chosen placement is drawn in colour, the other in grey for
+    comparison: left, the mean token norm of the residual stream after each layer; right, the
+    gradient norm of each layer's second feed-forward matrix (log scale).
+
+    Controls (``description`` -> attribute):
+        ``"placement"`` -> ``placement_toggle`` (``ToggleButtons``, values ``"pre"``/``"post"``);
+        ``"depth"`` -> ``depth_slider`` (``IntSlider``, 1..16); ``"norm"`` -> ``norm_toggle``
+        (``ToggleButtons``, values ``"layer"``/``"rms"``).
+
+    Readout (``readout``, ``HTML``, CSS class ``normref-readout``), four lines::
+
+        placement = Pre-LN   depth = 8   norm = LayerNorm
+        residual = [6.501, 7.544, ...]
+        grad = [0.123, 0.096, ...]
+        grad last/first = 0.465   grad last vs Post-LN = 0.450
+
+    Args:
+        placement: ``"pre"`` or ``"post"``.
+        depth: 1..16.
+        norm: ``"layer"`` or ``"rms"``.
+        seed: the probe's seed.
+
+    Attributes:
+        widget: the ``ipywidgets.VBox`` to display.
+        values: the last probe: ``{"pre": probe, "post": probe}`` plus the settings.
+        renders: how many times the charts were redrawn.
+
+    Raises:
+        ValueError: unknown ``placement`` or ``norm``, or ``depth`` outside 1..16.
+
+    Source: Xiong et al. 2020, Fig. 1 (the two placements) and Fig. 3 (gradients per layer).
+    """
+
+    def __init__(self, *, placement: str = "pre", depth: int = 8, norm: str = "layer", seed: int = 0):
+        import ipywidgets as W
+        from matplotlib.figure import Figure
+
+        if placement not in _PLACEMENT_NAMES:
+            raise ValueError(f"placement must be 'pre' or 'post', got {placement!r}")
+        if norm not in _NORM_NAMES:
+            raise ValueError(f"norm must be 'layer' or 'rms', got {norm!r}")
+        if not 1 <= depth <= 16:
+            raise ValueError(f"depth must be 1..16, got {depth}")
+        self.seed = seed
+        self.placement_toggle = W.ToggleButtons(options=[("Pre-LN", "pre"), ("Post-LN", "post")],
+                                                value=placement, description="placement")
+        self.depth_slider = W.IntSlider(value=depth, min=1, max=16, step=1, description="depth",
+                                        continuous_update=False)
+        self.norm_toggle = W.ToggleButtons(options=[("LayerNorm", "layer"), ("RMSNorm", "rms")],
+                                           value=norm, description="norm")
+        self.readout = W.HTML()
+        self.readout.add_class("normref-readout")
+        self.image = W.Image(format="png", width=900)
+        self.image.add_class("normref-plot")
+        self.caption = W.HTML()
+        self.caption.add_class("normref-caption")
+        self._fig = Figure(figsize=(10.0, 3.6), dpi=90)
+        self._axes = self._fig.subplots(1, 2)
+        self._fig.subplots_adjust(left=0.07, right=0.98, top=0.88, bottom=0.16, wspace=0.25)
+        self.values: dict = {}
+        self.renders = 0
+        self.widget = W.VBox([W.HBox([self.placement_toggle, self.norm_toggle]), self.depth_slider,
+                              self.image, self.caption, self.readout])
+        for c in (self.placement_toggle, self.depth_slider, self.norm_toggle):
+            c.observe(self._update, names="value")
+        self._update()
+
+    def _update(self, change=None) -> None:
+        import io
+
+        from .experiments import probe_stack
+        from .plots import SERIES_STYLE
+
+        placement, depth, norm = self.placement_toggle.value, self.depth_slider.value, self.norm_toggle.value
+        other = "post" if placement == "pre" else "pre"
+        probes = {p: probe_stack(p, depth=depth, norm=norm, seed=self.seed) for p in ("pre", "post")}
+        layers = np.arange(1, depth + 1)
+        panels = (("residual", "mean token norm ‖x‖₂ (unitless)", "Residual stream after each layer"),
+                  ("grad", "‖∂loss/∂W2‖ (log scale)", "Gradient norm per layer at init"))
+        for ax, (key, ylabel, title) in zip(self._axes, panels):
+            ax.clear()
+            st = SERIES_STYLE[placement]
+            ax.plot(layers, probes[other][key], color="#999999", marker="x", linestyle=":",
+                    label=f"{_PLACEMENT_NAMES[other]} (for comparison)")
+            ax.plot(layers, probes[placement][key], color=st["color"], marker=st["marker"],
+                    linestyle=st["linestyle"], linewidth=2, label=_PLACEMENT_NAMES[placement])
+            if key == "grad":
+                ax.set_yscale("log")
+            ax.set_xlabel("layer l (1 = nearest the input)")
+            ax.set_ylabel(ylabel)
+            ax.set_title(f"{title}, {_NORM_NAMES[norm]}")
+            ax.legend(fontsize=8)
+            ax.grid(alpha=0.3)
+            ax.set_xticks(layers if depth <= 8 else layers[::2])
+        buf = io.BytesIO()
+        self._fig.savefig(buf, format="png")
+        self.image.value = buf.getvalue()
+        self.renders += 1
+        mine, theirs = probes[placement], probes[other]
+        first_last = float(mine["grad"][-1] / mine["grad"][0])
+        vs_other = float(mine["grad"][-1] / theirs["grad"][-1])
+        self.values = {"placement": placement, "depth": depth, "norm": norm, **probes,
+                       "grad_last_over_first": first_last, "grad_last_vs_other": vs_other}
+        lines = [
+            f"placement = {_PLACEMENT_NAMES[placement]}   depth = {depth}   norm = {_NORM_NAMES[norm]}",
+            f"residual = {fmt_vector(mine['residual'])}",
+            f"grad = {fmt_vector(mine['grad'])}",
+            f"grad last/first = {fmt_number(first_last)}   grad last vs {_PLACEMENT_NAMES[other]} = {fmt_number(vs_other)}",
+        ]
+        self.readout.value = "<pre>" + html.escape("\n".join(lines)) + "</pre>"
+        alt = (f"Two line charts for a {depth}-layer {_PLACEMENT_NAMES[placement]} stack with "
+               f"{_NORM_NAMES[norm]} (coloured) and {_PLACEMENT_NAMES[other]} (grey): the residual "
+               f"stream's token norm grows from {mine['residual'][0]:.2f} to {mine['residual'][-1]:.2f}; "
+               f"the last layer's gradient is {first_last:.2f} times the first layer's.")
+        self.image.tooltip = alt
+        self.caption.value = f"<small>{html.escape(alt)}</small>"
+
+    @property
+    def readout_text(self) -> str:
+        """The readout's plain text (the four lines above)."""
         import re
 
         return html.unescape(re.sub(r"<[^>]+>", "", self.readout.value))

@@ -2,6 +2,7 @@
 demonstration shows the overflow, and the timing returns honest numbers."""
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -72,3 +73,68 @@ def test_time_norms_measures_both_implementations():
     for row in r["rows"]:
         assert 0 < row["layer_us"] < 1e5 and 0 < row["rms_us"] < 1e5
     assert "7%~64%" in E.RMSNORM_PAPER_CLAIM
+
+
+# --------------------------------------------------------------------------- placement
+# The claims 03_placement.ipynb makes in words are asserted here as numbers (seeds fixed).
+
+
+def test_probe_post_ln_stream_has_norm_sqrt_d_and_pre_ln_grows():
+    for norm in ("layer", "rms"):
+        post = E.probe_stack("post", depth=4, norm=norm)
+        # LayerNorm/RMSNorm with weight 1: every token leaves with RMS 1, i.e. norm sqrt(32)
+        np.testing.assert_allclose(post["residual"], math.sqrt(32), rtol=1e-4)
+        pre = E.probe_stack("pre", depth=4, norm=norm)
+        assert np.all(np.diff(pre["residual"]) > 0), pre["residual"]
+        assert post["grad"].shape == pre["grad"].shape == (4,)
+
+
+def test_probe_matches_a_direct_forward_pass():
+    import normref
+
+    torch.manual_seed(3)
+    stack = normref.TransformerStack(3, 32, 4, norm="layer", placement="pre")
+    x = torch.randn(8, 16, 32, generator=torch.Generator().manual_seed(3))
+    _, hidden = stack(x, return_hidden=True)
+    want = [h.detach().norm(dim=-1).mean().item() for h in hidden[1:]]
+    np.testing.assert_allclose(E.probe_stack("pre", depth=3, seed=3)["residual"], want, rtol=1e-6)
+
+
+def test_gradient_profiles_at_init_as_the_notebook_describes_them():
+    p = E.placement_profiles(depth=8)
+    g = p["grad"]
+    ratio = {k: g[k][-1] / g[k][0] for k in g}
+    # Post-LN's last/first ratio well above Pre-LN's (measured 0.91 vs 0.47)
+    assert ratio["post"] > 1.5 * ratio["pre"]
+    assert 0.6 < ratio["post"] < 1.4  # "roughly flat"
+    assert ratio["pre"] < 0.65  # "falls toward the output"
+    assert 1.5 < g["post"][-1] / g["pre"][-1] < 3.5  # "about twice Pre-LN's gradient" (2.2)
+
+
+def test_xiong_theorem_1_depth_sweep():
+    d = E.last_layer_grad_vs_depth(depths=(1, 4, 16))
+    pre, post = d["pre"], d["post"]
+    # Pre-LN ~ 1/sqrt(L): from L = 1 to 16 at least halves (measured / 3.1; 1/sqrt(16) = / 4)
+    assert pre[-1] < 0.5 * pre[0]
+    assert pre[0] > pre[1] > pre[2]
+    # Post-LN does not depend on L (measured 0.121 -> 0.121)
+    assert 0.8 < post[-1] / post[0] < 1.25
+    assert post[-1] / pre[-1] > 2.5
+
+
+def test_train_placements_is_deterministic_and_warmup_only_changes_the_rate():
+    a = E.train_placements(steps=3, runs=[("post", False), ("post", True)])
+    b = E.train_placements(steps=3, runs=[("post", False)])
+    np.testing.assert_array_equal(a[("post", False)], b[("post", False)])
+    # the first loss is measured before any update: the same with and without warmup
+    assert a[("post", False)][0] == a[("post", True)][0]
+    assert a[("post", False)][1] != a[("post", True)][1]
+    assert a["optimal"] == pytest.approx(math.log(2))
+    assert set(a) >= {("post", False), ("post", True), "optimal", "steps", "warmup", "lr", "depth"}
+
+
+def test_one_thread_restores_the_thread_count():
+    before = torch.get_num_threads()
+    with E.one_thread():
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before

@@ -26,7 +26,8 @@ SEED_NUMBERS = {
                          "mean 0.926", "shape: [2, 3, 8] -> [2, 3, 8]", "identical to normref.rms_norm: True",
                          "output [1.0, -1.0, 1.0, -1.0] torch.float16", "x**2 = [inf, inf, inf, inf]",
                          "7%~64%"],
-    "03_placement.ipynb": ["Pre-LN  Y = X + F(Norm(X))", "Post-LN Y = Norm(X + F(X))", "[2, 3, 8] -> [2, 3, 8]"],
+    "03_placement.ipynb": ["Pre-LN  Y = X + F(Norm(X))", "Post-LN Y = Norm(X + F(X))", "[2, 3, 8] -> [2, 3, 8]",
+                           "std of each token after Post-LN: 1.000 to 1.000", "Adam, lr 0.015, 60 steps"],
 }
 # How many widgets and captioned figures each lesson shows.
 WIDGETS = {"00_start.ipynb": 0, "01_layernorm.ipynb": 1, "02_rmsnorm.ipynb": 3, "03_placement.ipynb": 7}
@@ -88,6 +89,23 @@ def test_widgets_and_captioned_figures_render(executed):
     for html in figures:
         assert re.search(r'<img [^>]*alt="[^"]{40,}"', html), "every figure needs alt text"
         assert "<figcaption>" in html and "Takeaway:" in html
+
+
+@pytest.mark.slow
+def test_placement_notebook_shows_the_warmup_trend(executed):
+    """The training plot's takeaway, as printed to the student: Post-LN without warmup stalls
+    well above Pre-LN and above Post-LN with warmup (Xiong et al. 2020, Fig. 2)."""
+    path, nb, _ = executed
+    if path.name != "03_placement.ipynb":
+        pytest.skip("the training run is in 03_placement")
+    m = re.search(r"without warmup Post-LN stalls at (\d+\.\d+) nats, Pre-LN reaches (\d+\.\d+); "
+                  r"with warmup Post-LN gets to (\d+\.\d+)", _text(nb))
+    assert m, "the training takeaway is missing"
+    post_cold, pre_cold, post_warm = map(float, m.groups())
+    assert pre_cold < 0.8  # near the optimum ln 2 = 0.693 (measured 0.75)
+    assert post_cold > pre_cold + 1.0  # measured 2.40 vs 0.75
+    assert post_cold > post_warm + 0.8  # measured 2.40 vs 0.95
+    assert post_warm < 1.3
 
 
 @pytest.mark.slow

@@ -25,7 +25,7 @@ def assert_readable(p: plots.Plot):
             assert colourbars and "(" in colourbars[0].get_ylabel(), ax
         else:
             assert ax.get_legend() is not None, ax
-    assert p.fig._supxlabel.get_text() == f"Takeaway: {p.takeaway}"
+    assert " ".join(p.fig._supxlabel.get_text().split()) == f"Takeaway: {p.takeaway}"
     assert len(p.alt) > 40
     assert p.png()[:8] == b"\x89PNG\r\n\x1a\n"
     h = p.to_html()
@@ -123,7 +123,7 @@ def test_placement_plots_compute_their_takeaways():
     p = plots.plot_grad_norms({"pre": [1.0, 1.1, 0.9, 1.0], "post": [0.1, 0.5, 1.0, 2.0]})
     assert_readable(p)
     assert p.data["ratio"] == {"pre": 1.0, "post": 20.0}
-    assert "Post-LN 20.0x" in p.takeaway and "Pre-LN 1.00x" in p.takeaway
+    assert "Post-LN 20.00x, Pre-LN 1.00x" in p.takeaway and "gets 2.0x more gradient" in p.takeaway
     assert p.fig.axes[0].get_yscale() == "log"
     r = plots.plot_residual_norms({"pre": [5.0, 7.0, 9.0], "post": [5.7, 5.7, 5.7]})
     assert_readable(r)
@@ -134,3 +134,14 @@ def test_placement_plots_compute_their_takeaways():
     assert_readable(t)
     assert t.data["final"][("post", False)] == pytest.approx(np.linspace(4, 3.5, 30)[-10:].mean())
     assert len(t.fig.axes[0].get_lines()) == 4
+
+
+def test_grad_plot_with_the_depth_sweep_panel():
+    sweep = {"depths": [1, 4, 16], "pre": [0.2, 0.1, 0.05], "post": [0.2, 0.2, 0.2]}
+    p = plots.plot_grad_norms({"pre": [0.2, 0.1], "post": [0.2, 0.2]}, sweep)
+    assert_readable(p)
+    assert len(p.fig.axes) == 2 and p.fig.axes[1].get_xscale() == "log"
+    assert p.data["post_over_pre_last"] == 4.0
+    assert "shrinks 4.0x" in p.takeaway
+    ref = p.fig.axes[1].get_lines()[-1]  # the 1/sqrt(L) guide starts at Pre-LN's first point
+    np.testing.assert_allclose(ref.get_ydata(), [0.2, 0.1, 0.05])

@@ -145,3 +145,59 @@ def test_rejects_tokens_it_cannot_show(x):
 
 def test_fmt_vector_never_prints_negative_zero():
     assert fmt_vector([-0.0001, 1.23456]) == "[0.000, 1.235]"
+
+
+# --------------------------------------------------------------------------- PlacementExplorer
+
+
+@pytest.fixture(scope="module")
+def placement():
+    from normref.widgets import PlacementExplorer
+
+    return PlacementExplorer(depth=4)
+
+
+def test_placement_explorer_opens_on_pre_ln(placement):
+    got = parse_readout(placement.readout.value)
+    assert got["placement"] == "Pre-LN" and got["depth"] == 4.0 and got["norm"] == "LayerNorm"
+    assert len(got["residual"]) == 4 and len(got["grad"]) == 4
+    assert all(a < b for a, b in zip(got["residual"], got["residual"][1:]))  # the stream grows
+    assert [c.description for c in (placement.placement_toggle, placement.depth_slider,
+                                    placement.norm_toggle)] == ["placement", "depth", "norm"]
+
+
+def test_switching_to_post_ln_shows_a_normalised_stream(placement):
+    n = placement.renders
+    placement.placement_toggle.value = "post"
+    got = parse_readout(placement.readout.value)
+    assert placement.renders == n + 1
+    assert got["placement"] == "Post-LN"
+    assert got["residual"] == [round(math.sqrt(32), 3)] * 4  # LayerNorm output: norm sqrt(d)
+    lines = placement.readout_text.splitlines()
+    assert lines[3].startswith("grad last/first = ") and "grad last vs Pre-LN = " in lines[3]
+    # the grey comparison line and the coloured line are both drawn
+    assert [len(ax.get_lines()) for ax in placement._axes] == [2, 2]
+    placement.placement_toggle.value = "pre"
+
+
+def test_depth_and_norm_redraw_with_the_right_numbers(placement):
+    from normref.experiments import probe_stack
+
+    placement.depth_slider.value = 6
+    placement.norm_toggle.value = "rms"
+    got = parse_readout(placement.readout.value)
+    assert got["depth"] == 6.0 and got["norm"] == "RMSNorm"
+    want = probe_stack("pre", depth=6, norm="rms", seed=0)
+    assert got["grad"] == [round(v, 3) for v in want["grad"]]
+    assert got["grad last/first"] == round(want["grad"][-1] / want["grad"][0], 3)
+    placement.norm_toggle.value = "layer"
+    placement.depth_slider.value = 4
+
+
+@pytest.mark.parametrize("kwargs, match", [({"depth": 0}, "depth"), ({"placement": "mid"}, "placement"),
+                                           ({"norm": "batch"}, "norm")])
+def test_placement_explorer_refuses_bad_settings(kwargs, match):
+    from normref.widgets import PlacementExplorer
+
+    with pytest.raises(ValueError, match=match):
+        PlacementExplorer(**kwargs)

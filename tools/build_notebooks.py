@@ -397,10 +397,165 @@ Next: [03 · Pre-LN vs Post-LN](03_placement.ipynb).
 """),
 ]
 
+# --------------------------------------------------------------------------- 03_placement
+
+PLACEMENT = [
+    md(r"""
+# 03 · Pre-LN vs Post-LN: where the norm sits
+
+Placement is a separate choice from the norm. A transformer block has two residual
+sublayers, attention and the feed-forward net; call either one $F$. The norm can sit before
+$F$ or after the residual addition:
+
+| Pre-LN, as depicted in our block | Original Post-LN (Vaswani et al. 2017) |
+|---|---|
+| $Y=X+F(\operatorname{Norm}(X))$ | $Y=\operatorname{Norm}(X+F(X))$ |
+| normalize **before** the sublayer | normalize **after** the residual addition |
+
+LayerNorm vs RMSNorm asks **what computation?** Pre-LN vs Post-LN asks **where is it placed?**
+"""),
+    code(IMPORTS + r"""
+import inspect
+"""),
+    code(r"""
+torch.manual_seed(0)
+X = torch.randn(2, 3, 8)                       # [B, T, D]
+F = torch.nn.Linear(8, 8)                      # a stand-in sublayer
+norm = normref.LayerNorm(8)
+Y_pre = normref.pre_ln(X, F, norm)             # X + F(Norm(X))
+Y_post = normref.post_ln(X, F, norm)           # Norm(X + F(X))
+print("Pre-LN  Y = X + F(Norm(X)):", list(X.shape), "->", list(Y_pre.shape))
+print("Post-LN Y = Norm(X + F(X)):", list(X.shape), "->", list(Y_post.shape))
+print(f"std of each token after Post-LN: {Y_post.std(-1, unbiased=False).min():.3f} to {Y_post.std(-1, unbiased=False).max():.3f}"
+      "  (the residual stream itself is normalised)")
+print(f"std of each token after Pre-LN:  {Y_pre.std(-1, unbiased=False).min():.3f} to {Y_pre.std(-1, unbiased=False).max():.3f}"
+      "  (only F's input was normalised)")
+"""),
+    md(r"""
+In `normref.TransformerBlock` the two placements differ visibly, line by line (nanoGPT
+style, MiniMind's names):
+"""),
+    code(r"""
+print(inspect.getsource(normref.TransformerBlock.forward))
+"""),
+    md(r"""
+Because a Pre-LN block never normalises the residual stream itself, a Pre-LN stack ends with
+one more norm before the output head (GPT-2's `ln_f`, MiniMind's final `norm`);
+`normref.TransformerStack` adds it.
+
+## Explore: placement and depth
+
+Switch the placement, the depth and the norm of a freshly initialised
+`normref.TransformerStack`. Left: how large the residual stream is after each layer. Right: the
+gradient that each layer's second feed-forward matrix $W_2$ receives at the very first training
+step (one batch, log scale). The other placement is drawn in grey.
+"""),
+    code(r"""
+widgets.PlacementExplorer()
+"""),
+    md(r"""
+## (a) The residual stream, layer by layer
+
+Mean over three seeds of an 8-layer stack (LayerNorm, $d=32$): Pre-LN adds every sublayer's
+output to an un-normalised stream, so the stream grows with depth (Xiong et al., Lemma 2);
+Post-LN normalises it after every sublayer, so every token leaves each layer with norm
+$\sqrt d=\sqrt{32}\approx5.66$.
+"""),
+    code(r"""
+profiles = experiments.placement_profiles(depth=8)
+plots.plot_residual_norms(profiles["residual"])
+"""),
+    md(r"""
+## (b) Gradients at initialisation
+
+Xiong et al. (2020) prove (Theorem 1) that at initialisation the gradient of the **last**
+layer's parameters does not shrink with the depth $L$ in a Post-LN transformer, while in a
+Pre-LN one it shrinks like $1/\sqrt L$. Post-LN's output layers therefore start with large
+gradients, and a large learning rate at the first steps destabilises them: that is their
+explanation of why Post-LN needs **learning-rate warmup**. Their Fig. 3 shows the Post-LN
+gradient norm rising toward the output layers and the Pre-LN one flat.
+
+Below, measured on `normref.TransformerStack` (mean over seeds): left, each layer of an
+8-layer stack; right, the last layer as the stack gets deeper.
+"""),
+    code(r"""
+sweep = experiments.last_layer_grad_vs_depth(depths=(1, 2, 4, 8, 16))
+grads = plots.plot_grad_norms(profiles["grad"], sweep)
+grads
+"""),
+    md(r"""
+**Reading it honestly.** The right panel reproduces Theorem 1: Pre-LN's last-layer gradient
+falls with depth (close to the dotted $1/\sqrt L$ line), Post-LN's stays where it is, so the
+deeper the stack the more gradient Post-LN's output side gets *compared with Pre-LN's*. The left
+panel agrees on that comparison (Post-LN's last/first ratio is well above Pre-LN's, and its
+output layers get about twice Pre-LN's gradient), but not on the shape of Fig. 3: in this small
+decoder-only stack with a gated (SwiGLU) feed-forward net, Post-LN's per-layer profile is
+roughly flat rather than rising, and Pre-LN's falls toward the output rather than staying flat.
+Xiong et al. measured a 6-layer encoder-decoder with ReLU feed-forward nets; per-layer profiles
+depend on such details, the depth trend of Theorem 1 much less.
+
+## (c) A tiny training run: who needs warmup?
+
+A 6-layer language model (LayerNorm, $d=32$) learns a Markov chain in which every token has
+two equally likely successors, so the best possible loss is $\ln 2\approx0.693$ nats. Adam at
+one fixed learning rate, the same seed and batches for all four runs; with warmup the rate
+rises linearly from almost 0 over the first steps. It runs now, on this machine's CPU, in
+a few seconds.
+"""),
+    code(r"""
+curves = experiments.train_placements()
+print(f"Adam, lr {curves['lr']}, {curves['steps']} steps; warmup: linear over the first {curves['warmup']} steps")
+plots.plot_training(curves)
+"""),
+    md(r"""
+Pre-LN trains at this learning rate from the first step. Post-LN, with the same rate, falls
+apart early and never recovers; ramping the rate up first lets it train. Theorem 1 predicts
+that Post-LN's trouble grows with depth: try `plots.plot_training(experiments.train_placements(depth=2))`
+and `depth=10` and compare.
+
+## Practice studio · recall → build → verify
+
+Answer each one in its box and press **Check**: the feedback names the likely mistake. **Show
+answer** unlocks after your first attempt. You can also answer in code, for example
+`practice.check("ps_rms_3_4", 3.536)`.
+"""),
+    code(r"""
+practice.quiz("ps_mean_var")
+"""),
+    code(r"""
+practice.quiz("ps_layernorm")
+"""),
+    code(r"""
+practice.quiz("ps_rms_3_4")
+"""),
+    code(r"""
+practice.quiz("ps_rms_subtracts_mean")
+"""),
+    code(r"""
+practice.quiz("ps_pre_ln_formula")
+"""),
+    code(r"""
+practice.quiz("ps_shape_change")
+"""),
+    md(r"""
+## Build challenge · implement RMSNorm
+
+Write an RMSNorm forward pass that reduces only the last axis, keeps dimensions for
+broadcasting, computes the statistic in float32, then returns the input dtype; verify
+`[2, 3, 8] → [2, 3, 8]`. This is the graded assignment `release/rmsnorm/rmsnorm.ipynb`: its
+test cells tell you what is wrong, and the standard answer is released with the feedback.
+
+*Primary sources:* Ba et al. 2016, [Layer Normalization](https://arxiv.org/abs/1607.06450);
+Zhang and Sennrich 2019, [RMSNorm](https://arxiv.org/abs/1910.07467); Xiong et al. 2020,
+[On Layer Normalization in the Transformer Architecture](https://arxiv.org/abs/2002.04745).
+"""),
+]
+
 NOTEBOOKS = {
     "00_start.ipynb": START,
     "01_layernorm.ipynb": LAYERNORM,
     "02_rmsnorm.ipynb": RMSNORM,
+    "03_placement.ipynb": PLACEMENT,
 }
 
 
