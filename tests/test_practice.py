@@ -50,33 +50,39 @@ def test_rms_of_3_4_accepts_root_forms(answer):
     assert P.check("ps_rms_3_4", answer).correct is True
 
 
-@pytest.mark.parametrize("qid, answer, says", [
-    ("ps_mean_var", (3, 4 / 3), "n - 1"),
-    ("ps_mean_var", (3, 4), "sum of squared deviations"),
-    ("ps_mean_var", (3, 10), "mean of x²"),
-    ("ps_mean_var", (12, 1), "sum"),
-    ("ps_layernorm", [-math.sqrt(3 / 4)] * 2 + [math.sqrt(3 / 4)] * 2, "0.866 = sqrt(3/4)"),
-    ("ps_layernorm", [2 / math.sqrt(10), 2 / math.sqrt(10), 4 / math.sqrt(10), 4 / math.sqrt(10)], "RMSNorm"),
-    ("ps_layernorm", (1, 1, -1, -1), "signs"),
-    ("ps_layernorm", (-1, 1), "give 4 numbers"),
-    ("ps_rms_3_4", 5, "length of the vector"),
-    ("ps_rms_3_4", 12.5, "take its square root"),
-    ("ps_rms_3_4", 3.5, "that is the mean"),
-    ("ps_rms_3_4", 0.5, "RMS does not center"),
-    ("ps_rms_subtracts_mean", "Yes", "only rescales"),
-    ("ps_pre_ln_formula", "Norm(X + Attention(X))", "Post-LN"),
-    ("ps_pre_ln_formula", "Attention(Norm(X))", "residual"),
-    ("ps_pre_ln_formula", "Norm(X) + Attention(Norm(X))", "original X"),
-    ("ps_shape_change", 1, "broadcasts back"),
-    ("retrieval_axis", 0, "BatchNorm"),
-    ("retrieval_axis", 1, "mix tokens"),
-    ("trace_rms_shape", (2, 3), "keepdim"),
-    ("trace_rms_shape", "2, 3, 8", "reduces the last axis"),
+@pytest.mark.parametrize("qid, answer, fault", [
+    ("ps_mean_var", (3, 4 / 3), "unbiased_variance"),
+    ("ps_mean_var", (3, 4), "sum_of_squares"),
+    ("ps_mean_var", (3, 10), "uncentered_variance"),
+    ("ps_mean_var", (12, 1), "sum_not_mean"),
+    ("ps_layernorm", [-math.sqrt(3 / 4)] * 2 + [math.sqrt(3 / 4)] * 2, "unbiased_variance"),
+    ("ps_rms_3_4", 5, "l2_norm_not_rms"),
+    ("ps_rms_3_4", 12.5, "missing_sqrt"),
+    ("ps_rms_3_4", 3.5, "mean_abs_not_rms"),
+    ("ps_rms_subtracts_mean", "Yes", "subtracts_mean"),
+    ("ps_pre_ln_formula", "Norm(X + Attention(X))", "post_ln_formula"),
+    ("ps_pre_ln_formula", "Attention(Norm(X))", "missing_residual"),
+    ("ps_pre_ln_formula", "Norm(X) + Attention(Norm(X))", "residual_from_normed"),
+    ("ps_shape_change", 1, "says_shape_changes"),
+    ("retrieval_axis", 0, "batch_axis"),
+    ("retrieval_axis", "the sequence axis T: every position of the sequence", "sequence_axis"),
+    ("trace_rms_shape", (2, 3), "dropped_keepdim"),
+    ("trace_rms_shape", "2, 3, 8", "output_shape_not_statistic"),
 ])
-def test_a_typical_mistake_gets_its_diagnosis(qid, answer, says):
+def test_a_typical_mistake_gets_the_assignment_checkers_diagnosis(qid, answer, fault):
     fb = P.check(qid, answer)
     assert fb.correct is False
-    assert says in fb.message, fb
+    assert fb.faults == (fault,), fb
+    assert "[fault:" not in fb.message and len(fb.message) > 20  # a sentence, without the tag
+    assert P.attempted(qid)
+
+
+def test_lesson_and_assignment_agree_on_every_answer():
+    """The lesson's self-check and the graded practice assignment use one checker."""
+    from normref import answers
+
+    assert P.check("ps_rms_3_4", 5).message.endswith(answers.ANSWER_FAULTS["l2_norm_not_rms"])
+    assert answers.check_rms_34(3.536).passed and P.check("ps_rms_3_4", 3.536).correct
 
 
 def test_formula_order_of_the_sum_does_not_matter():
@@ -84,9 +90,14 @@ def test_formula_order_of_the_sum_does_not_matter():
     assert P.check("ps_pre_ln_formula", r"\operatorname{Attention}(\operatorname{Norm}(X)) + X").correct is True
 
 
+@pytest.mark.parametrize("answer", ["feature", "the last axis", -1, 2, "D"])
+def test_the_axis_can_be_named_instead_of_picked(answer):
+    assert P.check("retrieval_axis", answer).correct is True
+
+
 @pytest.mark.parametrize("qid, answer", [
-    ("ps_pre_ln_formula", "X + Foo(X)"), ("ps_pre_ln_formula", "X +"), ("ps_mean_var", "three"),
-    ("retrieval_axis", 7), ("retrieval_axis", "axis"),
+    ("ps_mean_var", "three, four"), ("ps_mean_var", "3"), ("ps_rms_3_4", "abc"),
+    ("retrieval_axis", 7), ("retrieval_axis", "hmm"), ("trace_rms_shape", "a shape"),
 ])
 def test_unreadable_answers_get_a_message_and_do_not_unlock(qid, answer):
     fb = P.check(qid, answer)
@@ -125,7 +136,7 @@ def test_quiz_widget_checks_and_unlocks_show_answer():
     assert "no answer yet" in q.feedback.value and q.reveal_button.disabled
     q.answer.value = "5"
     q.check_button.click()
-    assert "length of the vector" in q.feedback.value
+    assert "L2 norm" in q.feedback.value
     assert not q.reveal_button.disabled
     q.reveal_button.click()
     assert "3.536" in q.feedback.value
@@ -136,3 +147,6 @@ def test_quiz_widget_for_a_choice_question():
     q.answer.value = q.answer.options[2]
     q.check_button.click()
     assert "correct" in q.feedback.value and "dim=-1" in q.feedback.value
+    q.answer.value = q.answer.options[0]
+    q.check_button.click()
+    assert "BatchNorm" in q.feedback.value
