@@ -8,64 +8,75 @@ import zipfile
 import nbformat
 import pytest
 
-from normref.grading import grade_class
-from normref.grading.collect import notebook_key, parse_lms_name
-from normref.grading.demo import DEMO_CLASS, fill_answers
+import shutil
 
-# Expected points, derived from what each demo student was built to get wrong and from the
-# cases of the rmsnorm battery (1-D seed, [2,3,8], [4,4,4], tiny eps, float16 overflow, bfloat16):
-#   rms_norm_shape (1 pt) passes iff both seed cases pass; rms_norm_battery (4 pts) = 4 x passed / 6.
-EXPECTED = {
-    "ada": {"rms_norm_shape": 1, "rms_norm_battery": 4.0},  # correct
-    "bruno": {"rms_norm_shape": 0, "rms_norm_battery": 0.0},  # n-1: every case has d >= 3
-    "chen": {"rms_norm_shape": 1, "rms_norm_battery": 3.33},  # float16 stats: only the f16 row fails
-    "dana": {"rms_norm_shape": 0, "rms_norm_battery": 0.67},  # dim=0: only the 1-D case is right
-    "emeka": {"rms_norm_shape": 0, "rms_norm_battery": 0.0},  # blank
-    "farah": {"rms_norm_shape": 1, "rms_norm_battery": 4.0},  # correct, late
-}
-FAULTS = {"unbiased_variance": ["bruno"], "low_precision_stats": ["chen"], "wrong_axis": ["dana"],
-          "raises": ["emeka"]}
+from normref.grading import grade_class
+from normref.grading.answer_bank import ANSWERS, EXPECTED
+from normref.grading.collect import notebook_key, parse_lms_name
+from normref.grading.demo import LATE_STUDENTS, demo_class, expected_points, fill_answers
+from normref.grading.report import KNOWN_FAULTS
+
+def only_assignments(root, keep):
+    """Leave just these assignments in a course copy (a smaller class for the slower checks)."""
+    for sub in ("source", "release"):
+        for d in (root / sub).iterdir():
+            if d.is_dir() and d.name not in keep:
+                shutil.rmtree(d)
 
 
 @pytest.mark.slow
-def test_demo_class_parallel_then_sequential(course_copy):
+def test_demo_class_every_score_as_the_answer_bank_derives(course_copy):
     run = grade_class(course_root=course_copy, jobs=2, log=lambda *_: None)
-    assert sorted(run.students) == sorted(s.student_id for s in DEMO_CLASS["rmsnorm"])
-    assert {s: run.scores[("rmsnorm", s)] for s in EXPECTED} == EXPECTED
+    roster = demo_class([a for a in run.assignments if a in ANSWERS])
+    assert sorted(run.students) == sorted(st.student_id for st in roster) and len(roster) >= 30
+    n = 0
+    for st in roster:
+        for a in st.variants:
+            assert run.scores[(a, st.student_id)] == expected_points(st, a), (st.student_id, a, st.variants[a])
+            assert (course_copy / "feedback" / st.student_id / a).is_dir(), (st.student_id, a)
+            n += 1
+    assert n == len(run.autograde.graded) and not run.autograde.failed
     with run.grades_csv.open() as f:
-        rows = {r["student_id"]: r for r in csv.DictReader(f)}
-    assert {s: float(r["score"]) for s, r in rows.items()} == pytest.approx(
-        {s: sum(v.values()) for s, v in EXPECTED.items()})
-    assert rows["farah"]["timestamp"] > rows["farah"]["duedate"] > rows["ada"]["timestamp"]
-    for student in EXPECTED:
-        assert (course_copy / "feedback" / student / "rmsnorm" / "rmsnorm.html").exists(), student
-    bruno = (course_copy / "feedback" / "bruno" / "rmsnorm" / "rmsnorm.html").read_text()
-    assert "sqrt(7/8)" in bruno  # the diagnosis reaches the student's feedback
+        rows = list(csv.DictReader(f))
+    late = {r["student_id"] for r in rows if r["timestamp"] and r["timestamp"] > r["duedate"]}
+    assert late == set(LATE_STUDENTS)
+    # every student built with a diagnosable mistake is counted under it in the class report
     report = json.loads((course_copy / "reports" / "report.json").read_text())
-    assert report["faults"]["rmsnorm"] == {k: len(v) for k, v in FAULTS.items()}
-    for (a, kind), who in run.report.students_with_fault.items():
-        assert sorted(who) == FAULTS[kind]
-    assert (course_copy / "reports" / "scores_rmsnorm.png").stat().st_size > 5000
-    with run.questions_csv.open() as f:
-        assert len(list(csv.DictReader(f))) == 2 * len(EXPECTED)  # no lost or duplicated rows
+    for st in roster:
+        for a, variant in st.variants.items():
+            if variant in KNOWN_FAULTS:
+                assert st.student_id in run.report.students_with_fault.get((a, variant), []), (st.student_id, a, variant)
+    assert sum(report["faults"]["rmsnorm"].values()) >= sum(
+        1 for st in roster if st.variants.get("rmsnorm") not in (None, "correct"))
+    assert (course_copy / "reports" / "faults.png").stat().st_size > 5000
 
-    # Grading again, now one nbgrader process: identical grades (idempotent, parallel == sequential).
-    again = grade_class(course_root=course_copy, jobs=1, log=lambda *_: None)
-    assert again.scores == run.scores
+
+@pytest.mark.slow
+def test_parallel_equals_sequential_and_regrading_is_idempotent(course_copy):
+    only_assignments(course_copy, {"rmsnorm"})
+    par = grade_class(course_root=course_copy, jobs=2, log=lambda *_: None)
+    with par.questions_csv.open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2 * len(par.students)  # no lost or duplicated rows
+    seq = grade_class(course_root=course_copy, jobs=1, log=lambda *_: None)
+    assert seq.scores == par.scores
+
+
+LMS_NAMES = {"ada": "ada_1001_5001_rmsnorm.ipynb",
+             "bruno": "bruno_LATE_1002_5002_rmsnorm.ipynb",
+             "chen": "chen_1003_5003_rmsnorm (1).ipynb",  # a re-download with a "(1)" suffix
+             "dana": "dana_1004_5004_RMSNorm-1.ipynb"}  # Canvas resubmission suffix, other case
+LMS_VARIANTS = {"ada": "correct", "bruno": "unbiased_variance", "chen": "low_precision_stats",
+                "dana": "wrong_axis"}
 
 
 def _canvas_zip(course_copy, tmp_path):
     """An LMS (Canvas-style) zip of the demo class, with the usual mess of real downloads."""
     release = course_copy / "release" / "rmsnorm" / "rmsnorm.ipynb"
     zpath = tmp_path / "submissions.zip"
-    names = {"ada": "ada_1001_5001_rmsnorm.ipynb",
-             "bruno": "bruno_LATE_1002_5002_rmsnorm.ipynb",
-             "chen": "chen_1003_5003_rmsnorm (1).ipynb",  # a re-download with a "(1)" suffix
-             "dana": "dana_1004_5004_RMSNorm-1.ipynb"}  # Canvas resubmission suffix, other case
-    by_id = {s.student_id: s for s in DEMO_CLASS["rmsnorm"]}
     with zipfile.ZipFile(zpath, "w") as zf:
-        for sid, name in names.items():
-            zf.writestr(name, nbformat.writes(fill_answers(release, by_id[sid].answers)))
+        for sid, name in LMS_NAMES.items():
+            zf.writestr(name, nbformat.writes(fill_answers(release, ANSWERS["rmsnorm"][LMS_VARIANTS[sid]])))
         zf.writestr("notes_from_lms.txt", "not a notebook")
         zf.writestr("eve_1005_5005_homework.ipynb", nbformat.writes(nbformat.read(release, 4)))
     return zpath
@@ -83,12 +94,13 @@ def test_lms_names_are_parsed():
 
 @pytest.mark.slow
 def test_lms_zip_is_graded_through_zip_collect(course_copy, tmp_path):
+    only_assignments(course_copy, {"rmsnorm"})
     zpath = _canvas_zip(course_copy, tmp_path)
     lines = []
     run = grade_class(course_root=course_copy, submissions=zpath, log=lines.append)
     assert sorted(run.students) == ["ada", "bruno", "chen", "dana"]
     for s in run.students:
-        assert run.scores[("rmsnorm", s)] == EXPECTED[s], s
+        assert run.scores[("rmsnorm", s)] == EXPECTED["rmsnorm"][LMS_VARIANTS[s]], s
     assert "file eve_1005_5005_homework.ipynb" in run.report.ungraded
     assert any("skipped notes_from_lms.txt" in ln for ln in lines)
 

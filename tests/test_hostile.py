@@ -19,10 +19,11 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell
 
 from normref.grading import grade_class
-from normref.grading.demo import RMS_CORRECT, RMS_N_MINUS_1
+from normref.grading.answer_bank import ANSWERS
 from normref.grading.sandbox import available as sandbox_available
 
-Q1 = ("rms_norm_shape", "rms_norm_battery")
+RMS_CORRECT = ANSWERS["rmsnorm"]["correct"]["rms_norm_impl"]
+RMS_N_MINUS_1 = ANSWERS["rmsnorm"]["unbiased_variance"]["rms_norm_impl"]
 MEAN_VAR = "def mean_var(x):\n    return float(x.mean()), float(((x - x.mean()) ** 2).mean())"
 
 

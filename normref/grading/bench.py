@@ -18,7 +18,8 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-from .demo import DEMO_CLASS, apply_due_dates, fill_answers, write_demo_submissions
+from .answer_bank import ANSWERS
+from .demo import apply_due_dates, demo_class, fill_answers, write_demo_submissions
 from .parallel import default_jobs
 from .pipeline import REPO_ROOT, grade_class, list_assignments, nbgrader_env
 
@@ -54,16 +55,17 @@ def sequential_nbgrader(root: Path) -> tuple[float, float]:
 
 
 def floor_per_submission(root: Path) -> float:
-    """Seconds for a fresh kernel to import torch and run one correct submission top to bottom."""
-    total = 0.0
-    for a, roster in DEMO_CLASS.items():
-        correct = next(s for s in roster if s.built_with == "correct")
-        for nb_path in sorted((root / "source" / a).glob("*.ipynb")):
-            nb = fill_answers(root / "release" / a / nb_path.name, correct.answers)
+    """Seconds for a fresh kernel to import torch and run one correct submission top to bottom,
+    averaged over the assignments (one notebook each)."""
+    times = []
+    for a in sorted(ANSWERS):
+        for nb_path in sorted((root / "release" / a).glob("*.ipynb")):
+            nb = fill_answers(nb_path, ANSWERS[a]["correct"])
             t0 = time.perf_counter()
-            NotebookClient(nb, timeout=120, kernel_name="python3").execute()
-            total += time.perf_counter() - t0
-    return total / max(1, len(DEMO_CLASS))
+            NotebookClient(nb, timeout=120, kernel_name="python3",
+                           resources={"metadata": {"path": str(nb_path.parent)}}).execute()
+            times.append(time.perf_counter() - t0)
+    return sum(times) / max(1, len(times))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,9 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=None, help="parallel processes (default: all cores)")
     args = p.parse_args(argv)
     jobs = args.jobs or default_jobs()
-    n = sum(len(r) for r in DEMO_CLASS.values())
+    n = sum(len(st.variants) for st in demo_class())
     with tempfile.TemporaryDirectory() as td:
-        print(f"demo class: {n} submissions, {len(DEMO_CLASS)} assignment(s); {jobs} jobs", flush=True)
+        print(f"demo class: {len(demo_class())} students, {n} submissions over {len(ANSWERS)} "
+              f"assignments; {jobs} jobs", flush=True)
         floor = floor_per_submission(_course_copy(Path(td) / "floor"))
         print(f"floor per submission (fresh kernel + torch + tests): {floor:.2f} s", flush=True)
         seq_total, seq_auto = sequential_nbgrader(_course_copy(Path(td) / "seq"))

@@ -1,110 +1,103 @@
-"""The embedded demo class: synthetic students built from the mistakes normref diagnoses.
+"""The embedded demo class: 30 synthetic students built from the mistakes normref diagnoses.
 
-Each student is the released notebook with the answer cells filled in by the code below, so
-`make grade` on a fresh clone grades a realistic class. ``DEMO_CLASS`` says what each student
-was built to get wrong; the tests derive every expected score from that, not from the grader.
+Every student is the released notebooks with answer cells filled in from the answer bank
+(:mod:`normref.grading.answer_bank`): for each assignment, one *variant* per student —
+``correct``, ``blank``, ``partial``, or a fault kind (n-1 variance, eps outside the square
+root, wrong axis, ...). Two students submit late, one skips an assignment. ``make grade`` on a
+fresh clone grades this class; the tests take every expected score from the answer bank's
+hand-derived ``EXPECTED``, not from the grader.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 
-RMS_CORRECT = '''def rms_norm(x, weight, eps=1e-6):
-    rms = x.float().pow(2).mean(dim=-1, keepdim=True).add(eps).rsqrt()  # [..., 1]
-    return (x.float() * rms * weight).to(x.dtype)
-'''
+from .answer_bank import ANSWERS, EXPECTED
 
-RMS_N_MINUS_1 = '''def rms_norm(x, weight, eps=1e-6):
-    d = x.shape[-1]
-    ms = x.float().pow(2).sum(dim=-1, keepdim=True) / (d - 1)  # "unbiased", like torch.var
-    return (x.float() * (ms + eps).rsqrt() * weight).to(x.dtype)
-'''
-
-RMS_NO_FLOAT32 = '''def rms_norm(x, weight, eps=1e-6):
-    rms = x.pow(2).mean(dim=-1, keepdim=True).add(eps).rsqrt()  # stays in x's dtype
-    return (x * rms * weight).to(x.dtype)
-'''
-
-RMS_WRONG_AXIS = '''def rms_norm(x, weight, eps=1e-6):
-    rms = x.float().pow(2).mean(dim=0, keepdim=True).add(eps).rsqrt()  # first axis, not last
-    return (x.float() * rms * weight).to(x.dtype)
-'''
-
-
-#: Due dates of the demo course; a demo student submitted after it is late.
-DUE_DATES = {"rmsnorm": "2026-11-21 09:00:00 UTC"}
+#: Due date of every demo assignment; a demo student submitted after it is late.
+DUE_DATE = "2026-11-21 09:00:00 UTC"
 ON_TIME = "2026-11-20 09:00:00.000000 UTC"
 LATE = "2026-11-22 18:30:00.000000 UTC"
+
+NAMES = ["ada", "bruno", "chen", "dana", "emeka", "farah", "gus", "hana", "ivan", "jun",
+         "kofi", "lena", "mateo", "nia", "omar", "priya", "quinn", "rosa", "sami", "tara",
+         "uma", "viktor", "wen", "xenia", "yusuf", "zoe", "amir", "beatriz", "chidi", "dmitri"]
+LATE_STUDENTS = ("farah", "sami")
+#: (student, assignment) pairs with no submission at all.
+MISSING = (("zoe", "layernorm"),)
 
 
 @dataclass(frozen=True)
 class DemoStudent:
-    """One synthetic student: id, the fault they were built with, and their answer cells."""
+    """One synthetic student: id, the variant per assignment, and whether they were late."""
 
     student_id: str
-    built_with: str  # "correct", a normref fault kind, or "blank"
-    answers: dict[str, str] = field(default_factory=dict)  # grade_id -> cell source
+    variants: dict[str, str] = field(default_factory=dict)  # assignment -> answer-bank variant
     late: bool = False
 
 
-DEMO_CLASS: dict[str, list[DemoStudent]] = {
-    "rmsnorm": [
-        DemoStudent("ada", "correct", {"rms_norm_impl": RMS_CORRECT}),
-        DemoStudent("bruno", "unbiased_variance", {"rms_norm_impl": RMS_N_MINUS_1}),
-        DemoStudent("chen", "low_precision_stats", {"rms_norm_impl": RMS_NO_FLOAT32}),
-        DemoStudent("dana", "wrong_axis", {"rms_norm_impl": RMS_WRONG_AXIS}),
-        DemoStudent("emeka", "blank", {}),
-        DemoStudent("farah", "correct", {"rms_norm_impl": RMS_CORRECT}, late=True),
-    ],
-}
+def _variants(assignment: str) -> list[str]:
+    vs = list(ANSWERS[assignment])
+    return ["correct"] + [v for v in vs if v != "correct"]
+
+
+def demo_class(assignments: list[str] | None = None) -> list[DemoStudent]:
+    """The roster: student ``i`` takes variant ``(i + 3k) mod n`` of the ``k``-th assignment, so
+    every variant of every assignment appears and each student mixes several mistakes.
+    ``ada`` and ``farah`` (late) are correct everywhere.
+
+    Args:
+        assignments: restrict to these (default: every assignment in the answer bank).
+    """
+    names = sorted(ANSWERS) if assignments is None else [a for a in sorted(ANSWERS) if a in assignments]
+    roster = []
+    for i, sid in enumerate(NAMES):
+        variants = {}
+        for k, a in enumerate(names):
+            if (sid, a) in MISSING:
+                continue
+            vs = _variants(a)
+            variants[a] = "correct" if sid in ("ada", "farah") else vs[(i + 3 * k) % len(vs)]
+        roster.append(DemoStudent(sid, variants, late=sid in LATE_STUDENTS))
+    return roster
+
+
+def expected_points(student: DemoStudent, assignment: str) -> dict[str, float]:
+    """The points each grade cell must get (the answer bank's hand-derived ``EXPECTED``)."""
+    return dict(EXPECTED[assignment][student.variants[assignment]])
 
 
 def fill_answers(release_nb: Path, answers: dict[str, str]) -> nbformat.NotebookNode:
-    """The released notebook with the given answer cells replaced (by nbgrader grade_id).
-
-    Raises:
-        KeyError: an answer names a grade_id the notebook does not have.
-    """
+    """The released notebook with the given answer cells replaced (by nbgrader grade_id);
+    grade_ids this notebook does not have are ignored (they belong to another notebook)."""
     nb = nbformat.read(release_nb, as_version=4)
-    ids = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells}
-    for grade_id, src in answers.items():
-        if grade_id not in ids:
-            raise KeyError(f"{release_nb.name} has no cell with grade_id {grade_id!r}")
-        ids[grade_id].source = src.rstrip("\n")
+    for c in nb.cells:
+        gid = c.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in answers:
+            c.source = answers[gid].rstrip("\n")
     return nb
 
 
 def write_demo_submissions(course_root: Path, dest: Path) -> list[str]:
-    """Write the demo class as an nbgrader ``submitted/`` tree under ``dest``.
-
-    Returns the student ids written.
-    """
-    students: list[str] = []
-    for assignment, roster in DEMO_CLASS.items():
-        release_dir = course_root / "release" / assignment
-        for st in roster:
-            out_dir = dest / st.student_id / assignment
+    """Write the demo class as an nbgrader ``submitted/`` tree under ``dest`` for every
+    assignment that has a ``release/`` folder here. Returns the student ids written."""
+    present = [a for a in sorted(ANSWERS) if (course_root / "release" / a).is_dir()]
+    students = []
+    for st in demo_class(present):
+        for a, variant in st.variants.items():
+            out_dir = dest / st.student_id / a
             out_dir.mkdir(parents=True, exist_ok=True)
-            for nb_path in sorted(release_dir.glob("*.ipynb")):
-                nb = fill_answers(nb_path, {k: v for k, v in st.answers.items()})
-                nbformat.write(nb, out_dir / nb_path.name)
+            for nb_path in sorted((course_root / "release" / a).glob("*.ipynb")):
+                nbformat.write(fill_answers(nb_path, ANSWERS[a][variant]), out_dir / nb_path.name)
             (out_dir / "timestamp.txt").write_text((LATE if st.late else ON_TIME) + "\n")
-            if st.student_id not in students:
-                students.append(st.student_id)
+        students.append(st.student_id)
     return students
 
 
 def apply_due_dates(course_root: Path, nbgrader) -> None:
-    """Record the demo course's due dates in the gradebook (``nbgrader db assignment add``)."""
-    for assignment, due in DUE_DATES.items():
-        if (course_root / "source" / assignment).is_dir():
-            nbgrader("db", "assignment", "add", assignment, f"--duedate={due}")
-
-
-def demo_manifest() -> str:
-    """JSON description of the demo class (for the report and for humans)."""
-    return json.dumps({a: {s.student_id: s.built_with for s in r} for a, r in DEMO_CLASS.items()},
-                      indent=2)
+    """Record the demo due date in the gradebook (``nbgrader db assignment add --duedate``)."""
+    for a in sorted(ANSWERS):
+        if (course_root / "source" / a).is_dir():
+            nbgrader("db", "assignment", "add", a, f"--duedate={DUE_DATE}")

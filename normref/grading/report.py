@@ -15,7 +15,10 @@ from pathlib import Path
 
 import nbformat
 
+from ..answers import ANSWER_FAULTS
 from ..checks import FAULT_KINDS
+
+KNOWN_FAULTS = {**FAULT_KINDS, **ANSWER_FAULTS}
 
 _TAG = re.compile(r"\[fault: ([a-z_]+)\]")
 
@@ -65,7 +68,7 @@ def faults_in_notebook(path: Path) -> list[str]:
             if isinstance(text, list):
                 text = "".join(text)
             for kind in _TAG.findall(text):
-                if kind in FAULT_KINDS and kind not in found:
+                if kind in KNOWN_FAULTS and kind not in found:
                     found.append(kind)
     return found
 
@@ -138,7 +141,10 @@ _PHRASES = {
 
 
 def _fault_phrase(kind: str) -> str:
-    return _PHRASES.get(kind, f"had fault '{kind}'")
+    if kind in _PHRASES:
+        return _PHRASES[kind]
+    text = KNOWN_FAULTS.get(kind, kind).split(":")[0].split(";")[0].rstrip(".")
+    return f"{kind.replace('_', ' ')} ({text})" if len(text) < 70 else kind.replace("_", " ")
 
 
 def _plot_scores(rep: ClassReport, out: Path) -> list[tuple[str, str]]:
@@ -211,7 +217,7 @@ def write_report(rep: ClassReport, out_dir: Path) -> Path:
         parts.append(f"<h2>{e(a)}: diagnosed mistakes</h2><table><tr><th>mistake</th><th>students</th><th>who</th></tr>")
         for kind, n in counter.most_common():
             who = ", ".join(sorted(rep.students_with_fault.get((a, kind), [])))
-            parts.append(f"<tr><td>{e(_fault_phrase(kind))}<br><small>{e(FAULT_KINDS.get(kind, ''))}</small></td>"
+            parts.append(f"<tr><td>{e(_fault_phrase(kind))}<br><small>{e(KNOWN_FAULTS.get(kind, ''))}</small></td>"
                          f"<td>{n} of {len(rep.totals[a])}</td><td>{e(who)}</td></tr>")
         parts.append("</table>")
     if rep.ungraded:
