@@ -12,8 +12,10 @@ Stable handles for tests and for a browser driving the page:
 - the readout is an ``HTML`` widget with CSS class ``normref-readout`` holding one ``<pre>``
   whose lines have the fixed form documented in each class (``name = value``, numbers with
   three decimals, vectors as ``[a, b, c]``);
-- the picture is an ``Image`` widget with CSS class ``normref-plot``; its ``tooltip`` and the
-  ``HTML`` caption below it (CSS class ``normref-caption``) describe it in words (alt text).
+- the picture is an ``Image`` widget with CSS class ``normref-plot``; the ``HTML`` caption
+  below it (CSS class ``normref-caption``) describes it in words (its alt text). The ``Image``
+  gets no ``tooltip``: ipywidgets 8.1.9's front end cannot build the view of a widget that has
+  a tooltip but no ``description`` (jupyter-widgets/ipywidgets#3921).
 
 ipywidgets and matplotlib are imported inside the classes, so ``import normref`` stays cheap.
 """
@@ -134,8 +136,8 @@ class NormExplorer:
             raise ValueError(f"norm must be 'layer' or 'rms', got {norm!r}")
         if eps is None:
             eps = LAYER_NORM_EPS if norm == "layer" else RMS_NORM_EPS
-        style = {"description_width": "3.5em"}
-        lay = W.Layout(width="330px")
+        style = {"description_width": "4em"}
+        lay = W.Layout(width="340px")
         self.feature_sliders = [
             W.FloatSlider(value=float(v), min=-5.0, max=5.0, step=0.1, description=f"x[{i}]",
                           readout_format=".2f", continuous_update=False, style=style, layout=lay)
@@ -166,12 +168,14 @@ class NormExplorer:
         self.values: dict = {}
         self.renders = 0
 
-        controls = [W.HTML("<b>Token x (drag a feature)</b>"), *self.feature_sliders,
-                    W.HTML("<b>Norm parameters</b>"), self.weight_slider, self.bias_slider,
-                    self.eps_slider]
+        # Controls in two columns above the chart, so nothing is squeezed in a narrow page.
+        features = W.VBox([W.HTML("<b>Token x (drag a feature)</b>"), *self.feature_sliders],
+                          layout=W.Layout(min_width="350px"))
+        params = W.VBox([W.HTML("<b>Norm parameters</b>"), self.weight_slider, self.bias_slider,
+                         self.eps_slider], layout=W.Layout(min_width="350px"))
         top = [self.norm_toggle] if toggle else []
-        self.widget = W.VBox(top + [W.HBox([W.VBox(controls), W.VBox([self.image, self.caption])]),
-                                    self.readout])
+        self.widget = W.VBox(top + [W.HBox([features, params], layout=W.Layout(flex_flow="row wrap")),
+                                    self.image, self.caption, self.readout])
         for s in (*self.feature_sliders, self.weight_slider, self.bias_slider, self.eps_slider,
                   self.norm_toggle):
             s.observe(self._update, names="value")
@@ -209,8 +213,7 @@ class NormExplorer:
         alt = (f"Bar chart: the {len(x)} features of x = {fmt_vector(x)} (orange, hatched) and "
                f"{name} output y = {fmt_vector(y)} (blue); lines mark each mean "
                f"(x: {fmt_number(x.mean())}, y: {fmt_number(y.mean())}), shaded bands mean ± std.")
-        self.image.tooltip = alt
-        self.caption.value = f"<small>{html.escape(alt)}</small>"
+        self.caption.value = f'<div style="font-size:small;line-height:1.35">{html.escape(alt)}</div>'
 
     @property
     def axes(self):
@@ -289,7 +292,7 @@ class PlacementExplorer:
                                            value=norm, description="norm")
         self.readout = W.HTML()
         self.readout.add_class("normref-readout")
-        self.image = W.Image(format="png", width=900)
+        self.image = W.Image(format="png", width=860)
         self.image.add_class("normref-plot")
         self.caption = W.HTML()
         self.caption.add_class("normref-caption")
@@ -351,8 +354,7 @@ class PlacementExplorer:
                f"{_NORM_NAMES[norm]} (coloured) and {_PLACEMENT_NAMES[other]} (grey): the residual "
                f"stream's token norm grows from {mine['residual'][0]:.2f} to {mine['residual'][-1]:.2f}; "
                f"the last layer's gradient is {first_last:.2f} times the first layer's.")
-        self.image.tooltip = alt
-        self.caption.value = f"<small>{html.escape(alt)}</small>"
+        self.caption.value = f'<div style="font-size:small;line-height:1.35">{html.escape(alt)}</div>'
 
     @property
     def readout_text(self) -> str:
