@@ -2,6 +2,7 @@
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("student_repo", REPO / "tools" / "student_repo.py")
-student_repo = importlib.util.module_from_spec(_spec)
+student_repo = sys.modules["student_repo"] = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(student_repo)
 
 
@@ -40,6 +41,10 @@ def _source_notebook(tmp_path: Path) -> Path:
                                       metadata={"nbgrader": {"solution": False, "grade_id": "q"}}),
         nbformat.v4.new_markdown_cell("Centering makes the output mean exactly zero for every token.",
                                       metadata={"nbgrader": {"solution": True, "grade_id": "q_answer"}}),
+        nbformat.v4.new_markdown_cell(
+            "**Does RMSNorm change the shape?** (graded by hand)\n### BEGIN SOLUTION\n"
+            "No: one statistic per token, broadcast back over the features.\n### END SOLUTION",
+            metadata={"nbgrader": {"solution": True, "grade_id": "shape_why"}}),
     ]
     path = tmp_path / "source" / "ln" / "ln.ipynb"
     path.parent.mkdir(parents=True)
@@ -53,8 +58,19 @@ def test_secret_lines_are_the_solution_hidden_test_and_written_answer(tmp_path):
         "mu = x.mean(dim=-1, keepdim=True)",
         "assert abs(float(layer_norm(x).mean())) < 1e-6",
         "Centering makes the output mean exactly zero for every token.",
-    }  # `return x - mu` is too short to call a leak; the visible assert is not secret
-    assert secrets["mu = x.mean(dim=-1, keepdim=True)"] == "source/ln/ln.ipynb cell ln_impl"
+        "No: one statistic per token, broadcast back over the features.",
+    }  # `return x - mu` is too short to call a leak; the visible assert and question are not secret
+    assert secrets["mu = x.mean(dim=-1, keepdim=True)"] == ("source/ln/ln.ipynb cell ln_impl", "answer")
+    assert secrets["assert abs(float(layer_norm(x).mean())) < 1e-6"] == ("source/ln/ln.ipynb cell ln_mean", "hidden")
+
+
+def test_lines_students_get_in_release_are_not_secret(tmp_path):
+    source = _source_notebook(tmp_path)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("mu = x.mean(dim=-1, keepdim=True)  # given as a hint")]
+    (tmp_path / "release" / "ln").mkdir(parents=True)
+    nbformat.write(nb, tmp_path / "release" / "ln" / "ln.ipynb")
+    assert "mu = x.mean(dim=-1, keepdim=True)" not in student_repo.secret_lines(source)
 
 
 def test_find_leaks_names_file_line_and_origin(tmp_path):
@@ -65,11 +81,36 @@ def test_find_leaks_names_file_line_and_origin(tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_markdown_cell("Centering makes the output mean exactly zero for every token.")]
     nbformat.write(nb, tree / "answers.ipynb")
-    assert student_repo.find_leaks(tree, source=source) == [
+    assert [str(leak) for leak in student_repo.find_leaks(tree, source=source)] == [
         "answers.ipynb:1: Centering makes the output mean exactly zero for every token.  "
-        "(from source/ln/ln.ipynb cell q_answer)",
-        "pkg/demo.py:2: mu = x.mean(dim=-1, keepdim=True)  (from source/ln/ln.ipynb cell ln_impl)",
+        "(answer, from source/ln/ln.ipynb cell q_answer)",
+        "pkg/demo.py:2: mu = x.mean(dim=-1, keepdim=True)  (answer, from source/ln/ln.ipynb cell ln_impl)",
     ]
+
+
+def _course_repo(tmp_path: Path, normref_init: str) -> Path:
+    """A minimal course work tree (git, no commit needed): source/, release/, normref/."""
+    repo = tmp_path / "course"
+    shutil.copytree(_source_notebook(tmp_path), repo / "source")
+    (repo / "release" / "ln").mkdir(parents=True)
+    nbformat.write(nbformat.v4.new_notebook(), repo / "release" / "ln" / "ln.ipynb")
+    (repo / "normref").mkdir()
+    (repo / "normref" / "__init__.py").write_text(normref_init)
+    (repo / "README.md").write_text("# course\n")
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    return repo
+
+
+def test_export_refuses_a_hidden_test_and_notes_an_answer(tmp_path):
+    hidden = _course_repo(tmp_path / "a", "assert abs(float(layer_norm(x).mean())) < 1e-6\n")
+    with pytest.raises(student_repo.ExportError, match=r"(?s)hidden tests would reach students.*normref/__init__.py:1: assert abs"):
+        student_repo.export_student_repo(tmp_path / "a" / "out", repo=hidden)
+    assert not (tmp_path / "a" / "out" / "normref").exists(), "a refused export must leave nothing behind"
+
+    answer = _course_repo(tmp_path / "b", "mu = x.mean(dim=-1, keepdim=True)\n")
+    export = student_repo.export_student_repo(tmp_path / "b" / "out", repo=answer)
+    assert [(n.path, n.kind) for n in export.notes] == [("normref/__init__.py", "answer")]
+    assert sorted(map(str, export.files)) == ["README.md", "normref/__init__.py", "release/ln/ln.ipynb"]
 
 
 def test_the_real_grader_package_would_leak_so_it_is_excluded():
@@ -90,7 +131,7 @@ def test_export_has_lessons_assignments_and_binder_files_but_no_source(export):
         assert "__pycache__" not in path and path not in {"gradebook.db", "nbgrader_config.py"}, path
     assert os.access(export / "start", os.X_OK) and os.access(export / "postBuild", os.X_OK)
     hits = student_repo.find_leaks(export, source=REPO / "source")
-    assert [h for h in hits if not h.startswith(student_repo.REFERENCE_PATHS)] == []
+    assert [str(h) for h in hits if h.kind == "hidden"] == []
     released = {p.relative_to(REPO).as_posix() for p in (REPO / "release").rglob("*.ipynb")}
     assert released <= files
 

@@ -15,10 +15,11 @@ answers), ``notebooks/``, ``release/`` and the README's ``docs/screenshots/``. W
 every grading folder. Only files git tracks or would track (``git ls-files --cached --others
 --exclude-standard``) are copied, so build output and gradebooks never travel.
 
-After copying, every line of every solution region, hidden-test region and mark scheme in
-``source/*/*.ipynb`` is searched for in the exported files (:func:`find_leaks`); the export is
-refused if one is found outside ``normref/`` (whose reference implementations the checkers need:
-those lines are listed as a note).
+After copying, the exported files are searched for every line of every solution region,
+hidden-test region and mark scheme in ``source/*/*.ipynb`` (:func:`find_leaks`). A hidden test or
+mark-scheme line anywhere refuses the export. A solution line that the course shows elsewhere (a
+lesson printing the seed's code, a ``normref`` reference implementation the self-checks compare
+against) is listed as a note: an answer students can read, for the instructor to judge.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
@@ -50,25 +52,54 @@ STUDENT_PATHS = (
 )
 #: Inside STUDENT_PATHS but instructor-only.
 EXCLUDED = ("normref/grading",)
-#: Where a solution line may also appear: normref's reference implementations, which the
-#: checkers compare a student's function against on the student's own machine (so a student who
-#: reads normref's source can see them; a self-checking course cannot hide its reference).
-REFERENCE_PATHS = ("normref/",)
 
 #: The Binder badge's repository, as ``mybinder.org/v2/gh/<OWNER>/<NAME>/<REF>``.
 BINDER_URL = re.compile(r"(https://mybinder\.org/v2/gh/)([^/\s)]+/[^/\s)]+)(/[^?\s)]+)")
 
+#: nbgrader's region markers, and what the lines between them are.
 _REGIONS = (
-    ("### BEGIN SOLUTION", "### END SOLUTION"),
-    ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"),
-    ("=== BEGIN MARK SCHEME ===", "=== END MARK SCHEME ==="),
+    ("### BEGIN SOLUTION", "### END SOLUTION", "answer"),
+    ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS", "hidden"),
+    ("=== BEGIN MARK SCHEME ===", "=== END MARK SCHEME ===", "hidden"),
 )
 #: Secret lines shorter than this (``return y``, ``pass``) are too common to call a leak.
 MIN_SECRET_CHARS = 20
 
 
 class ExportError(RuntimeError):
-    """The export was refused: an unsafe destination, or a solution line would leak."""
+    """The export was refused: an unsafe destination, or a hidden test would reach students."""
+
+
+@dataclass(frozen=True)
+class Leak:
+    """A secret line of ``source/`` found in a file.
+
+    Attributes:
+        path: the file, relative to the searched tree.
+        line_no: 1-based line (for a notebook: counted over its cells' sources).
+        text: the line, normalized (no inline comment, no outer whitespace).
+        origin: ``"source/<a>/<nb>.ipynb cell <grade_id>"``.
+        kind: ``"hidden"`` (hidden test, mark scheme) or ``"answer"`` (a solution).
+    """
+
+    path: str
+    line_no: int
+    text: str
+    origin: str
+    kind: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line_no}: {self.text}  ({self.kind}, from {self.origin})"
+
+
+@dataclass
+class Export:
+    """What :func:`export_student_repo` wrote: ``files`` (relative to ``dest``) and ``notes``,
+    the solution lines students can read elsewhere in the course (see the module docstring)."""
+
+    dest: Path
+    files: list[Path]
+    notes: list[Leak] = field(default_factory=list)
 
 
 def student_files(*, repo: Path = REPO) -> list[Path]:
@@ -103,45 +134,51 @@ def _normalize(line: str) -> str:
     return line.split("  #", 1)[0].strip()
 
 
-def secret_lines(source: Path) -> dict[str, str]:
+def secret_lines(source: Path) -> dict[str, tuple[str, str]]:
     """Lines that only the instructor may see, from every ``source/*/*.ipynb``.
 
     Args:
         source: the ``source/`` folder of an nbgrader course.
 
     Returns:
-        ``{normalized line: "source/<a>/<nb>.ipynb cell <grade_id>"}`` for each line of a
-        solution region, hidden-test region or mark scheme, and each line of a markdown
-        solution cell, that has at least :data:`MIN_SECRET_CHARS` characters once stripped of
-        its inline comment and does not also appear, so normalized, in the notebook's
-        visible (non-secret) lines.
+        ``{normalized line: ("source/<a>/<nb>.ipynb cell <grade_id>", kind)}``, kind
+        ``"hidden"`` for each line of a hidden-test region or mark scheme and ``"answer"`` for
+        each line of a solution region or of a markdown solution cell without regions (nbgrader
+        replaces all of it); only lines that have at least
+        :data:`MIN_SECRET_CHARS` characters once stripped of its inline comment and does not
+        also appear, so normalized, among the notebook's visible lines or in its released
+        version ``release/<a>/<nb>.ipynb``, which students get anyway.
     """
-    secrets: dict[str, str] = {}
+    secrets: dict[str, tuple[str, str]] = {}
     for path in sorted(source.glob("*/*.ipynb")):
         nb = nbformat.read(path, as_version=4)
         hidden, visible = {}, set()
+        released = source.parent / "release" / path.relative_to(source)
+        if released.exists():
+            visible.update(_normalize(line) for line in _text_lines(released))
         for cell in nb.cells:
             meta = cell.metadata.get("nbgrader", {})
             where = f"{path.relative_to(source.parent)} cell {meta.get('grade_id', '?')}"
-            whole = cell.cell_type == "markdown" and meta.get("solution", False)
-            inside = None
+            marked = any(begin in cell.source for begin, _, _ in _REGIONS)
+            whole = cell.cell_type == "markdown" and meta.get("solution", False) and not marked
+            inside = None  # (end marker, kind) while in a region
             for line in cell.source.splitlines():
                 s = line.strip()
-                starts = [end for begin, end in _REGIONS if s == begin]
+                starts = [(end, kind) for begin, end, kind in _REGIONS if s == begin]
                 if starts:
                     inside = starts[0]
                     continue
-                if inside and s == inside:
+                if inside and s == inside[0]:
                     inside = None
                     continue
                 key = _normalize(line)
                 if whole or inside:
-                    hidden.setdefault(key, where)
+                    hidden.setdefault(key, (where, inside[1] if inside else "answer"))
                 else:
                     visible.add(key)
-        for key, where in hidden.items():
+        for key, origin in hidden.items():
             if len(key) >= MIN_SECRET_CHARS and not key.startswith("#") and key not in visible:
-                secrets.setdefault(key, where)
+                secrets.setdefault(key, origin)
     return secrets
 
 
@@ -155,7 +192,7 @@ def _text_lines(path: Path) -> list[str]:
         return []  # binary (screenshots): no source code to leak
 
 
-def find_leaks(tree: Path, *, source: Path) -> list[str]:
+def find_leaks(tree: Path, *, source: Path) -> list[Leak]:
     """Where a secret line of ``source`` appears in a file under ``tree``.
 
     Args:
@@ -163,8 +200,7 @@ def find_leaks(tree: Path, *, source: Path) -> list[str]:
         source: the instructor's ``source/`` folder (see :func:`secret_lines`).
 
     Returns:
-        One message per hit, ``"<file>:<line>: <the line> (from <notebook> cell <grade_id>)"``;
-        empty when nothing leaks.
+        One :class:`Leak` per hit, sorted by file and line; empty when nothing leaks.
     """
     secrets = secret_lines(source)
     leaks = []
@@ -172,7 +208,7 @@ def find_leaks(tree: Path, *, source: Path) -> list[str]:
         for i, line in enumerate(_text_lines(path), 1):
             key = _normalize(line)
             if key in secrets:
-                leaks.append(f"{path.relative_to(tree)}:{i}: {key}  (from {secrets[key]})")
+                leaks.append(Leak(path.relative_to(tree).as_posix(), i, key, *secrets[key]))
     return leaks
 
 
@@ -188,7 +224,7 @@ def _clear_previous_export(dest: Path, names: set[str]) -> None:
 
 
 def export_student_repo(dest: Path, *, repo: Path = REPO, binder_repo: str | None = None,
-                        replace: bool = False) -> list[Path]:
+                        replace: bool = False) -> Export:
     """Copy the student tree of ``repo`` into ``dest`` and check that no solution leaked.
 
     Args:
@@ -201,13 +237,14 @@ def export_student_repo(dest: Path, *, repo: Path = REPO, binder_repo: str | Non
             ``.git``), and empty it first.
 
     Returns:
-        The exported files, relative to ``dest``.
+        An :class:`Export`: the files written and, as ``notes``, the solution lines that the
+        exported course also shows (in a lesson, in ``normref``), for the instructor to judge.
 
     Raises:
         ExportError: ``dest`` is inside ``repo``'s student paths or is a non-empty folder
             (without ``replace``, or with files an export does not write), ``binder_repo`` is
-            not ``OWNER/NAME``, or a solution line was found in the export outside
-            :data:`REFERENCE_PATHS` (the partial export is removed).
+            not ``OWNER/NAME``, or a hidden-test or mark-scheme line of ``source/`` is in the
+            export (which is then removed).
     """
     repo, dest = Path(repo).resolve(), Path(dest).resolve()
     if binder_repo is not None and not re.fullmatch(r"[\w.-]+/[\w.-]+", binder_repo):
@@ -229,11 +266,11 @@ def export_student_repo(dest: Path, *, repo: Path = REPO, binder_repo: str | Non
         readme = dest / "README.md"
         readme.write_text(BINDER_URL.sub(lambda m: m[1] + binder_repo + m[3], readme.read_text()))
     hits = find_leaks(dest, source=repo / "source")
-    leaks = [h for h in hits if not h.startswith(REFERENCE_PATHS)]
-    if leaks:
+    hidden = [h for h in hits if h.kind == "hidden"]
+    if hidden:
         _clear_previous_export(dest, top)
-        raise ExportError("solution lines would reach students; nothing exported:\n  " + "\n  ".join(leaks))
-    return files
+        raise ExportError("hidden tests would reach students; nothing exported:\n  " + "\n  ".join(map(str, hidden)))
+    return Export(dest, files, [h for h in hits if h.kind == "answer"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -246,15 +283,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="overwrite a previous export in DEST (its .git is kept)")
     args = p.parse_args(argv)
     try:
-        files = export_student_repo(args.dest, binder_repo=args.binder_repo, replace=args.replace)
+        export = export_student_repo(args.dest, binder_repo=args.binder_repo, replace=args.replace)
     except ExportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(f"exported {len(files)} files to {args.dest} (no source/, no solutions: checked)")
-    same = [h for h in find_leaks(args.dest, source=REPO / "source") if h.startswith(REFERENCE_PATHS)]
-    if same:
-        print(f"note: {len(same)} solution lines are also lines of normref's reference implementations, "
-              "which students can read:\n  " + "\n  ".join(same))
+    print(f"exported {len(export.files)} files to {args.dest}: no source/, no hidden tests (checked)")
+    if export.notes:
+        print(f"note: students can read {len(export.notes)} lines of the solutions in source/ elsewhere "
+              "in the course (the seed's code in a lesson, normref's reference):\n  "
+              + "\n  ".join(map(str, export.notes)))
     return 0
 
 
