@@ -66,7 +66,7 @@ class Plot:
 
     Attributes:
         fig: the ``matplotlib.figure.Figure``.
-        alt: alt text: what is plotted, in words (the ``<img alt>`` and the caption).
+        alt: what is plotted, in words (the caption; the ``<img alt>`` adds the takeaway).
         takeaway: the one-line lesson of the figure (drawn under the axes too).
         data: the numbers that were plotted, by name (numpy arrays or floats).
     """
@@ -90,7 +90,7 @@ class Plot:
     def to_html(self) -> str:
         """``<figure>`` with the PNG inlined, ``alt`` on the image and a ``<figcaption>``."""
         b64 = base64.b64encode(self.png()).decode("ascii")
-        alt = html.escape(self.alt, quote=True)
+        alt = html.escape(f"{self.alt} Takeaway: {self.takeaway}", quote=True)
         return (
             f'<figure style="margin:0">'
             f'<img src="data:image/png;base64,{b64}" alt="{alt}" style="max-width:100%"/>'
@@ -376,7 +376,7 @@ def plot_timing(timing: dict) -> Plot:
             + ", ".join(f"{k.split(' (')[0]} {v:.2f}x" for k, v in ratio.items()) + ".")
     _takeaway(fig, take)
     alt = ("Grouped bar chart of the time per call, in microseconds, of LayerNorm (blue) and "
-           "RMSNorm (vermillion, dotted) for each implementation: " + take)
+           "RMSNorm (vermillion, dotted) for each implementation.")
     return Plot(fig, alt, take, {"ratio": ratio})
 
 
@@ -425,7 +425,7 @@ def plot_residual_norms(norms: dict) -> Plot:
             f"renormalises it after every layer ({post[0]:.2f} -> {post[-1]:.2f} = sqrt(d)).")
     _takeaway(fig, take)
     alt = ("Line chart of the mean L2 norm of a token of the residual stream after each layer, "
-           "Pre-LN (blue circles, solid) and Post-LN (vermillion squares, dashed). " + take)
+           "Pre-LN (blue circles, solid) and Post-LN (vermillion squares, dashed).")
     return Plot(fig, alt, take, {k: np.asarray(v, float) for k, v in norms.items()})
 
 
@@ -483,7 +483,7 @@ def plot_grad_norms(grads: dict, depth_sweep: dict | None = None) -> Plot:
     alt = ("Line chart, log scale, of the gradient norm of each layer's second feed-forward "
            "matrix at initialisation, Pre-LN (blue circles, solid) and Post-LN (vermillion "
            "squares, dashed)" + (", and of the last layer's gradient norm against depth" if depth_sweep else "")
-           + ". " + take)
+           + ".")
     return Plot(fig, alt, take, data)
 
 
@@ -529,5 +529,5 @@ def plot_training(curves: dict) -> Plot:
             f"{final[('pre', False)]:.2f}; with warmup Post-LN gets to {final[('post', True)]:.2f}.")
     _takeaway(fig, take)
     alt = ("Line chart of training loss against step for Pre-LN (blue circles) and Post-LN "
-           "(vermillion squares), solid with learning-rate warmup and dotted without. " + take)
+           "(vermillion squares), solid with learning-rate warmup and dotted without.")
     return Plot(fig, alt, take, {"final": final})

@@ -121,10 +121,10 @@ Change `ddof=1` to `ddof=0` and run it again: *all correct*. The same works for
 1. Open an assignment from `release/`, fill in every `YOUR CODE HERE`, and run the test cell
    under each answer: it tells you what is wrong, for example *"your output equals the
    reference times 0.935 = sqrt(7/8): did you divide by n-1?"*.
-2. **Validate** before you hand in: click **Validate** in the notebook's toolbar (nbgrader's
-   JupyterLab extension), or run from the course folder
-   `.venv/bin/python -m nbgrader validate release/rmsnorm/rmsnorm.ipynb`.
-   It re-runs the notebook in a fresh kernel and lists any cell that fails.
+2. Before you hand in, validate: press the Validate button in the notebook's toolbar
+   (nbgrader's JupyterLab extension), or run `python -m nbgrader validate release/rmsnorm/rmsnorm.ipynb`
+   from the course folder (`.venv/bin/python` in a local clone). It re-runs the notebook in a
+   fresh kernel and lists any cell that fails.
 3. **Hand in** the saved `.ipynb` the way your course says: the **Assignment List** tab's
    *Submit* button when your instructor runs an nbgrader exchange, or upload the file to your
    course's LMS. Your instructor grades it with `make grade` (nbgrader `autograde`), and you get
