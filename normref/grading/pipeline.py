@@ -331,15 +331,29 @@ def _regrade_dead_kernels(course_root: Path, run: GradeRun, extra, setup, log) -
 
 
 def format_table(run: GradeRun) -> str:
-    """The grades as a plain-text table: one row per (student, assignment), from grades.csv."""
+    """The grades as a plain-text table from grades.csv: one row per student, one column per
+    assignment (``-`` = no submission, ``*`` = submitted after the due date), and the total."""
     with run.grades_csv.open() as f:
         rows = list(csv.DictReader(f))
-    header = f"{'student':<14} {'assignment':<16} {'score':>6} / max  late"
-    lines = [header, "-" * len(header)]
-    for r in sorted(rows, key=lambda r: (r["student_id"], r["assignment"])):
-        late = "yes" if r.get("timestamp") and r.get("duedate") and r["timestamp"] > r["duedate"] else ""
-        lines.append(f"{r['student_id']:<14} {r['assignment']:<16} {float(r['score']):>6.2f} / "
-                     f"{float(r['max_score']):<4g} {late}")
+    assignments = sorted({r["assignment"] for r in rows})
+    maxes = {r["assignment"]: float(r["max_score"]) for r in rows}
+    cell: dict[tuple[str, str], str] = {}
+    totals: dict[str, float] = {}
+    for r in rows:
+        late = bool(r.get("timestamp") and r.get("duedate") and r["timestamp"] > r["duedate"])
+        submitted = bool(r.get("timestamp"))
+        cell[(r["student_id"], r["assignment"])] = (f"{float(r['score']):.2f}{'*' if late else ''}"
+                                                    if submitted else "-")
+        totals[r["student_id"]] = totals.get(r["student_id"], 0.0) + float(r["score"])
+    width = max([len(a) for a in assignments] + [7])
+    head = f"{'student':<12}" + "".join(f"{a:>{width + 1}}" for a in assignments) + f"{'total':>9}"
+    sub = f"{'(max)':<12}" + "".join(f"{maxes[a]:>{width + 1}g}" for a in assignments) + \
+        f"{sum(maxes.values()):>9g}"
+    lines = [head, sub, "-" * len(head)]
+    for st in sorted(totals):
+        lines.append(f"{st:<12}" + "".join(f"{cell.get((st, a), '-'):>{width + 1}}" for a in assignments)
+                     + f"{totals[st]:>9.2f}")
+    lines.append("(* = submitted after the due date, - = no submission)")
     return "\n".join(lines)
 
 
