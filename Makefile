@@ -9,7 +9,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 SUBMISSIONS ?=
 JOBS ?=
 
-.PHONY: install lab test grade release bench clean student-repo
+.PHONY: install lab test grade release bench clean student-repo screenshots
 
 install: $(STAMP)
 
@@ -43,6 +43,14 @@ release: $(STAMP)
 STUDENT_REPO ?= build/student-repo
 student-repo: $(STAMP)
 	$(BIN)/python tools/student_repo.py "$(STUDENT_REPO)" --replace $(if $(BINDER_REPO),--binder-repo "$(BINDER_REPO)")
+
+# The README's screenshots, from the browser test (tests/test_browser.py saves every screenshot,
+# and the server log, under build/browser/).
+SCREENSHOTS := start lesson-01_layernorm self-check
+screenshots: $(STAMP)
+	$(BIN)/python -m pytest tests/test_browser.py -q
+	@mkdir -p docs/screenshots
+	cp $(foreach s,$(SCREENSHOTS),build/browser/$(s).png) docs/screenshots/
 
 clean:
 	rm -rf submitted autograded/* feedback gradebook.db grades.csv reports

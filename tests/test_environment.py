@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import tomllib
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -162,3 +163,22 @@ def test_postbuild_runs_with_the_venvs_packages(tmp_path):
     assert list(site.glob("normref-0.1.0.dist-info")), "postBuild did not install normref"
     assert list((tmp_path / "mpl").glob("fontlist-*.json")), "the matplotlib font cache was not built"
     assert "widgets extension enabled" in out.stdout
+
+
+def test_readme_binder_badge_opens_the_start_notebook():
+    readme = (REPO / "README.md").read_text()
+    (url,) = re.findall(r"\]\((https://mybinder\.org/v2/gh/[^)]+)\)", readme)
+    m = re.fullmatch(r"https://mybinder\.org/v2/gh/([\w.-]+)/([\w.-]+)/([\w./-]+)\?labpath=([\w.%-]+)", url)
+    assert m, f"not a Binder launch link with a labpath: {url}"
+    assert (REPO / urllib.parse.unquote(m[4])).is_file(), f"the badge opens {m[4]}, which does not exist"
+    assert urllib.parse.unquote(m[4]) == "notebooks/00_start.ipynb"
+
+
+def test_readme_screenshots_exist_and_are_small_pngs():
+    readme = (REPO / "README.md").read_text()
+    shots = re.findall(r'src="(docs/screenshots/[^"]+)"', readme)
+    assert len(shots) >= 3, "the README shows the start page, a lesson and a self-check"
+    for rel in shots:
+        data = (REPO / rel).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n", rel
+        assert len(data) < 300_000, f"{rel} is {len(data) // 1000} KB: keep screenshots under 300 KB"

@@ -1,0 +1,549 @@
+"""The student experience in a real browser: JupyterLab as Binder serves it, driven by Chromium.
+
+One JupyterLab server for the module, started the way Binder starts it (``start`` then
+``jupyter lab``, so with the student configuration in ``jupyter-student/``), on a free
+localhost port with a token, serving a ``make student-repo`` export of this working tree
+(the kernels import that export's ``normref``; nothing here is written back to the repo).
+Debian's Chromium, headless, is driven with Playwright; the session fixture installs Chromium
+with apt when it is missing (CI machines start without it).
+
+What a student would see is asserted, and measured:
+
+- the start page: the server's default URL opens ``notebooks/00_start.ipynb`` with nbgrader's
+  instructor panels hidden; cold start-to-page time printed;
+- every lesson notebook: Run All, kernel idle, no error output, every widget and every figure
+  the kernel sent rendered (counted in the saved notebook, found in the page); the kernel's
+  peak memory (``VmHWM``) printed and under Binder's 1 GB;
+- the LayerNorm explorer: arrow keys move a slider; the readout shows the values
+  ``torch.nn.functional.layer_norm`` gives for the new token;
+- an assignment from ``release/``: a wrong answer gets its diagnosis, the seed's answer gets
+  "all correct" from the self-check and nbgrader's Validate.
+
+Screenshots and the server log go to ``build/browser/`` (``make screenshots`` copies the
+README's into ``docs/screenshots/``).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+import torch.nn.functional as F
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+from playwright.sync_api import expect, sync_playwright
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+ARTEFACTS = REPO / "build" / "browser"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+VIEWPORT = {"width": 1360, "height": 860}
+SERVER_START_S = 90  # a cold `jupyter lab` on a loaded 2-core machine takes 5-15 s
+PAGE_MS = 60_000  # JupyterLab's first load, a kernel start with `import torch`
+RUN_ALL_MS = 150_000  # every cell of one lesson notebook
+BINDER_MEMORY_BYTES = 1 << 30  # each lesson's kernel must fit Binder's 1-2 GB with room to spare
+LESSONS = sorted((REPO / "notebooks").glob("[0-9]*.ipynb"))
+# The seed's Build challenge, "Standard answer": what a student who got it right types.
+SEED_RMS_NORM = '''def rms_norm(x, weight, eps=1e-6):
+    rms = x.float().pow(2).mean(dim=-1, keepdim=True).add(eps).rsqrt()
+    return (x.float() * rms * weight).to(x.dtype)
+'''
+# The mistake the checker must name: centering, as LayerNorm does.
+CENTERING_RMS_NORM = '''def rms_norm(x, weight, eps=1e-6):
+    h = x.float() - x.float().mean(dim=-1, keepdim=True)
+    rms = h.pow(2).mean(dim=-1, keepdim=True).add(eps).rsqrt()
+    return (h * rms * weight).to(x.dtype)
+'''
+
+
+# --------------------------------------------------------------------------- set-up
+
+
+def ensure_chromium() -> Path:
+    """Debian's Chromium at /usr/bin/chromium, installed with apt-get when missing.
+
+    Returns:
+        The browser's path.
+
+    Raises:
+        pytest.fail.Exception: not root, no apt-get, or the install failed (with apt's output).
+    """
+    if CHROMIUM.exists():
+        return CHROMIUM
+    why = ("the browser test needs Debian's Chromium at /usr/bin/chromium and installs it with "
+           "`apt-get install -y chromium`")
+    if shutil.which("apt-get") is None:
+        pytest.fail(f"{why}, but this machine has no apt-get: install Chromium by hand", pytrace=False)
+    if os.geteuid() != 0:
+        pytest.fail(f"{why}, which needs root: run `sudo apt-get install -y chromium` once", pytrace=False)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
+        try:
+            out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{why}: `{' '.join(cmd)}` took over 15 minutes", pytrace=False)
+        if out.returncode != 0:
+            pytest.fail(f"{why}: `{' '.join(cmd)}` failed:\n{(out.stdout + out.stderr)[-2000:]}", pytrace=False)
+    if not CHROMIUM.exists():
+        pytest.fail(f"{why}: apt-get succeeded but {CHROMIUM} is still missing", pytrace=False)
+    return CHROMIUM
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _export_student_tree(dest: Path) -> Path:
+    spec = importlib.util.spec_from_file_location("student_repo", REPO / "tools" / "student_repo.py")
+    mod = sys.modules.setdefault("student_repo", importlib.util.module_from_spec(spec))
+    spec.loader.exec_module(mod)
+    mod.export_student_repo(dest)
+    return dest
+
+
+@dataclass
+class Lab:
+    """A running JupyterLab: where it is, what it serves, when it was started."""
+
+    url: str
+    token: str
+    root: Path
+    proc: subprocess.Popen
+    started: float
+    ready_s: float
+
+    def api(self, path: str, method: str = "GET"):
+        req = urllib.request.Request(f"{self.url}{path}", method=method,
+                                     headers={"Authorization": f"token {self.token}"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            body = r.read()
+        return json.loads(body) if body else None
+
+    def status(self, path: str) -> int:
+        try:
+            return urllib.request.urlopen(f"{self.url}{path}?token={self.token}", timeout=30).status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+
+@pytest.fixture(scope="module")
+def browser():
+    ensure_chromium()
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def lab(browser, tmp_path_factory):
+    ARTEFACTS.mkdir(parents=True, exist_ok=True)
+    tmp = tmp_path_factory.mktemp("lab")
+    root = _export_student_tree(tmp / "course")
+    port, token = _free_port(), os.urandom(16).hex()
+    env = {**os.environ,
+           "PYTHONPATH": str(root),  # the kernels import the exported normref, not the repo's
+           "JUPYTERLAB_SETTINGS_DIR": str(tmp / "settings"),  # a first visit: no saved settings
+           "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "workspaces"),
+           "JUPYTER_RUNTIME_DIR": str(tmp / "runtime")}
+    env.pop("JUPYTER_CONFIG_PATH", None)
+    # `make lab`'s command, through Binder's `start`; the landing page comes from jupyter-student/.
+    cmd = [str(root / "start"), str(BIN / "jupyter"), "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+           f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+           f"--ServerApp.root_dir={root}"] + (["--allow-root"] if os.geteuid() == 0 else [])
+    log = open(ARTEFACTS / "server.log", "w")
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    server = Lab(f"http://127.0.0.1:{port}", token, root, proc, started, float("nan"))
+    try:
+        deadline = started + SERVER_START_S
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"jupyter lab exited with {proc.returncode}:\n{(ARTEFACTS / 'server.log').read_text()[-3000:]}")
+            try:
+                server.api("/api/status")
+                break
+            except (urllib.error.URLError, ConnectionError):
+                if time.perf_counter() > deadline:
+                    pytest.fail(f"jupyter lab did not answer within {SERVER_START_S} s")
+                time.sleep(0.2)
+        server.ready_s = time.perf_counter() - started
+        yield server
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)  # the server and the kernels it started
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def page(browser, lab):
+    context = browser.new_context(viewport=VIEWPORT)
+    pg = context.new_page()
+    pg.set_default_timeout(PAGE_MS)
+    yield pg
+    context.close()
+
+
+@pytest.fixture(autouse=True)
+def each_test(request, page, lab):
+    """After each test: its kernels shut down (whatever happened); a failure leaves
+    build/browser/FAILED-<test>.png, what the student would have seen."""
+    failed = request.session.testsfailed
+    yield
+    shut_down_kernels(lab)
+    if request.session.testsfailed > failed:
+        name = re.sub(r"[^\w.-]+", "_", request.node.name)
+        page.screenshot(path=str(ARTEFACTS / f"FAILED-{name}.png"))
+
+
+# --------------------------------------------------------------------------- page helpers
+
+# The visible notebook panel (others may exist, hidden).
+NOTEBOOK = ".jp-NotebookPanel:not(.lm-mod-hidden)"
+# The code cells' prompts, "[ ]:", "[*]:" or "[7]:" (textContent: cells scrolled out of view
+# are not rendered, and their innerText is empty).
+_PROMPTS_JS = """sel => Array.from(document.querySelectorAll(`${sel} .jp-CodeCell .jp-InputPrompt`))
+                     .map(p => p.textContent.trim())"""
+# True when no cell is queued or running, the kernel is idle, and every code cell ran, or an
+# error stopped Run All after at least one did.
+_RUN_FINISHED_JS = """sel => {
+  const panel = document.querySelector(sel);
+  const status = panel && panel.querySelector('.jp-Notebook-ExecutionIndicator');
+  if (!status || status.getAttribute('data-status') !== 'idle') return false;
+  const prompts = Array.from(panel.querySelectorAll('.jp-CodeCell .jp-InputPrompt')).map(p => p.textContent.trim());
+  if (prompts.some(p => p.includes('*'))) return false;
+  const ran = prompts.filter(p => /\\[\\d+\\]/.test(p)).length;
+  const failed = panel.querySelectorAll('[data-mime-type="application/vnd.jupyter.stderr"]').length > 0;
+  return ran === prompts.length || (failed && ran > 0);
+}"""
+
+
+def open_notebook(page, lab: Lab, rel: str) -> None:
+    """Open ``rel`` alone (``?reset``: no earlier tabs) and wait until its kernel is idle.
+
+    On a loaded machine JupyterLab can ask "Select Kernel" (the kernel list came late); the
+    notebook's own kernel, preselected, is accepted, as a student would.
+    """
+    page.goto(f"{lab.url}/lab/tree/{rel}?token={lab.token}&reset")
+    page.wait_for_selector(f"{NOTEBOOK} .jp-Notebook .jp-Cell")
+    deadline = time.perf_counter() + PAGE_MS / 1000
+    while not any(s["path"] == rel for s in lab.api("/api/sessions")):
+        accept_kernel_dialog(page)
+        assert time.perf_counter() < deadline, f"{rel}: no kernel started within {PAGE_MS / 1000:.0f} s"
+        time.sleep(0.25)
+    page.wait_for_selector(f"{NOTEBOOK} .jp-Notebook-ExecutionIndicator[data-status='idle']")
+    page.wait_for_timeout(500)
+    accept_kernel_dialog(page)
+
+
+def accept_kernel_dialog(page) -> None:
+    """Accept a "Select Kernel" dialog, if one is open (its preselected kernel is the notebook's)."""
+    select = page.locator(".jp-Dialog", has_text="Select Kernel")
+    if select.count():
+        select.locator(".jp-mod-accept").click()
+        page.wait_for_selector(f"{NOTEBOOK} .jp-Notebook-ExecutionIndicator[data-status='idle']")
+
+
+def menu(page, top: str, item: str) -> None:
+    """Click ``top`` in JupyterLab's menu bar, then ``item``."""
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(f"^{re.escape(top)}$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(f"^{re.escape(item)}$")).click()
+
+
+def restart_and_clear(page) -> None:
+    """Kernel ▸ Restart Kernel and Clear Outputs of All Cells…, confirmed; wait for the kernel."""
+    menu(page, "Kernel", "Restart Kernel and Clear Outputs of All Cells…")
+    page.locator(".jp-Dialog-button.jp-mod-accept").click()
+    page.wait_for_function(f"sel => ({_PROMPTS_JS})(sel).every(p => p === '[ ]:')", arg=NOTEBOOK)
+    page.wait_for_selector(f"{NOTEBOOK} .jp-Notebook-ExecutionIndicator[data-status='idle']")
+
+
+def run_all(page) -> float:
+    """Run ▸ Run All Cells (after a restart and clear if any cell ran); wait until it finished.
+
+    Returns:
+        The seconds from the click to the kernel idle with every cell run.
+    """
+    if any(p != "[ ]:" for p in page.evaluate(_PROMPTS_JS, NOTEBOOK)):
+        restart_and_clear(page)  # so that "finished" means this run's numbers
+    t0 = time.perf_counter()
+    for attempt in range(2):  # a menu command can be disabled for a moment after a notebook opens
+        accept_kernel_dialog(page)
+        page.locator(f"{NOTEBOOK} .jp-Cell").first.click()
+        menu(page, "Run", "Run All Cells")
+        try:
+            page.wait_for_function(f"sel => ({_PROMPTS_JS})(sel).some(p => p !== '[ ]:')", arg=NOTEBOOK,
+                                   timeout=15_000, polling=100)
+            break
+        except PlaywrightTimeout:
+            assert attempt == 0, "Run ▸ Run All Cells started nothing, twice"
+    page.wait_for_function(_RUN_FINISHED_JS, arg=NOTEBOOK, timeout=RUN_ALL_MS, polling=250)
+    return time.perf_counter() - t0
+
+
+def error_outputs(page) -> list[str]:
+    """Text of every error or stderr output in the visible notebook."""
+    return page.locator(f'{NOTEBOOK} [data-mime-type="application/vnd.jupyter.stderr"]').all_inner_texts()
+
+
+def save(page, lab: Lab, rel: str) -> nbformat.NotebookNode:
+    """Ctrl+S, then the notebook as saved (what the kernel sent, whatever the page rendered)."""
+    path = lab.root / rel
+    before = path.stat().st_mtime_ns
+    page.locator(f"{NOTEBOOK} .jp-Notebook").click(position={"x": 5, "y": 5})
+    page.keyboard.press("Control+s")
+    deadline = time.perf_counter() + 30
+    while path.stat().st_mtime_ns == before:
+        assert time.perf_counter() < deadline, f"{rel}: Ctrl+S did not save within 30 s"
+        time.sleep(0.2)
+    time.sleep(0.3)
+    return nbformat.read(path, as_version=4)
+
+
+def kernel_peak_rss_bytes(lab: Lab, rel: str) -> int:
+    """Peak resident memory (``VmHWM``) of the kernel of notebook ``rel``."""
+    (session,) = [s for s in lab.api("/api/sessions") if s["path"] == rel]
+    kid = session["kernel"]["id"]
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and f"kernel-{kid}.json" in (proc / "cmdline").read_text():
+                (hwm,) = re.findall(r"VmHWM:\s+(\d+) kB", (proc / "status").read_text())
+                return int(hwm) * 1024
+        except OSError:
+            continue
+    raise AssertionError(f"no process for the kernel of {rel} ({kid})")
+
+
+def shut_down_kernels(lab: Lab) -> None:
+    for s in lab.api("/api/sessions"):
+        lab.api(f"/api/sessions/{s['id']}", method="DELETE")
+
+
+def shot(page, name: str, locator=None) -> Path:
+    """Screenshot of the page (or of ``locator``) into build/browser/<name>.png, once painted."""
+    path = ARTEFACTS / f"{name}.png"
+    # JupyterLab paints cells scrolled into view a frame or two later (content-visibility).
+    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+    page.wait_for_timeout(300)
+    (locator or page).screenshot(path=str(path))
+    return path
+
+
+def set_cell_source(page, cell, code: str) -> None:
+    """Replace a code cell's text, as a student typing it (no auto-indent, no auto-brackets)."""
+    cell.locator(".cm-content").click()
+    page.keyboard.press("Control+a")
+    page.keyboard.insert_text(code)
+    page.keyboard.press("Escape")
+
+
+def check_widget_views(page, rel: str) -> None:
+    """No widget of the visible notebook failed to render ("Click to show javascript error.").
+
+    E.g. ipywidgets 8.1.9 cannot build the view of a widget that has a tooltip but no
+    description (jupyter-widgets/ipywidgets#3921): the kernel side works, the page does not.
+    """
+    errors = page.locator(f"{NOTEBOOK} .jupyter-widgets-error-widget")
+    texts = []
+    for i in range(errors.count()):
+        errors.nth(i).click()  # shows the JavaScript error in place of the widget
+        texts.append(errors.nth(i).inner_text().strip())
+    assert not texts, f"{rel}: {len(texts)} widget(s) failed to render in the browser:\n" + "\n---\n".join(
+        t[:800] for t in texts)
+
+
+def validate_button(page):
+    """nbgrader's Validate button in the visible notebook's toolbar."""
+    return page.locator(f"{NOTEBOOK} .jp-NotebookPanel-toolbar").get_by_text("Validate", exact=True)
+
+
+def _outputs(nb, mime: str):
+    return [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if mime in o.get("data", {})]
+
+
+# --------------------------------------------------------------------------- tests
+
+
+def test_start_page_opens_the_start_notebook_without_instructor_panels(page, lab):
+    page.goto(f"{lab.url}/?token={lab.token}")  # what the Binder badge's labpath also opens
+    page.wait_for_selector(f"{NOTEBOOK} .jp-Notebook .jp-Cell")
+    page.wait_for_selector(f"{NOTEBOOK} .jp-Notebook-ExecutionIndicator[data-status='idle']")
+    to_page = time.perf_counter() - lab.started
+    print(f"\ncold start-to-page: {to_page:.1f} s (server answering after {lab.ready_s:.1f} s; "
+          "from `jupyter lab` starting to the start notebook shown with an idle kernel)")
+    assert page.url.split("?")[0].endswith("/lab/tree/notebooks/00_start.ipynb"), page.url
+    assert page.locator(f"{NOTEBOOK} h1").first.inner_text().startswith("Lesson 16")
+    assert page.locator(".jp-DirListing-item").count() > 0, "the file browser is empty"
+
+    config = json.loads(page.locator("#jupyter-config-data").text_content())
+    assert "@jupyter-widgets/jupyterlab-manager" in {e["name"] for e in config["federated_extensions"]}
+    for plugin in ("formgrader", "create-assignment", "course-list", "assignment-list", "menu"):
+        assert f"@jupyter/nbgrader:{plugin}" in config["disabledExtensions"]
+    menus = page.locator(".lm-MenuBar-itemLabel").all_inner_texts()
+    assert "Nbgrader" not in menus and "Run" in menus, menus
+    assert page.locator("#nbgrader-create_assignemnt").count() == 0  # nbgrader's id, sic
+    assert validate_button(page).count() == 1  # students keep nbgrader's Validate
+    assert lab.status("/formgrader") == 404 and lab.status("/api/status") == 200
+    assert page.get_by_text("Would you like to get notified").count() == 0  # no news pop-up
+    shot(page, "start")
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=lambda p: p.name)
+def test_lesson_runs_all_in_the_browser_with_widgets_and_figures(page, lab, lesson):
+    rel = f"notebooks/{lesson.name}"
+    open_notebook(page, lab, rel)
+    seconds = run_all(page)
+    errors = error_outputs(page)
+    assert not errors, f"{rel}: error output in the browser:\n" + "\n---\n".join(e[-1500:] for e in errors)
+    check_widget_views(page, rel)
+
+    saved = save(page, lab, rel)
+    n_widgets = len(_outputs(saved, "application/vnd.jupyter.widget-view+json"))
+    n_png = len(_outputs(saved, "image/png"))
+    n_html_img = sum(o["data"]["text/html"].count("<img") for o in _outputs(saved, "text/html"))
+    panel = page.locator(NOTEBOOK)
+    rendered = panel.locator(".jp-OutputArea-output > .jupyter-widgets")
+    assert rendered.count() == n_widgets, (
+        f"{rel}: the kernel displayed {n_widgets} widgets, the page rendered {rendered.count()} "
+        "(is the @jupyter-widgets/jupyterlab-manager extension missing?)")
+    static_imgs = panel.locator(".jp-OutputArea-output img:not(.jupyter-widgets img)")
+    assert static_imgs.count() == n_png + n_html_img, f"{rel}: {static_imgs.count()} figures on the page, " \
+        f"{n_png + n_html_img} in the outputs"
+    sizes = page.evaluate(f"""Array.from(document.querySelectorAll('{NOTEBOOK} .jp-OutputArea-output img'))
+                             .map(i => [i.complete, i.naturalWidth])""")
+    assert all(done and w > 0 for done, w in sizes), f"{rel}: an image did not load: {sizes}"
+
+    peak = kernel_peak_rss_bytes(lab, rel)
+    print(f"\n{rel}: Run All {seconds:.1f} s in the browser, {n_widgets} widgets, "
+          f"{n_png + n_html_img} figures (+{len(sizes) - n_png - n_html_img} widget images), "
+          f"kernel peak memory {peak / 2**20:.0f} MiB")
+    assert peak < BINDER_MEMORY_BYTES, f"{rel}: kernel peak memory {peak / 2**20:.0f} MiB, over Binder's 1 GiB"
+
+    first = panel.locator(".jp-OutputArea-output > .jupyter-widgets, .jp-OutputArea-output img").first
+    if first.count():  # the screenshot shows the first widget or figure, its cell at the top
+        first.evaluate("e => e.closest('.jp-Cell').scrollIntoView({block: 'start'})")
+        expect(first).to_be_in_viewport()
+    shot(page, f"lesson-{lesson.stem}")
+
+
+def _explorer_notebook(lab: Lab) -> str:
+    """The first lesson that shows a NormExplorer; else a scratch notebook that shows one."""
+    for lesson in LESSONS:
+        if "NormExplorer(" in lesson.read_text():
+            return f"notebooks/{lesson.name}"
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                          "language": "python"}})
+    nb.cells = [nbformat.v4.new_code_cell("from normref.widgets import NormExplorer\nNormExplorer()")]
+    nbformat.write(nb, lab.root / "notebooks" / "explorer_check.ipynb")
+    return "notebooks/explorer_check.ipynb"
+
+
+def _readout(widget) -> dict:
+    """The explorer's readout lines ``name = value`` as numbers (the format NormExplorer documents)."""
+    out = {}
+    for part in re.split(r"\s{3,}|\n", widget.locator(".normref-readout pre").text_content()):
+        if " = " in part:
+            k, v = (s.strip() for s in part.split(" = ", 1))
+            out[k] = [float(a) for a in v.strip("[]").split(",")] if v.startswith("[") else v
+    return out
+
+
+def _want_y(r: dict) -> list[float]:
+    """LayerNorm of the readout's x with its gamma, beta, eps, by torch (float64), to 3 decimals."""
+    x = torch.tensor(r["x"], dtype=torch.float64)
+    d = x.shape[-1]
+    w, b = torch.full((d,), float(r["gamma"]), dtype=torch.float64), torch.full((d,), float(r["beta"]), dtype=torch.float64)
+    return [round(v, 3) + 0.0 for v in F.layer_norm(x, (d,), w, b, eps=float(r["eps"])).tolist()]
+
+
+def test_layernorm_explorer_slider_updates_the_numbers(page, lab):
+    rel = _explorer_notebook(lab)
+    open_notebook(page, lab, rel)
+    run_all(page)
+    check_widget_views(page, rel)
+    widget = page.locator(f"{NOTEBOOK} .jp-OutputArea-output > .jupyter-widgets",
+                          has=page.locator(".normref-readout")).first
+    widget.scroll_into_view_if_needed()
+    before = _readout(widget)
+    assert before["norm"] == "LayerNorm", before
+    if before["x"] == [1.0, 2.0, 3.0]:  # the seed's worked example, by hand: (-1, 0, 1) / sqrt(2/3)
+        assert before["y"] == [-1.225, 0.0, 1.225]
+    assert before["y"] == _want_y(before)
+
+    # Arrow keys on the last feature's slider handle: 5 steps of 0.1.
+    last = len(before["x"]) - 1
+    slider = widget.locator(".widget-slider", has=page.locator("label", has_text=re.compile(rf"^x\[{last}\]$")))
+    slider.locator(".noUi-handle").focus()
+    for _ in range(5):
+        page.keyboard.press("ArrowRight")
+    want_x = before["x"][:-1] + [round(before["x"][-1] + 0.5, 3)]
+    expect(widget.locator(".normref-readout")).to_contain_text(
+        "x = [" + ", ".join(f"{v:.3f}" for v in want_x) + "]", timeout=30_000)
+    after = _readout(widget)
+    assert slider.locator(".widget-readout").text_content().strip() == f"{want_x[-1]:.2f}"
+    assert after["x"] == want_x
+    assert after["y"] == _want_y(after) and after["y"] != before["y"]
+    if want_x == [1.0, 2.0, 3.5]:  # by hand: mean 13/6, var 19/18, y = (x - mean) / sqrt(var)
+        assert after["y"] == [-1.136, -0.162, 1.298]
+    shot(page, "explorer", widget)
+    assert widget.locator("img").evaluate("i => i.complete && i.naturalWidth > 0"), "the chart did not render"
+
+
+def test_assignment_self_check_names_the_mistake_then_passes(page, lab):
+    rel = "release/rmsnorm/rmsnorm.ipynb"
+    open_notebook(page, lab, rel)
+    answer = page.locator(f"{NOTEBOOK} .jp-CodeCell", has_text="YOUR CODE HERE")
+    assert answer.count() == 1, "the released notebook should have one answer cell"
+
+    set_cell_source(page, answer, CENTERING_RMS_NORM)
+    run_all(page)
+    shown = page.locator(NOTEBOOK).inner_text()
+    assert "RMSNorm does not subtract the mean" in shown, shown[-2000:]
+    assert "[fault: subtracts_mean]" in shown
+
+    answer = page.locator(f"{NOTEBOOK} .jp-CodeCell", has_text="def rms_norm").first
+    set_cell_source(page, answer, SEED_RMS_NORM)
+    run_all(page)
+    assert error_outputs(page) == []
+    outputs = page.locator(f"{NOTEBOOK} .jp-OutputArea-output").all_inner_texts()
+    passed = [o for o in outputs if re.search(r"rms_norm: (\d+)/\1 cases passed \(score 1\.00\) - all correct\.", o)]
+    assert len(passed) >= 2, outputs  # the visible quick check and the full battery
+    passed_cell = page.locator(f"{NOTEBOOK} .jp-CodeCell", has_text="Full battery")
+    passed_cell.scroll_into_view_if_needed()
+    shot(page, "self-check")
+
+    # nbgrader's Validate button (the student's whole-notebook check) agrees.
+    save(page, lab, rel)
+    validate_button(page).click()
+    dialog = page.locator(".jp-Dialog-content")
+    dialog.wait_for(timeout=RUN_ALL_MS)
+    page.wait_for_function("el => !/Validating/.test(el.innerText)", arg=dialog.element_handle(), timeout=RUN_ALL_MS)
+    text = dialog.inner_text()
+    assert "Success! Your notebook passes all the tests." in text, text[-1500:]
+    shot(page, "validate")
+    page.locator(".jp-Dialog-button").last.click()
