@@ -40,6 +40,10 @@ DIAGNOSES = [
 ]
 
 
+# What the "correct" submissions claim to have been run with; nbgrader_config.py overrides it.
+FOREIGN_KERNEL = {"display_name": "Julia 1.10", "language": "julia", "name": "no-such-kernel"}
+
+
 def _nbgrader(root: Path, *args: str) -> subprocess.CompletedProcess:
     proc = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=root,
                           capture_output=True, text=True)
@@ -110,7 +114,10 @@ class Course:
         for variant, answers in ANSWERS[assignment].items():
             dest = root / "submitted" / variant / assignment
             dest.mkdir(parents=True)
-            nbformat.write(fill_answers(release, answers), dest / release.name)
+            nb = fill_answers(release, answers)
+            if variant == "correct":  # the course config must run it in python3 regardless
+                nb.metadata["kernelspec"] = FOREIGN_KERNEL
+            nbformat.write(nb, dest / release.name)
         _nbgrader(root, "autograde", assignment, "--force")  # every variant in one call
         _nbgrader(root, "generate_feedback", assignment, "--force")
         self.seconds[assignment] = time.perf_counter() - t0
@@ -119,6 +126,8 @@ class Course:
         self.start(assignment).result()
 
     def notebook(self, kind: str, assignment: str, student: str | None = None) -> Path:
+        if kind != "release":  # the others exist once the assignment is graded
+            self.autograde(assignment)
         base = self.root(assignment) / kind / (student or "") / assignment
         nbs = sorted(base.glob("*.ipynb"))
         assert len(nbs) == 1, f"expected one notebook in {base}, found {nbs}"
@@ -225,6 +234,18 @@ def test_each_variant_gets_exactly_the_expected_points(course, assignment):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_submission_kernel_metadata_is_ignored(course, assignment):
+    submitted = nbformat.read(course.notebook("submitted", assignment, "correct"), as_version=4)
+    assert submitted.metadata["kernelspec"]["name"] == FOREIGN_KERNEL["name"]
+    graded = nbformat.read(course.notebook("autograded", assignment, "correct"), as_version=4)
+    assert graded.metadata["kernelspec"]["name"] == "python3"
+    got = {g: score for g, (score, _) in course.grades(assignment)["correct"].items()}
+    assert got == pytest.approx(EXPECTED[assignment]["correct"])
+    assert sum(got.values()) > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_unanswered_release_scores_zero_without_crashing(course, assignment):
     grades = course.grades(assignment)
     assert grades["blank"] and all(score == 0 for score, _ in grades["blank"].values())
@@ -275,3 +296,25 @@ def test_feedback_of_a_failing_hidden_test_shows_the_diagnosis(course, assignmen
     page = _html_text(course.feedback(assignment, variant))
     for text in texts:
         assert text in page, (assignment, variant, text)
+
+
+@pytest.mark.slow
+def test_block_warmup_plots_draw_for_students_and_are_skipped_while_grading(monkeypatch):
+    """The written answer's plots come from normref (Xiong et al.'s Fig. 2-3, measured); the
+    cell draws both in a student's kernel and nothing while nbgrader executes it."""
+    from normref.plots import Plot
+
+    release = REPO / "release" / "block" / "block.ipynb"
+    cell = next(c for c in nbformat.read(release, as_version=4).cells
+                if c.metadata.get("nbgrader", {}).get("grade_id") == "warmup_plots")
+    shown: list = []
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    exec(cell.source, {"display": shown.append})
+    assert shown == []
+    monkeypatch.delenv("NBGRADER_EXECUTION")
+    exec(cell.source, {"display": shown.append})
+    assert [type(p) for p in shown] == [Plot, Plot]
+    grads, curves = shown[0].data, shown[1].data
+    assert grads["post"][-1] > grads["pre"][-1]  # the output side: Post-LN's gradient is larger
+    final = curves["final"]
+    assert final[("post", False)] > final[("post", True)]  # warmup helps Post-LN
