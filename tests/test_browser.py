@@ -179,7 +179,8 @@ def lab(browser, tmp_path_factory):
         deadline = started + SERVER_START_S
         while True:
             if proc.poll() is not None:
-                pytest.fail(f"jupyter lab exited with {proc.returncode}:\n{(ARTEFACTS / 'server.log').read_text()[-3000:]}")
+                tail = (ARTEFACTS / "server.log").read_text()[-3000:]
+                pytest.fail(f"jupyter lab exited with {proc.returncode}:\n{tail}")
             try:
                 server.api("/api/status")
                 break
@@ -477,7 +478,8 @@ def _want_y(r: dict) -> list[float]:
     """LayerNorm of the readout's x with its gamma, beta, eps, by torch (float64), to 3 decimals."""
     x = torch.tensor(r["x"], dtype=torch.float64)
     d = x.shape[-1]
-    w, b = torch.full((d,), float(r["gamma"]), dtype=torch.float64), torch.full((d,), float(r["beta"]), dtype=torch.float64)
+    w = torch.full((d,), float(r["gamma"]), dtype=torch.float64)
+    b = torch.full((d,), float(r["beta"]), dtype=torch.float64)
     return [round(v, 3) + 0.0 for v in F.layer_norm(x, (d,), w, b, eps=float(r["eps"])).tolist()]
 
 

@@ -103,7 +103,8 @@ def _course_repo(tmp_path: Path, normref_init: str) -> Path:
 
 def test_export_refuses_a_hidden_test_and_notes_an_answer(tmp_path):
     hidden = _course_repo(tmp_path / "a", "assert abs(float(layer_norm(x).mean())) < 1e-6\n")
-    with pytest.raises(student_repo.ExportError, match=r"(?s)hidden tests would reach students.*normref/__init__.py:1: assert abs"):
+    refused = r"(?s)hidden tests would reach students.*normref/__init__.py:1: assert abs"
+    with pytest.raises(student_repo.ExportError, match=refused):
         student_repo.export_student_repo(tmp_path / "a" / "out", repo=hidden)
     assert not (tmp_path / "a" / "out" / "normref").exists(), "a refused export must leave nothing behind"
 
