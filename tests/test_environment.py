@@ -164,6 +164,15 @@ def test_postbuild_runs_with_the_venvs_packages(tmp_path):
     assert list((tmp_path / "mpl").glob("fontlist-*.json")), "the matplotlib font cache was not built"
     assert "widgets extension enabled" in out.stdout
 
+    # Without the widgets front end, the build fails (instead of a class seeing plain text).
+    fake = tmp_path / "fake-bin"
+    fake.mkdir()
+    (fake / "jupyter").write_text("#!/bin/sh\necho '  @jupyter/nbgrader v0.9.6 enabled OK'\n")
+    (fake / "jupyter").chmod(0o755)
+    env["PATH"] = os.pathsep.join([str(fake), env["PATH"]])
+    out = subprocess.run([str(REPO / "postBuild")], env=env, capture_output=True, text=True, timeout=300, cwd="/")
+    assert out.returncode == 1 and "the ipywidgets JupyterLab extension is missing" in out.stderr, out.stderr
+
 
 def test_readme_binder_badge_opens_the_start_notebook():
     readme = (REPO / "README.md").read_text()
