@@ -452,16 +452,12 @@ def test_lesson_runs_all_in_the_browser_with_widgets_and_figures(page, lab, less
     shot(page, f"lesson-{lesson.stem}")
 
 
-def _explorer_notebook(lab: Lab) -> str:
-    """The first lesson that shows a NormExplorer; else a scratch notebook that shows one."""
+def _explorer_notebook() -> str:
+    """The first lesson that shows a NormExplorer (the LayerNorm one)."""
     for lesson in LESSONS:
-        if "NormExplorer(" in lesson.read_text():
+        if "NormExplorer()" in lesson.read_text():
             return f"notebooks/{lesson.name}"
-    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                                          "language": "python"}})
-    nb.cells = [nbformat.v4.new_code_cell("from normref.widgets import NormExplorer\nNormExplorer()")]
-    nbformat.write(nb, lab.root / "notebooks" / "explorer_check.ipynb")
-    return "notebooks/explorer_check.ipynb"
+    raise AssertionError("no lesson shows widgets.NormExplorer(): the LayerNorm explorer is part of the lesson")
 
 
 def _readout(widget) -> dict:
@@ -484,7 +480,7 @@ def _want_y(r: dict) -> list[float]:
 
 
 def test_layernorm_explorer_slider_updates_the_numbers(page, lab):
-    rel = _explorer_notebook(lab)
+    rel = _explorer_notebook()
     open_notebook(page, lab, rel)
     run_all(page)
     check_widget_views(page, rel)
