@@ -19,9 +19,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 	@touch $(STAMP)
 
+# Jupyter refuses to run as root without --allow-root (containers, CI machines).
 lab: $(STAMP)
 	$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" \
-		--LabApp.default_url=/lab/tree/notebooks/00_start.ipynb
+		--LabApp.default_url=/lab/tree/notebooks/00_start.ipynb \
+		$(if $(filter 0,$(shell id -u)),--allow-root)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
