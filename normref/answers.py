@@ -65,8 +65,10 @@ ANSWER_FAULTS: dict[str, str] = {
     "missing_sqrt": "that is the mean square: RMS takes its square root.",
     "l2_norm_not_rms": "that is the L2 norm sqrt(sum of squares): RMS divides the sum of "
     "squares by d before taking the root.",
-    "mean_abs_not_rms": "that is the mean of the values: RMS is the root of the mean of the squares.",
-    "divided_outside_sqrt": "d was divided outside the square root: RMS = sqrt(sum of squares / d).",
+    "mean_abs_not_rms": "that is the mean of the values: RMS is the root of the mean of the "
+    "squares.",
+    "divided_outside_sqrt": "d was divided outside the square root: RMS = sqrt(sum of squares "
+    "/ d).",
     "not_centered": "the mean was not subtracted: LayerNorm centers each token before dividing.",
     "not_scaled": "the values were centered but not divided by the standard deviation.",
     "divided_by_variance": "divide by the standard deviation sqrt(variance), not by the variance.",
@@ -255,7 +257,8 @@ def parse_shape(value, *, what: str = "the answer") -> tuple[int, ...]:
     if isinstance(value, str):
         nums = re.findall(r"-?\d+", value)
         if not nums or re.search(r"\d\.\d", value):
-            raise AnswerFormatError(f"{what}: could not read {value!r} as a shape; write e.g. (4, 5)")
+            raise AnswerFormatError(f"{what}: could not read {value!r} as a shape; "
+                                    "write e.g. (4, 5)")
         out = tuple(int(n) for n in nums)
     else:
         try:

@@ -227,7 +227,8 @@ def test_stats_axis_correct_forms(a):
 
 
 @pytest.mark.parametrize("a, fault", [(0, "batch_axis"), ("batch", "batch_axis"),
-                                      (1, "sequence_axis"), ("across the sequence", "sequence_axis"),
+                                      (1, "sequence_axis"),
+                                      ("across the sequence", "sequence_axis"),
                                       ("T", "sequence_axis"), ("banana", "bad_format"),
                                       (5, "bad_format")])
 def test_stats_axis_faults(a, fault):

@@ -4,7 +4,8 @@
 student typed there; a grade_id left out keeps the release stub (an unanswered cell). Variants
 are ``"correct"``, ``"blank"`` (the release notebook unchanged), ``"partial"`` (some questions
 or cases right, some wrong) and one per fault kind that the assignment's checkers diagnose,
-named by that fault kind (:data:`normref.checks.FAULT_KINDS`, :data:`normref.answers.ANSWER_FAULTS`).
+named by that fault kind (:data:`normref.checks.FAULT_KINDS`,
+:data:`normref.answers.ANSWER_FAULTS`).
 
 ``EXPECTED[assignment][variant]`` gives, for every grade cell, the points nbgrader must award.
 Each number is derived by hand from what the variant gets wrong and from the cases of the
@@ -140,7 +141,8 @@ _PRACTICE_EXPECTED = {
 # --------------------------------------------------------------------------- layernorm
 
 _LN_HEAD = "def layer_norm(x, weight, bias, eps=1e-5):\n"
-_LN_CORRECT = _LN_HEAD + '''    h = x.astype(np.float32)
+_LN_CORRECT = _LN_HEAD + '''\
+    h = x.astype(np.float32)
     mean = h.mean(axis=-1, keepdims=True)  # [..., 1]
     var = h.var(axis=-1, keepdims=True)  # [..., 1], ddof=0
     return ((h - mean) / np.sqrt(var + eps) * weight + bias).astype(x.dtype)
@@ -154,59 +156,71 @@ def _ln(body: str) -> str:
 _LAYERNORM_ANSWERS = {
     "correct": {"layer_norm_impl": _LN_CORRECT},
     "blank": {},
-    "partial": {"layer_norm_impl": _ln('''    mean = x.mean(axis=-1, keepdims=True)  # in x's dtype
+    "partial": {"layer_norm_impl": _ln('''\
+    mean = x.mean(axis=-1, keepdims=True)  # in x's dtype
     var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
     return ((x - mean) / (np.sqrt(var) + eps) * weight + bias).astype(x.dtype)
 ''')},
-    "unbiased_variance": {"layer_norm_impl": _ln('''    h = x.astype(np.float32)
+    "unbiased_variance": {"layer_norm_impl": _ln('''\
+    h = x.astype(np.float32)
     mean = h.mean(axis=-1, keepdims=True)
     var = h.var(axis=-1, ddof=1, keepdims=True)
     return ((h - mean) / np.sqrt(var + eps) * weight + bias).astype(x.dtype)
 ''')},
-    "eps_outside_sqrt": {"layer_norm_impl": _ln('''    h = x.astype(np.float32)
+    "eps_outside_sqrt": {"layer_norm_impl": _ln('''\
+    h = x.astype(np.float32)
     mean = h.mean(axis=-1, keepdims=True)
     std = h.std(axis=-1, keepdims=True)
     return ((h - mean) / (std + eps) * weight + bias).astype(x.dtype)
 ''')},
-    "wrong_axis": {"layer_norm_impl": _ln('''    h = x.astype(np.float32)
+    "wrong_axis": {"layer_norm_impl": _ln('''\
+    h = x.astype(np.float32)
     mean = h.mean(axis=0, keepdims=True)
     var = h.var(axis=0, keepdims=True)
     return ((h - mean) / np.sqrt(var + eps) * weight + bias).astype(x.dtype)
 ''')},
-    "missing_keepdim": {"layer_norm_impl": _ln('''    h = x.astype(np.float32)
+    "missing_keepdim": {"layer_norm_impl": _ln('''\
+    h = x.astype(np.float32)
     mean = h.mean(axis=-1)
     var = h.var(axis=-1)
     return ((h - mean) / np.sqrt(var + eps) * weight + bias).astype(x.dtype)
 ''')},
-    "low_precision_stats": {"layer_norm_impl": _ln('''    mean = x.mean(axis=-1, keepdims=True)  # in x's dtype: float16 stays float16
+    "low_precision_stats": {"layer_norm_impl": _ln('''\
+    mean = x.mean(axis=-1, keepdims=True)  # in x's dtype: float16 stays float16
     var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
     return ((x - mean) / np.sqrt(var + eps) * weight + bias).astype(x.dtype)
 ''')},
-    "no_eps": {"layer_norm_impl": _ln('''    h = x.astype(np.float32)
+    "no_eps": {"layer_norm_impl": _ln('''\
+    h = x.astype(np.float32)
     mean = h.mean(axis=-1, keepdims=True)
     var = h.var(axis=-1, keepdims=True)
     return ((h - mean) / np.sqrt(var) * weight + bias).astype(x.dtype)  # no eps
 ''')},
-    "not_centered": {"layer_norm_impl": _ln('''    h = x.astype(np.float32)
+    "not_centered": {"layer_norm_impl": _ln('''\
+    h = x.astype(np.float32)
     ms = (h ** 2).mean(axis=-1, keepdims=True)  # no mean subtracted: this is RMSNorm
     return (h / np.sqrt(ms + eps) * weight + bias).astype(x.dtype)
 ''')},
-    "ignores_weight": {"layer_norm_impl": _ln('''    h = x.astype(np.float32)
+    "ignores_weight": {"layer_norm_impl": _ln('''\
+    h = x.astype(np.float32)
     mean = h.mean(axis=-1, keepdims=True)
     var = h.var(axis=-1, keepdims=True)
     return ((h - mean) / np.sqrt(var + eps) + bias).astype(x.dtype)
 ''')},
-    "ignores_bias": {"layer_norm_impl": _ln('''    h = x.astype(np.float32)
+    "ignores_bias": {"layer_norm_impl": _ln('''\
+    h = x.astype(np.float32)
     mean = h.mean(axis=-1, keepdims=True)
     var = h.var(axis=-1, keepdims=True)
     return ((h - mean) / np.sqrt(var + eps) * weight).astype(x.dtype)
 ''')},
-    "wrong_dtype": {"layer_norm_impl": _ln('''    h = x.astype(np.float32)
+    "wrong_dtype": {"layer_norm_impl": _ln('''\
+    h = x.astype(np.float32)
     mean = h.mean(axis=-1, keepdims=True)
     var = h.var(axis=-1, keepdims=True)
     return (h - mean) / np.sqrt(var + eps) * weight + bias  # stays float32
 ''')},
-    "mutates_input": {"layer_norm_impl": _ln('''    x -= x.mean(axis=-1, keepdims=True)  # in place: the caller's array changes
+    "mutates_input": {"layer_norm_impl": _ln('''\
+    x -= x.mean(axis=-1, keepdims=True)  # in place: the caller's array changes
     h = x.astype(np.float32)
     var = (h ** 2).mean(axis=-1, keepdims=True)
     return (h / np.sqrt(var + eps) * weight + bias).astype(x.dtype)
@@ -249,7 +263,8 @@ _LAYERNORM_EXPECTED = {
 # --------------------------------------------------------------------------- rmsnorm
 
 _RMS_HEAD = "def rms_norm(x, weight, eps=1e-6):\n"
-_RMS_CORRECT = _RMS_HEAD + '''    rms = x.float().pow(2).mean(dim=-1, keepdim=True).add(eps).rsqrt()  # [..., 1]
+_RMS_CORRECT = _RMS_HEAD + '''\
+    rms = x.float().pow(2).mean(dim=-1, keepdim=True).add(eps).rsqrt()  # [..., 1]
     return (x.float() * rms * weight).to(x.dtype)
 '''
 
@@ -261,38 +276,49 @@ def _rms(body: str) -> str:
 _RMSNORM_ANSWERS = {
     "correct": {"rms_norm_impl": _RMS_CORRECT},
     "blank": {},
-    "partial": {"rms_norm_impl": _rms('''    ms = x.pow(2).mean(dim=-1, keepdim=True)  # in x's dtype
+    "partial": {"rms_norm_impl": _rms('''\
+    ms = x.pow(2).mean(dim=-1, keepdim=True)  # in x's dtype
     return (x / (ms.sqrt() + eps) * weight).to(x.dtype)
 ''')},
-    "unbiased_variance": {"rms_norm_impl": _rms('''    ms = x.float().pow(2).sum(dim=-1, keepdim=True) / (x.shape[-1] - 1)
+    "unbiased_variance": {"rms_norm_impl": _rms('''\
+    ms = x.float().pow(2).sum(dim=-1, keepdim=True) / (x.shape[-1] - 1)
     return (x.float() * (ms + eps).rsqrt() * weight).to(x.dtype)
 ''')},
-    "eps_outside_sqrt": {"rms_norm_impl": _rms('''    rms = x.float().pow(2).mean(dim=-1, keepdim=True).sqrt() + eps
+    "eps_outside_sqrt": {"rms_norm_impl": _rms('''\
+    rms = x.float().pow(2).mean(dim=-1, keepdim=True).sqrt() + eps
     return (x.float() / rms * weight).to(x.dtype)
 ''')},
-    "no_eps": {"rms_norm_impl": _rms('''    rms = x.float().pow(2).mean(dim=-1, keepdim=True).rsqrt()  # eps forgotten
+    "no_eps": {"rms_norm_impl": _rms('''\
+    rms = x.float().pow(2).mean(dim=-1, keepdim=True).rsqrt()  # eps forgotten
     return (x.float() * rms * weight).to(x.dtype)
 ''')},
-    "wrong_axis": {"rms_norm_impl": _rms('''    rms = x.float().pow(2).mean(dim=0, keepdim=True).add(eps).rsqrt()
+    "wrong_axis": {"rms_norm_impl": _rms('''\
+    rms = x.float().pow(2).mean(dim=0, keepdim=True).add(eps).rsqrt()
     return (x.float() * rms * weight).to(x.dtype)
 ''')},
-    "missing_keepdim": {"rms_norm_impl": _rms('''    rms = x.float().pow(2).mean(dim=-1).add(eps).rsqrt()
+    "missing_keepdim": {"rms_norm_impl": _rms('''\
+    rms = x.float().pow(2).mean(dim=-1).add(eps).rsqrt()
     return (x.float() * rms * weight).to(x.dtype)
 ''')},
-    "low_precision_stats": {"rms_norm_impl": _rms('''    rms = x.pow(2).mean(dim=-1, keepdim=True).add(eps).rsqrt()  # in x's dtype
+    "low_precision_stats": {"rms_norm_impl": _rms('''\
+    rms = x.pow(2).mean(dim=-1, keepdim=True).add(eps).rsqrt()  # in x's dtype
     return (x * rms * weight).to(x.dtype)
 ''')},
-    "subtracts_mean": {"rms_norm_impl": _rms('''    h = x.float() - x.float().mean(dim=-1, keepdim=True)
+    "subtracts_mean": {"rms_norm_impl": _rms('''\
+    h = x.float() - x.float().mean(dim=-1, keepdim=True)
     rms = h.pow(2).mean(dim=-1, keepdim=True).add(eps).rsqrt()
     return (h * rms * weight).to(x.dtype)
 ''')},
-    "ignores_weight": {"rms_norm_impl": _rms('''    rms = x.float().pow(2).mean(dim=-1, keepdim=True).add(eps).rsqrt()
+    "ignores_weight": {"rms_norm_impl": _rms('''\
+    rms = x.float().pow(2).mean(dim=-1, keepdim=True).add(eps).rsqrt()
     return (x.float() * rms).to(x.dtype)
 ''')},
-    "wrong_dtype": {"rms_norm_impl": _rms('''    rms = x.float().pow(2).mean(dim=-1, keepdim=True).add(eps).rsqrt()
+    "wrong_dtype": {"rms_norm_impl": _rms('''\
+    rms = x.float().pow(2).mean(dim=-1, keepdim=True).add(eps).rsqrt()
     return x.float() * rms * weight  # stays float32
 ''')},
-    "mutates_input": {"rms_norm_impl": _rms('''    rms = x.float().pow(2).mean(dim=-1, keepdim=True).add(eps).rsqrt()
+    "mutates_input": {"rms_norm_impl": _rms('''\
+    rms = x.float().pow(2).mean(dim=-1, keepdim=True).add(eps).rsqrt()
     x.mul_(rms.to(x.dtype))  # in place: the caller's tensor changes
     return (x.float() * weight).to(x.dtype)
 ''')},
@@ -329,7 +355,8 @@ _MODULE_HEAD = """class RMSNorm(nn.Module):
     def __init__(self, dim, eps=1e-6):
         super().__init__()
 """
-_MODULE_CORRECT = _MODULE_HEAD + """        self.eps = eps
+_MODULE_CORRECT = _MODULE_HEAD + """\
+        self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x):
@@ -346,7 +373,8 @@ _BLOCK_HEAD = """class PreNormBlock(nn.Module):
 
     def forward(self, x):
 """
-_BLOCK_CORRECT = _BLOCK_HEAD + """        h = x + self.self_attn(self.input_layernorm(x))  # [B, T, D]
+_BLOCK_CORRECT = _BLOCK_HEAD + """\
+        h = x + self.self_attn(self.input_layernorm(x))  # [B, T, D]
         return h + self.mlp(self.post_attention_layernorm(h))
 """
 _WARMUP_WHY = ("At initialisation Post-LN's gradients stay large up to the last layers, several "
@@ -386,21 +414,24 @@ _BLOCK_ANSWERS = {
     "blank": {},
     "partial": {k: v for k, v in _BLOCK_CORRECT_ANSWERS.items()
                 if k not in ("post_ln_impl", "block_warmup_why")},
-    "low_precision_stats": _block(rms_module_impl=_MODULE_HEAD + """        self.eps = eps
+    "low_precision_stats": _block(rms_module_impl=_MODULE_HEAD + """\
+        self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x):
         rms = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)  # in x's dtype
         return (x * rms * self.weight).to(dtype=x.dtype)
 """),
-    "wrong_dtype": _block(rms_module_impl=_MODULE_HEAD + """        self.eps = eps
+    "wrong_dtype": _block(rms_module_impl=_MODULE_HEAD + """\
+        self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x):
         rms = torch.rsqrt(x.float().pow(2).mean(dim=-1, keepdim=True) + self.eps)
         return x.float() * rms * self.weight  # stays float32
 """),
-    "module_weight": _block(rms_module_impl=_MODULE_HEAD + """        self.eps = eps
+    "module_weight": _block(rms_module_impl=_MODULE_HEAD + """\
+        self.eps = eps
         self.weight = torch.ones(dim)  # a plain tensor: not a parameter, never trained
 
     def forward(self, x):
@@ -409,7 +440,8 @@ _BLOCK_ANSWERS = {
 """),
     "residual_from_normed": _block(
         pre_ln_impl=_pre("norm(x) + sublayer(norm(x))"),
-        block_impl=_forward("""        h = self.input_layernorm(x)
+        block_impl=_forward("""\
+        h = self.input_layernorm(x)
         h = h + self.self_attn(h)
         h2 = self.post_attention_layernorm(h)
         return h2 + self.mlp(h2)
@@ -419,20 +451,24 @@ _BLOCK_ANSWERS = {
     "missing_residual": _block(
         pre_ln_impl=_pre("sublayer(norm(x))"),
         post_ln_impl=_post("norm(sublayer(x))"),
-        block_impl=_forward("""        h = self.self_attn(self.input_layernorm(x))  # the residual x is not added
+        block_impl=_forward("""\
+        h = self.self_attn(self.input_layernorm(x))  # the residual x is not added
         return h + self.mlp(self.post_attention_layernorm(h))
 """)),
     "norm_on_sublayer_output": _block(pre_ln_impl=_pre("x + norm(sublayer(x))"),
                                       post_ln_impl=_post("x + norm(sublayer(x))")),
     "missing_norm": _block(pre_ln_impl=_pre("x + sublayer(x)"),
                            post_ln_impl=_post("x + sublayer(x)")),
-    "norms_swapped": _block(block_impl=_forward("""        h = x + self.self_attn(self.post_attention_layernorm(x))
+    "norms_swapped": _block(block_impl=_forward("""\
+        h = x + self.self_attn(self.post_attention_layernorm(x))
         return h + self.mlp(self.input_layernorm(h))
 """)),
-    "shared_norm": _block(block_impl=_forward("""        h = x + self.self_attn(self.input_layernorm(x))
+    "shared_norm": _block(block_impl=_forward("""\
+        h = x + self.self_attn(self.input_layernorm(x))
         return h + self.mlp(self.input_layernorm(h))  # the first norm again
 """)),
-    "mlp_reads_x": _block(block_impl=_forward("""        h = x + self.self_attn(self.input_layernorm(x))
+    "mlp_reads_x": _block(block_impl=_forward("""\
+        h = x + self.self_attn(self.input_layernorm(x))
         return h + self.mlp(self.post_attention_layernorm(x))  # reads x, not h
 """)),
     "missing_attribute": _block(block_impl="""class PreNormBlock(nn.Module):
@@ -521,7 +557,8 @@ _BWD_STATS = """    mean = x.mean(axis=-1, keepdims=True)
     g = dy * weight
     lead = tuple(range(x.ndim - 1))
 """
-_BWD_DX = "    dx = r * (g - g.mean(-1, keepdims=True) - xhat * (g * xhat).mean(-1, keepdims=True))\n"
+_BWD_DX = ("    dx = r * (g - g.mean(-1, keepdims=True)"
+           " - xhat * (g * xhat).mean(-1, keepdims=True))\n")
 _BWD_RETURN = "    return dx, (dy * xhat).sum(axis=lead), dy.sum(axis=lead)\n"
 
 
@@ -536,9 +573,12 @@ _BACKWARD_ANSWERS = {
     "bwd_no_mean_term": _bwd(dx="    dx = r * (g - xhat * (g * xhat).mean(-1, keepdims=True))\n"),
     "bwd_no_variance_term": _bwd(dx="    dx = r * (g - g.mean(-1, keepdims=True))\n"),
     "bwd_constant_stats": _bwd(dx="    dx = r * g  # mean and variance treated as constants\n"),
-    "bwd_dweight_dbias_swapped": _bwd(ret="    return dx, dy.sum(axis=lead), (dy * xhat).sum(axis=lead)\n"),
-    "bwd_not_summed": _bwd(ret="    return dx, dy * xhat, dy  # not summed over batch and sequence\n"),
-    "ignores_weight": _bwd(stats=_BWD_STATS.replace("g = dy * weight", "g = dy  # gamma forgotten")),
+    "bwd_dweight_dbias_swapped": _bwd(
+        ret="    return dx, dy.sum(axis=lead), (dy * xhat).sum(axis=lead)\n"),
+    "bwd_not_summed": _bwd(
+        ret="    return dx, dy * xhat, dy  # not summed over batch and sequence\n"),
+    "ignores_weight": _bwd(
+        stats=_BWD_STATS.replace("g = dy * weight", "g = dy  # gamma forgotten")),
 }
 
 # Cases (1 point each in layer_norm_backward_gradcheck): 0 the seed token (1, 2, 3) with
