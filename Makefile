@@ -33,7 +33,7 @@ grade: $(STAMP)
 
 # Figures, not a test: make grade vs plain sequential nbgrader on the demo class.
 bench: $(STAMP)
-	$(BIN)/python -m normref.grading.bench $(if $(JOBS),--jobs $(JOBS))
+	$(BIN)/python -m normref.grading.bench $(if $(JOBS),--jobs $(JOBS)) $(if $(STUDENTS),--students $(STUDENTS))
 
 # Regenerate release/ from source/ with nbgrader (commit the result; a test checks they agree).
 release: $(STAMP)

@@ -37,13 +37,13 @@ def _nbg(root: Path, *args: str) -> None:
                    check=False, capture_output=True, env=nbgrader_env())
 
 
-def sequential_nbgrader(root: Path) -> tuple[float, float]:
+def sequential_nbgrader(root: Path, limit: int | None = None) -> tuple[float, float]:
     """Plain nbgrader, one command after another. Returns (pipeline seconds, autograde seconds)."""
     t0 = time.perf_counter()
     assignments = list_assignments(root)
     for a in assignments:
         _nbg(root, "generate_assignment", a, "--force")
-    write_demo_submissions(root, root / "submitted")
+    write_demo_submissions(root, root / "submitted", limit)
     apply_due_dates(root, lambda *a: _nbg(root, *a))
     t1 = time.perf_counter()
     _nbg(root, "autograde", "*", "--force")
@@ -71,18 +71,24 @@ def floor_per_submission(root: Path) -> float:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m normref.grading.bench", description=__doc__)
     p.add_argument("--jobs", type=int, default=None, help="parallel processes (default: all cores)")
+    p.add_argument("--students", type=int, default=None,
+                   help="grade only the first N demo students (default: all 30)")
     args = p.parse_args(argv)
     jobs = args.jobs or default_jobs()
-    n = sum(len(st.variants) for st in demo_class())
+    roster = demo_class()[: args.students]
+    n = sum(len(st.variants) for st in roster)
     with tempfile.TemporaryDirectory() as td:
-        print(f"demo class: {len(demo_class())} students, {n} submissions over {len(ANSWERS)} "
+        print(f"demo class: {len(roster)} students, {n} submissions over {len(ANSWERS)} "
               f"assignments; {jobs} jobs", flush=True)
         floor = floor_per_submission(_course_copy(Path(td) / "floor"))
         print(f"floor per submission (fresh kernel + torch + tests): {floor:.2f} s", flush=True)
-        seq_total, seq_auto = sequential_nbgrader(_course_copy(Path(td) / "seq"))
+        seq_total, seq_auto = sequential_nbgrader(_course_copy(Path(td) / "seq"), args.students)
         print(f"sequential nbgrader: pipeline {seq_total:.1f} s, autograde {seq_auto:.1f} s "
               f"({seq_auto / n:.2f} s per submission)", flush=True)
-        run = grade_class(course_root=_course_copy(Path(td) / "par"), jobs=jobs, log=lambda *_: None)
+        par_root = _course_copy(Path(td) / "par")
+        write_demo_submissions(par_root, Path(td) / "par-submitted", args.students)
+        run = grade_class(course_root=par_root, submissions=Path(td) / "par-submitted", jobs=jobs,
+                          log=lambda *_: None)
         par_auto = run.autograde.seconds
         per_sub = par_auto * jobs / n
         print(f"make grade (--jobs {jobs}): pipeline {run.seconds:.1f} s, autograde {par_auto:.1f} s "

@@ -80,12 +80,13 @@ def fill_answers(release_nb: Path, answers: dict[str, str]) -> nbformat.Notebook
     return nb
 
 
-def write_demo_submissions(course_root: Path, dest: Path) -> list[str]:
+def write_demo_submissions(course_root: Path, dest: Path, limit: int | None = None) -> list[str]:
     """Write the demo class as an nbgrader ``submitted/`` tree under ``dest`` for every
-    assignment that has a ``release/`` folder here. Returns the student ids written."""
+    assignment that has a ``release/`` folder here (the first ``limit`` students only, if
+    given). Returns the student ids written."""
     present = [a for a in sorted(ANSWERS) if (course_root / "release" / a).is_dir()]
     students = []
-    for st in demo_class(present):
+    for st in demo_class(present)[:limit]:
         for a, variant in st.variants.items():
             out_dir = dest / st.student_id / a
             out_dir.mkdir(parents=True, exist_ok=True)
