@@ -290,8 +290,9 @@ def _answer_ids(nb) -> list[str]:
 
 def _regrade_dead_kernels(course_root: Path, run: GradeRun, extra, setup, log) -> None:
     """A submission nbgrader could not finish (its kernel died or stopped answering) is graded
-    again with one answer cell at a time replaced by a stub that raises, until it finishes:
-    that question scores 0 with the reason, and every other question keeps its points."""
+    again: first unchanged (a kernel can fail to start on a loaded machine), then with one
+    answer cell at a time replaced by a stub that raises, until it finishes: that question
+    scores 0 with the reason, and every other question keeps its points."""
     out = run.autograde
     for (a, st), reason in sorted(out.failed.items()):
         sub = course_root / "submitted" / st / a
@@ -300,8 +301,8 @@ def _regrade_dead_kernels(course_root: Path, run: GradeRun, extra, setup, log) -
             continue
         originals = {p: p.read_text(encoding="utf-8") for p in nbs}
         cells = [(p, gid) for p in nbs for gid in _answer_ids(nbformat.reads(originals[p], 4))]
-        stubbed: list[tuple[Path, str]] = []
-        attempts = [[c] for c in cells] + [cells[: k + 1] for k in range(1, len(cells))]
+        stubbed: list[tuple[Path, str]] | None = None
+        attempts = [[]] + [[c] for c in cells] + [cells[: k + 1] for k in range(1, len(cells))]
         for attempt in attempts:
             for p, text in originals.items():
                 nb = nbformat.reads(text, 4)
@@ -317,14 +318,17 @@ def _regrade_dead_kernels(course_root: Path, run: GradeRun, extra, setup, log) -
             if (a, st) in again.graded:
                 stubbed = attempt
                 break
-        if stubbed:
+        if stubbed is not None:
             del out.failed[(a, st)]
             out.graded.append((a, st))
             rep = run.repairs.setdefault((a, st), Repair(st, a))
+            if not stubbed:
+                rep.notes.append(f"nbgrader failed once ({reason}); graded again unchanged")
             for _, gid in stubbed:
                 rep.flags.append(f"the grading kernel died or hung in answer cell {gid!r} ({reason}): "
                                  "that question scores 0; the rest was graded")
-            log(f"autograde: {st} ({a}) regraded without {', '.join(g for _, g in stubbed)}")
+            log(f"autograde: {st} ({a}) regraded" + (f" without {', '.join(g for _, g in stubbed)}"
+                                                     if stubbed else " unchanged"))
         else:
             for p, text in originals.items():
                 p.write_text(text, encoding="utf-8")

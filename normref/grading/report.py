@@ -20,7 +20,7 @@ from ..checks import FAULT_KINDS
 
 KNOWN_FAULTS = {**FAULT_KINDS, **ANSWER_FAULTS}
 
-_TAG = re.compile(r"\[fault: ([a-z_]+)\]")
+_TAG = re.compile(r"\[fault: ([a-z0-9_]+)\]")
 
 # Okabe-Ito: readable for colour-blind readers.
 _BLUE, _ORANGE, _GREEN, _VERMILION = "#0072B2", "#E69F00", "#009E73", "#D55E00"
