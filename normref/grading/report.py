@@ -207,7 +207,7 @@ def write_report(rep: ClassReport, out_dir: Path) -> Path:
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>Class report</title>",
              "<style>body{font-family:sans-serif;max-width:960px;margin:2em auto}"
              "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px}"
-             "th{background:#eee}</style></head><body><h1>Class report</h1>",
+             "th{background:#eee}img{max-width:100%}</style></head><body><h1>Class report</h1>",
              f"<pre>{e(summary_text(rep))}</pre>"]
     for name, alt in figs:
         parts.append(f"<figure><img src='{e(name)}' alt='{e(alt)}'><figcaption>{e(alt)}</figcaption></figure>")
