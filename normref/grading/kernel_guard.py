@@ -100,10 +100,18 @@ def load_ipython_extension(ip) -> None:
 
 
 def main() -> None:
-    """Start ipykernel with this module loaded as an extension (argv as for ipykernel_launcher)."""
+    """Start ipykernel with this module loaded as an extension (argv as for ipykernel_launcher).
+
+    Run as a script (by path) so that starting a kernel does not import the normref package;
+    the script's folder is taken off ``sys.path`` again, and IPython finds this module under
+    the name ``normref_kernel_guard``.
+    """
     from ipykernel import kernelapp
 
-    sys.argv = [sys.argv[0], *sys.argv[1:], "--IPKernelApp.extensions=['normref.grading.kernel_guard']"]
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    sys.modules["normref_kernel_guard"] = sys.modules[__name__]
+    sys.argv = [sys.argv[0], *sys.argv[1:], "--IPKernelApp.extensions=['normref_kernel_guard']"]
     kernelapp.launch_new_instance()
 
 

@@ -56,8 +56,10 @@ def write_kernelspec(dest: Path, mem_mb: int = DEFAULT_MEM_MB) -> Path:
     """Write ``dest/kernels/normref-sandbox/kernel.json``; put ``dest`` on ``JUPYTER_PATH``."""
     kdir = dest / "kernels" / KERNEL_NAME
     kdir.mkdir(parents=True, exist_ok=True)
+    # Run by path, not with -m: `-m normref.grading.sandbox` would import the normref package
+    # (torch, matplotlib) twice per kernel start, ~12 s of the ~16 s a kernel took to start.
     spec = {
-        "argv": [sys.executable, "-m", "normref.grading.sandbox", "-f", "{connection_file}"],
+        "argv": [sys.executable, str(Path(__file__).resolve()), "-f", "{connection_file}"],
         "display_name": "Python 3 (normref grading sandbox)",
         "language": "python",
         "env": {"NORMREF_KERNEL_MEM_MB": str(mem_mb)},
@@ -103,9 +105,7 @@ class SandboxSession:
 
 def _ro_paths() -> list[str]:
     """What the kernel may read: the interpreter, the venv, the normref package, system libs."""
-    import normref
-
-    paths = {sys.base_prefix, sys.prefix, str(Path(normref.__file__).resolve().parent)}
+    paths = {sys.base_prefix, sys.prefix, str(Path(__file__).resolve().parents[1])}  # normref/
     for key in ("stdlib", "platstdlib", "purelib", "platlib"):
         p = sysconfig.get_paths().get(key)
         if p:
@@ -173,7 +173,8 @@ def bwrap_argv(connection_file: str, cwd: str, scratch: str, home: str, kernel_a
              # ipykernel would see its parent as PID 1 in the new PID namespace and exit;
              # bwrap's --die-with-parent already ends the kernel with its parent.
              "--unsetenv", "JPY_PARENT_PID",
-             sys.executable, "-m", "normref.grading.kernel_guard", "-f", "/tmp/connection.json",
+             sys.executable, str(Path(__file__).resolve().with_name("kernel_guard.py")),
+             "-f", "/tmp/connection.json",
              *kernel_args]
     return argv
 
