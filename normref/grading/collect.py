@@ -14,14 +14,14 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbgrader.plugins.zipcollect import FileNameCollectorPlugin
+
+from .apps import Course
 
 # Canvas:     doejane_12345_67890_rmsnorm.ipynb   (late: doejane_LATE_12345_67890_rmsnorm.ipynb)
 # Moodle:     Jane Doe_12345_assignsubmission_file_rmsnorm.ipynb
@@ -131,8 +131,9 @@ def _lms_files(path: Path, tmp: Path) -> list[Path]:
     return sorted(p for p in path.rglob("*") if p.is_file())
 
 
-def collect_lms(course_root: Path, path: Path, assignments: list[str], env: dict) -> Collected:
+def collect_lms(course: Course, path: Path, assignments: list[str]) -> Collected:
     """LMS folder or zip -> ``submitted/`` through ``nbgrader zip_collect`` (one call per assignment)."""
+    course_root = course.root
     out = Collected(source=f"LMS download {path}")
     with tempfile.TemporaryDirectory() as td:
         files = _lms_files(path, Path(td))
@@ -154,25 +155,23 @@ def collect_lms(course_root: Path, path: Path, assignments: list[str], env: dict
             archive.mkdir(parents=True)
             for f in fs:
                 shutil.copy(f, archive / f.name)
-            cmd = [sys.executable, "-m", "nbgrader", "zip_collect", a, "--force",
-                   "--ZipCollectApp.collector_plugin=normref.grading.collect.LmsFileNameCollector"]
-            proc = subprocess.run(cmd, cwd=course_root, capture_output=True, text=True, env=env)
-            if proc.returncode != 0:
-                raise RuntimeError(f"nbgrader zip_collect {a} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+            course.zip_collect(a, "normref.grading.collect.LmsFileNameCollector")
     sub = course_root / "submitted"
     out.students = sorted(p.name for p in sub.iterdir() if p.is_dir()) if sub.is_dir() else []
     return out
 
 
-def collect(course_root: Path, submissions: Path | None, assignments: list[str], env: dict) -> Collected:
-    """Fill ``course_root/submitted`` from ``submissions`` (see the module docstring).
+def collect(course: Course, submissions: Path | None, assignments: list[str]) -> Collected:
+    """Fill ``submitted/`` of the course from ``submissions`` (see the module docstring).
 
     Raises:
+        AppError: ``nbgrader zip_collect`` failed.
         FileNotFoundError: ``submissions`` does not exist.
         ValueError: ``submissions`` is neither a submitted tree, a folder of notebooks nor a zip.
     """
     from .demo import write_demo_submissions
 
+    course_root = course.root
     dest = course_root / "submitted"
     if submissions is None:
         write_demo_submissions(course_root, dest)
@@ -186,7 +185,7 @@ def collect(course_root: Path, submissions: Path | None, assignments: list[str],
                 shutil.copytree(submissions, dest, dirs_exist_ok=True)
             out = Collected(source=f"nbgrader submitted/ tree {submissions}")
         elif submissions.suffix == ".zip" or (submissions.is_dir() and any(submissions.rglob("*.ipynb"))):
-            return collect_lms(course_root, submissions, assignments, env)
+            return collect_lms(course, submissions, assignments)
         else:
             raise ValueError(f"{submissions}: expected an nbgrader submitted/<student>/<assignment>/ "
                              "tree, a folder of .ipynb files, or a .zip of them")

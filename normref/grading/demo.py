@@ -97,8 +97,13 @@ def write_demo_submissions(course_root: Path, dest: Path, limit: int | None = No
     return students
 
 
-def apply_due_dates(course_root: Path, nbgrader) -> None:
-    """Record the demo due date in the gradebook (``nbgrader db assignment add --duedate``)."""
+def apply_due_dates(course_root: Path, set_due_date) -> None:
+    """Record the demo due date in the gradebook for every demo assignment in the course.
+
+    Args:
+        set_due_date: ``set_due_date(assignment, duedate)``, e.g.
+            :meth:`normref.grading.apps.Course.set_due_date`.
+    """
     for a in sorted(ANSWERS):
         if (course_root / "source" / a).is_dir():
-            nbgrader("db", "assignment", "add", a, f"--duedate={DUE_DATE}")
+            set_due_date(a, DUE_DATE)

@@ -22,8 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-#: How long a writer waits for the gradebook lock before SQLite gives up (seconds).
-SQLITE_BUSY_TIMEOUT_S = 600
+from .apps import db_url
 
 _FAIL_RE = re.compile(r"There was an error processing assignment '([^']*)' for student '([^']*)'")
 
@@ -128,7 +127,7 @@ def autograde(course_root: Path, assignments: list[str], *, jobs: int | None = N
         if old.is_dir():
             shutil.rmtree(old)
     groups = split_round_robin(students, jobs)
-    db_url = f"sqlite:///{course_root / 'gradebook.db'}?timeout={SQLITE_BUSY_TIMEOUT_S}"
+    url = db_url(course_root)
     assignment_glob = assignments[0] if len(assignments) == 1 else "*"
     t0 = time.perf_counter()
     procs = []
@@ -137,7 +136,7 @@ def autograde(course_root: Path, assignments: list[str], *, jobs: int | None = N
     for i, group in enumerate(groups):
         others = [s for s in everyone if s not in group]
         cmd = [sys.executable, "-m", "nbgrader", "autograde", assignment_glob, "--force",
-               f"--CourseDirectory.db_url={db_url}", *(extra_args or [])]
+               f"--CourseDirectory.db_url={url}", *(extra_args or [])]
         if others:
             cmd.append(f"--CourseDirectory.student_id_exclude={','.join(others)}")
         env = _env(single_thread=len(groups) > 1)

@@ -10,7 +10,6 @@ import csv
 import hashlib
 import os
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from pathlib import Path
 import nbformat
 
 from . import sandbox
+from .apps import AppError, Course, generate_feedback_parallel
 from .collect import collect
 from .parallel import AutogradeOutcome, autograde, default_jobs
 from .repair import Repair, repair_all
@@ -53,6 +53,8 @@ class GradeRun:
         repairs: ``{(assignment, student): Repair}`` for every submission repair touched.
         sandboxed: whether kernels ran in the bubblewrap sandbox.
         seconds: wall time of the whole run.
+        stage_seconds: ``{stage: seconds}`` for generate, collect, repair, autograde,
+            feedback+export and report.
     """
 
     course_root: Path
@@ -69,6 +71,7 @@ class GradeRun:
     repairs: dict[tuple[str, str], Repair] = field(default_factory=dict)
     sandboxed: bool = False
     seconds: float = 0.0
+    stage_seconds: dict[str, float] = field(default_factory=dict)
 
 
 def nbgrader_env() -> dict[str, str]:
@@ -77,15 +80,6 @@ def nbgrader_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     return env
-
-
-def _nbgrader(course_root: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "nbgrader", *args]
-    proc = subprocess.run(cmd, cwd=course_root, capture_output=True, text=True, env=nbgrader_env())
-    if proc.returncode != 0:
-        raise GradingError(f"`nbgrader {' '.join(args)}` failed (exit {proc.returncode}):\n"
-                           f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return proc
 
 
 def list_assignments(course_root: Path) -> list[str]:
@@ -105,14 +99,21 @@ def _digest(folder: Path) -> str:
     return h.hexdigest()
 
 
-def generate(course_root: Path, assignments: list[str], log=print) -> list[str]:
+def generate(course: Course, assignments: list[str], log=print) -> list[str]:
     """``nbgrader generate_assignment`` for each assignment (this also records its cells in the
-    gradebook, which autograde needs). Returns the assignments whose ``release/`` was stale."""
+    gradebook, which autograde needs). Returns the assignments whose ``release/`` was stale.
+
+    Raises:
+        GradingError: nbgrader failed (its log is quoted).
+    """
     stale = []
     for a in assignments:
-        rel = course_root / "release" / a
+        rel = course.root / "release" / a
         before = _digest(rel) if rel.is_dir() else ""
-        _nbgrader(course_root, "generate_assignment", a, "--force")
+        try:
+            course.generate_assignment(a)
+        except AppError as e:
+            raise GradingError(str(e)) from e
         if _digest(rel) != before:
             stale.append(a)
             log(f"generate: release/{a} was stale and has been regenerated from source/{a}")
@@ -210,9 +211,14 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
         clean(course_root)
     run = GradeRun(course_root=course_root, assignments=list_assignments(course_root))
     log(f"generate: {', '.join(run.assignments)}")
-    generate(course_root, run.assignments, log=log)
+    course = Course(course_root)
+    generate(course, run.assignments, log=log)
+    stages = {"generate": time.perf_counter() - t0}
 
-    collected = collect(course_root, submissions, run.assignments, nbgrader_env())
+    try:
+        collected = collect(course, submissions, run.assignments)
+    except AppError as e:
+        raise GradingError(str(e)) from e
     run.students = collected.students
     log(f"collect: {len(run.students)} students from {collected.source} -> {course_root / 'submitted'}")
     for name, why in collected.skipped.items():
@@ -220,14 +226,16 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
     if submissions is None:
         from .demo import apply_due_dates
 
-        apply_due_dates(course_root, lambda *a: _nbgrader(course_root, *a))
+        apply_due_dates(course_root, course.set_due_date)
 
+    stages["collect"] = time.perf_counter() - t0 - sum(stages.values())
     run.repairs = repair_all(course_root, run.assignments)
     for (a, st), rep in sorted(run.repairs.items()):
         for line in rep.notes + rep.flags:
             log(f"repair: {st} ({a}): {line}")
 
     jobs = jobs or default_jobs()
+    stages["repair"] = time.perf_counter() - t0 - sum(stages.values())
     ok = sandbox.available()
     if use_sandbox and not ok:
         raise GradingError("the grading sandbox needs bubblewrap (`apt-get install bubblewrap`), "
@@ -250,13 +258,16 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
         except RuntimeError as e:
             raise GradingError(str(e)) from e
     log(f"autograde: {len(run.autograde.graded)} notebooks in {run.autograde.seconds:.1f} s")
+    stages["autograde"] = time.perf_counter() - t0 - sum(stages.values())
 
-    for a in run.assignments:
-        if any((course_root / "autograded").glob(f"*/{a}/*.ipynb")):
-            _nbgrader(course_root, "generate_feedback", a, "--force")
-    run.feedback_dir = course_root / "feedback"
-    _nbgrader(course_root, "export", "--to", "grades.csv")
-    run.grades_csv = course_root / "grades.csv"
+    graded = [a for a in run.assignments if any((course_root / "autograded").glob(f"*/{a}/*.ipynb"))]
+    try:
+        generate_feedback_parallel(course, graded, jobs)
+        run.feedback_dir = course_root / "feedback"
+        run.grades_csv = course.export_csv(course_root / "grades.csv")
+    except AppError as e:
+        raise GradingError(str(e)) from e
+    stages["feedback+export"] = time.perf_counter() - t0 - sum(stages.values())
 
     run.scores, run.max_points = read_gradebook(course_root, run.assignments)
     run.questions_csv = course_root / "grades_by_question.csv"
@@ -279,6 +290,8 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
     if not run.sandboxed:
         run.report.flags.setdefault("(all)", []).append("graded WITHOUT the sandbox")
     run.report_html = write_report(run.report, course_root / "reports")
+    stages["report"] = time.perf_counter() - t0 - sum(stages.values())
+    run.stage_seconds = stages
     run.seconds = time.perf_counter() - t0
     return run
 

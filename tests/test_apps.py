@@ -1,0 +1,51 @@
+"""The in-process nbgrader apps (normref.grading.apps) do what the `nbgrader` commands do."""
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from normref.grading.apps import AppError, Course
+
+
+def _files(folder):
+    return {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def _nbgrader(root, *args):
+    return subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=root, check=True,
+                          capture_output=True, text=True)
+
+
+@pytest.mark.slow
+def test_generate_due_date_and_export_match_the_commands(course_copy, tmp_path):
+    committed = _files(course_copy / "release")  # made by `nbgrader generate_assignment` (test_release)
+    course = Course(course_copy)
+    for a in sorted(p.name for p in (course_copy / "source").iterdir() if p.is_dir()):
+        course.generate_assignment(a)
+    assert _files(course_copy / "release") == committed
+    with sqlite3.connect(course_copy / "gradebook.db") as db:
+        cells = db.execute("select count(*) from grade_cells").fetchone()[0]
+    assert cells >= 10  # the grade cells are recorded, which autograde needs
+
+    course.set_due_date("rmsnorm", "2026-11-21 09:00:00 UTC")
+    course.export_csv(course_copy / "ours.csv")
+    _nbgrader(course_copy, "export", "--to", "theirs.csv")
+    ours = (course_copy / "ours.csv").read_text()
+    assert ours == (course_copy / "theirs.csv").read_text()
+    # the due date nbgrader's own `db assignment add` would have written
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in ("nbgrader_config.py",):
+        (other / name).write_bytes((course_copy / name).read_bytes())
+    _nbgrader(other, "db", "assignment", "add", "rmsnorm", "--duedate=2026-11-21 09:00:00 UTC")
+    with sqlite3.connect(course_copy / "gradebook.db") as a, sqlite3.connect(other / "gradebook.db") as b:
+        q = "select duedate from assignment where name='rmsnorm'"
+        assert a.execute(q).fetchone() == b.execute(q).fetchone() == ("2026-11-21 09:00:00.000000",)
+
+
+def test_a_failing_app_raises_with_its_log(course_copy):
+    with pytest.raises(AppError, match="generate_assignment no_such_assignment"):
+        Course(course_copy).generate_assignment("no_such_assignment")
+    with pytest.raises(FileNotFoundError, match="nbgrader_config.py"):
+        Course(course_copy / "source")
