@@ -38,7 +38,10 @@ def ensure_debian_package(package: str, path: str) -> Path:
         pytest.fail(f"{why}, which needs root: run `sudo apt-get install -y {package}` once", pytrace=False)
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", package]):
-        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+        try:
+            out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{why}: `{' '.join(cmd)}` took over 15 minutes", pytrace=False)
         if out.returncode != 0:
             pytest.fail(f"{why}: `{' '.join(cmd)}` failed:\n{out.stdout[-2000:]}{out.stderr[-2000:]}", pytrace=False)
     if not Path(path).exists():
@@ -50,3 +53,9 @@ def ensure_debian_package(package: str, path: str) -> Path:
 def bubblewrap() -> Path:
     """Debian's bubblewrap (the grading sandbox), installed when missing."""
     return ensure_debian_package("bubblewrap", "/usr/bin/bwrap")
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Path:
+    """Debian's Chromium (Playwright's own browser download fails here), installed when missing."""
+    return ensure_debian_package("chromium", "/usr/bin/chromium")

@@ -4,7 +4,7 @@ One JupyterLab server for the module, started the way Binder starts it (``start`
 ``jupyter lab``, so with the student configuration in ``jupyter-student/``), on a free
 localhost port with a token, serving a ``make student-repo`` export of this working tree
 (the kernels import that export's ``normref``; nothing here is written back to the repo).
-Debian's Chromium, headless, is driven with Playwright; the session fixture installs Chromium
+Debian's Chromium, headless, is driven with Playwright; the `chromium` fixture (conftest.py) installs it
 with apt when it is missing (CI machines start without it).
 
 What a student would see is asserted, and measured:
@@ -28,7 +28,6 @@ import importlib.util
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -51,7 +50,6 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 ARTEFACTS = REPO / "build" / "browser"
-CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 VIEWPORT = {"width": 1360, "height": 860}
@@ -74,36 +72,6 @@ CENTERING_RMS_NORM = '''def rms_norm(x, weight, eps=1e-6):
 
 
 # --------------------------------------------------------------------------- set-up
-
-
-def ensure_chromium() -> Path:
-    """Debian's Chromium at /usr/bin/chromium, installed with apt-get when missing.
-
-    Returns:
-        The browser's path.
-
-    Raises:
-        pytest.fail.Exception: not root, no apt-get, or the install failed (with apt's output).
-    """
-    if CHROMIUM.exists():
-        return CHROMIUM
-    why = ("the browser test needs Debian's Chromium at /usr/bin/chromium and installs it with "
-           "`apt-get install -y chromium`")
-    if shutil.which("apt-get") is None:
-        pytest.fail(f"{why}, but this machine has no apt-get: install Chromium by hand", pytrace=False)
-    if os.geteuid() != 0:
-        pytest.fail(f"{why}, which needs root: run `sudo apt-get install -y chromium` once", pytrace=False)
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
-        try:
-            out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"{why}: `{' '.join(cmd)}` took over 15 minutes", pytrace=False)
-        if out.returncode != 0:
-            pytest.fail(f"{why}: `{' '.join(cmd)}` failed:\n{(out.stdout + out.stderr)[-2000:]}", pytrace=False)
-    if not CHROMIUM.exists():
-        pytest.fail(f"{why}: apt-get succeeded but {CHROMIUM} is still missing", pytrace=False)
-    return CHROMIUM
 
 
 def _free_port() -> int:
@@ -146,11 +114,9 @@ class Lab:
 
 
 @pytest.fixture(scope="module")
-def browser():
-    ensure_chromium()
-
+def browser(chromium):
     with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        b = pw.chromium.launch(executable_path=str(chromium), headless=True, args=CHROMIUM_ARGS)
         yield b
         b.close()
 
