@@ -76,6 +76,16 @@ def parse_readout(text: str) -> dict:
     return out
 
 
+def _output_widgets(W, width: int):
+    """An explorer's readout (HTML), plot (PNG image, ``width`` pixels) and caption (HTML),
+    with the CSS classes the browser test and the notebook styles look for."""
+    readout, image, caption = W.HTML(), W.Image(format="png", width=width), W.HTML()
+    readout.add_class("normref-readout")
+    image.add_class("normref-plot")
+    caption.add_class("normref-caption")
+    return readout, image, caption
+
+
 class NormExplorer:
     """Sliders for one token vector, gamma, beta and eps; a live bar chart and the numbers.
 
@@ -154,12 +164,7 @@ class NormExplorer:
                                            continuous_update=False, style=style, layout=lay)
         self.norm_toggle = W.ToggleButtons(options=[("LayerNorm", "layer"), ("RMSNorm", "rms")],
                                            value=norm, description="norm", style=style)
-        self.readout = W.HTML()
-        self.readout.add_class("normref-readout")
-        self.image = W.Image(format="png", width=720)
-        self.image.add_class("normref-plot")
-        self.caption = W.HTML()
-        self.caption.add_class("normref-caption")
+        self.readout, self.image, self.caption = _output_widgets(W, width=720)
 
         # A fixed layout (no constrained layout): one draw per update instead of two.
         self._fig = Figure(figsize=(8.0, 4.0), dpi=90)
@@ -290,12 +295,7 @@ class PlacementExplorer:
                                         continuous_update=False)
         self.norm_toggle = W.ToggleButtons(options=[("LayerNorm", "layer"), ("RMSNorm", "rms")],
                                            value=norm, description="norm")
-        self.readout = W.HTML()
-        self.readout.add_class("normref-readout")
-        self.image = W.Image(format="png", width=860)
-        self.image.add_class("normref-plot")
-        self.caption = W.HTML()
-        self.caption.add_class("normref-caption")
+        self.readout, self.image, self.caption = _output_widgets(W, width=860)
         self._fig = Figure(figsize=(10.0, 3.6), dpi=90)
         self._axes = self._fig.subplots(1, 2)
         self._fig.subplots_adjust(left=0.07, right=0.98, top=0.88, bottom=0.16, wspace=0.25)
