@@ -8,6 +8,8 @@ STAMP := $(VENV)/.installed
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 SUBMISSIONS ?=
 JOBS ?=
+DUEDATE ?=
+FRESH ?=
 
 .PHONY: install lab test grade release bench clean student-repo screenshots
 
@@ -29,7 +31,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 grade: $(STAMP)
-	$(BIN)/python -m normref.grading $(if $(SUBMISSIONS),--submissions "$(SUBMISSIONS)") $(if $(JOBS),--jobs $(JOBS))
+	$(BIN)/python -m normref.grading $(if $(SUBMISSIONS),--submissions "$(SUBMISSIONS)") $(if $(JOBS),--jobs $(JOBS)) \
+		$(if $(DUEDATE),--duedate "$(DUEDATE)") $(if $(FRESH),--fresh)
 
 # Figures, not a test: make grade vs plain sequential nbgrader on the demo class.
 bench: $(STAMP)
@@ -54,5 +57,7 @@ screenshots: $(STAMP)
 	@mkdir -p docs/screenshots
 	cp $(foreach s,$(SCREENSHOTS),build/browser/$(s).png) docs/screenshots/
 
+# nbgrader's grading state (the list is normref.grading.pipeline.GRADING_STATE; a test checks).
 clean:
-	rm -rf submitted autograded/* feedback gradebook.db grades.csv reports
+	rm -rf submitted autograded/* feedback downloaded reports logs gradebook.db grades.csv \
+		grades_by_question.csv .demo-class

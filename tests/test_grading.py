@@ -9,8 +9,10 @@ import nbformat
 import pytest
 
 import shutil
+from pathlib import Path
 
 from normref.grading import grade_class
+from normref.grading.pipeline import format_table
 from normref.grading.answer_bank import ANSWERS, EXPECTED
 from normref.grading.collect import notebook_key, parse_lms_name
 from normref.grading.demo import LATE_STUDENTS, demo_class, expected_points, fill_answers
@@ -111,3 +113,58 @@ def test_cli_help_and_bad_input(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "normref.grading", "--submissions", str(tmp_path / "nope")],
                          capture_output=True, text=True)
     assert bad.returncode == 1 and "no submissions at" in bad.stderr
+
+
+def test_make_clean_removes_all_grading_state():
+    from normref.grading.pipeline import GRADING_STATE
+
+    makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
+    recipe = makefile.split("\nclean:", 1)[1].split("\n\n", 1)[0]
+    for name in GRADING_STATE:
+        assert (f"{name}/*" if name == "autograded" else name) in recipe.split(), name
+
+
+def _tree(root, students, variant="correct"):
+    """An nbgrader submitted/ tree with the rmsnorm notebook answered as ``variant``."""
+    release = next((Path(__file__).resolve().parents[1] / "release" / "rmsnorm").glob("*.ipynb"))
+    for st in students:
+        d = root / st / "rmsnorm"
+        d.mkdir(parents=True)
+        nbformat.write(fill_answers(release, ANSWERS["rmsnorm"][variant]), d / release.name)
+        (d / "timestamp.txt").write_text("2026-11-22 10:00:00 UTC\n")
+    return root
+
+
+@pytest.mark.slow
+def test_batches_add_students_replace_resubmissions_and_drop_the_demo_state(course_copy, tmp_path):
+    only_assignments(course_copy, {"rmsnorm"})
+    (course_copy / ".demo-class").write_text("")  # as if `make grade` had graded the demo class
+    (course_copy / "submitted" / "demo_kid" / "rmsnorm").mkdir(parents=True)
+    first = grade_class(course_root=course_copy, submissions=_tree(tmp_path / "b1", ["ada", "bo"]),
+                        duedates={"*": "2026-11-21 09:00 UTC"}, log=lambda *_: None)
+    assert first.students == ["ada", "bo"]  # the demo state was removed first
+    lines = []
+    second = grade_class(course_root=course_copy, log=lines.append,
+                         submissions=_tree(tmp_path / "b2", ["bo", "cy"], variant="unbiased_variance"))
+    assert second.batch == ["bo", "cy"] and second.students == ["ada", "bo", "cy"]
+    assert sorted(s for _, s in second.autograde.graded) == ["bo", "cy"]  # ada is not regraded
+    assert any("bo (rmsnorm) replaces" in ln for ln in lines)
+    wrong = EXPECTED["rmsnorm"]["unbiased_variance"]
+    assert second.scores[("rmsnorm", "ada")] == EXPECTED["rmsnorm"]["correct"]
+    assert second.scores[("rmsnorm", "bo")] == second.scores[("rmsnorm", "cy")] == wrong
+    table = format_table(second)
+    assert "-" not in table.split("\n")[3] and "*" in table  # submitted, and late (22nd > 21st)
+
+
+def test_bad_inputs_get_a_clear_message(course_copy, tmp_path):
+    empty_zip = tmp_path / "nothing.zip"
+    with zipfile.ZipFile(empty_zip, "w") as zf:
+        zf.writestr("readme.txt", "no notebooks here")
+    with pytest.raises(ValueError, match="none of its 1 files is a notebook"):
+        grade_class(course_root=course_copy, submissions=empty_zip, log=lambda *_: None)
+    with pytest.raises(ValueError, match="due date for unknown assignment nope"):
+        grade_class(course_root=course_copy, submissions=empty_zip, duedates={"nope": "2026-11-21"},
+                    log=lambda *_: None)
+    out = subprocess.run([sys.executable, "-m", "normref.grading", "--duedate", "someday"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "cannot read 'someday' as a date" in out.stderr

@@ -30,7 +30,7 @@ from .apps import Course
 _PATTERNS = [
     re.compile(r"^.*?_(?P<student_id>[^_]+)_attempt_(?P<timestamp>\d{4}-\d\d-\d\d-\d\d-\d\d-\d\d)_(?P<file_id>.+)$"),
     re.compile(r"^(?P<name>[^_]+)_(?P<student_id>\d+)_assignsubmission_file_(?P<file_id>.+)$"),
-    re.compile(r"^(?P<student_id>[A-Za-z0-9.\-]+?)_(?:LATE_)?\d+_\d+_(?P<file_id>.+)$"),
+    re.compile(r"^(?P<student_id>[A-Za-z0-9.\-]+?)_(?P<late>LATE_)?\d+_\d+_(?P<file_id>.+)$"),
     re.compile(r"^(?P<student_id>[A-Za-z0-9.\-]+?)[_-](?P<file_id>[^_]+)$"),
 ]
 
@@ -45,7 +45,8 @@ def notebook_key(name: str) -> str:
 
 
 def parse_lms_name(filename: str) -> dict | None:
-    """``{'student_id', 'file_id'[, 'timestamp']}`` from an LMS download's file name, or None."""
+    """``{'student_id', 'file_id'[, 'timestamp'][, 'late']}`` from an LMS download's file name,
+    or None. ``late`` is True where the LMS wrote it into the name (Canvas ``_LATE_``)."""
     base = os.path.basename(filename)
     if not base.endswith(".ipynb"):
         return None
@@ -58,6 +59,8 @@ def parse_lms_name(filename: str) -> dict | None:
             if not sid:
                 return None
             out = {"student_id": sid, "file_id": gd["file_id"] + ".ipynb"}
+            if gd.get("late"):
+                out["late"] = True
             if "timestamp" in gd:
                 d = gd["timestamp"].split("-")
                 out["timestamp"] = f"{d[0]}-{d[1]}-{d[2]} {d[3]}:{d[4]}:{d[5]}"
@@ -92,11 +95,21 @@ class LmsFileNameCollector(FileNameCollectorPlugin):
 
 @dataclass
 class Collected:
-    """Result of :func:`collect`: the students now in ``submitted/`` and what was refused."""
+    """Result of :func:`collect`.
+
+    Attributes:
+        source: what was collected, in words.
+        students: the students in this input (this batch), sorted.
+        skipped: ``{file name: reason}`` for files that were not collected.
+        replaced: ``(assignment, student)`` pairs whose earlier submission this batch replaced.
+        flags: ``{student: [notes]}`` for the report (e.g. the LMS marked a file late).
+    """
 
     source: str
     students: list[str] = field(default_factory=list)
-    skipped: dict[str, str] = field(default_factory=dict)  # file name -> reason
+    skipped: dict[str, str] = field(default_factory=dict)
+    replaced: list[tuple[str, str]] = field(default_factory=list)
+    flags: dict[str, list[str]] = field(default_factory=dict)
 
 
 def is_submitted_tree(path: Path, assignments: list[str]) -> bool:
@@ -135,6 +148,7 @@ def collect_lms(course: Course, path: Path, assignments: list[str]) -> Collected
     """LMS folder or zip -> ``submitted/`` through ``nbgrader zip_collect`` (one call per assignment)."""
     course_root = course.root
     out = Collected(source=f"LMS download {path}")
+    batch: set[tuple[str, str]] = set()
     with tempfile.TemporaryDirectory() as td:
         files = _lms_files(path, Path(td))
         by_assignment: dict[str, list[Path]] = {}
@@ -148,6 +162,15 @@ def collect_lms(course: Course, path: Path, assignments: list[str]) -> Collected
                 out.skipped[f.name] = f"no assignment has a notebook named {info['file_id']!r}"
                 continue
             by_assignment.setdefault(a, []).append(f)
+            batch.add((a, info["student_id"]))
+            if info.get("late"):
+                out.flags.setdefault(info["student_id"], []).append(
+                    f"{a}: the LMS marked the download {f.name!r} late")
+        if not by_assignment:
+            shown = "; ".join(f"{n}: {why}" for n, why in list(out.skipped.items())[:5])
+            raise ValueError(f"{path}: none of its {len(files)} files is a notebook of an assignment "
+                             f"named the way an LMS names downloads ({shown or 'no files'})")
+        out.replaced = sorted(pr for pr in batch if _has_submission(course_root, *pr))
         for a, fs in by_assignment.items():
             archive = course_root / "downloaded" / a / "archive"
             if archive.exists():
@@ -156,9 +179,12 @@ def collect_lms(course: Course, path: Path, assignments: list[str]) -> Collected
             for f in fs:
                 shutil.copy(f, archive / f.name)
             course.zip_collect(a, "normref.grading.collect.LmsFileNameCollector")
-    sub = course_root / "submitted"
-    out.students = sorted(p.name for p in sub.iterdir() if p.is_dir()) if sub.is_dir() else []
+    out.students = sorted({st for _, st in batch})
     return out
+
+
+def _has_submission(course_root: Path, assignment: str, student: str) -> bool:
+    return any((course_root / "submitted" / student / assignment).glob("*.ipynb"))
 
 
 def collect(course: Course, submissions: Path | None, assignments: list[str]) -> Collected:
@@ -181,9 +207,20 @@ def collect(course: Course, submissions: Path | None, assignments: list[str]) ->
         if not submissions.exists():
             raise FileNotFoundError(f"no submissions at {submissions}")
         if is_submitted_tree(submissions, assignments):
-            if submissions != dest.resolve():
-                shutil.copytree(submissions, dest, dirs_exist_ok=True)
             out = Collected(source=f"nbgrader submitted/ tree {submissions}")
+            pairs = [(a, d.name) for d in sorted(submissions.iterdir()) if d.is_dir()
+                     for a in assignments if any((d / a).glob("*.ipynb"))]
+            if not pairs:
+                raise ValueError(f"{submissions}: no <student>/<assignment>/*.ipynb in it "
+                                 f"(assignments: {', '.join(assignments)})")
+            if submissions != dest.resolve():
+                out.replaced = [pr for pr in pairs if _has_submission(course_root, *pr)]
+                for a, st in pairs:  # a resubmission replaces the earlier one whole
+                    if (dest / st / a).exists():
+                        shutil.rmtree(dest / st / a)
+                    shutil.copytree(submissions / st / a, dest / st / a)
+            out.students = sorted({st for _, st in pairs})
+            return out
         elif submissions.suffix == ".zip" or (submissions.is_dir() and any(submissions.rglob("*.ipynb"))):
             return collect_lms(course, submissions, assignments)
         else:

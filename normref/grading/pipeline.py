@@ -20,14 +20,16 @@ import nbformat
 from . import sandbox
 from .apps import AppError, Course, generate_feedback_parallel
 from .collect import collect
-from .parallel import AutogradeOutcome, autograde, default_jobs
+from .parallel import AutogradeOutcome, autograde, default_jobs, submissions_in
 from .repair import Repair, repair_all
 from .report import ClassReport, build_report, summary_text, write_report
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: What a fresh run removes (nbgrader's grading state; never source/ or release/).
 GRADING_STATE = ("submitted", "autograded", "feedback", "downloaded", "reports", "logs", "gradebook.db",
-                 "grades.csv", "grades_by_question.csv")
+                 "grades.csv", "grades_by_question.csv", ".demo-class")
+#: Written when the grading state is the embedded demo class's (removed before real work).
+DEMO_MARKER = ".demo-class"
 
 
 class GradingError(RuntimeError):
@@ -41,7 +43,8 @@ class GradeRun:
     Attributes:
         course_root: the nbgrader course root graded in.
         assignments: assignment names graded.
-        students: student ids found in ``submitted/``.
+        students: student ids found in ``submitted/`` (this batch and earlier ones).
+        batch: the students this run collected (and graded).
         grades_csv: nbgrader's export, one row per (assignment, student).
         questions_csv: one row per (assignment, student, grade cell) with the points earned.
         feedback_dir: where nbgrader wrote the per-student feedback HTML.
@@ -60,6 +63,7 @@ class GradeRun:
     course_root: Path
     assignments: list[str] = field(default_factory=list)
     students: list[str] = field(default_factory=list)
+    batch: list[str] = field(default_factory=list)
     grades_csv: Path | None = None
     questions_csv: Path | None = None
     feedback_dir: Path | None = None
@@ -177,7 +181,7 @@ def clean(course_root: Path) -> None:
 def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = None,
                 jobs: int | None = None, fresh: bool | None = None, progress: bool = False,
                 use_sandbox: bool | None = None, cell_timeout: int | None = None,
-                log=print) -> GradeRun:
+                duedates: dict[str, str] | None = None, log=print) -> GradeRun:
     """Grade a class end to end with nbgrader.
 
     Args:
@@ -186,7 +190,13 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
             notebooks, or None for the embedded demo class.
         jobs: concurrent autograde processes (default: all cores).
         fresh: remove earlier grading state first (default: True for the demo class, False
-            otherwise, so a real class can be graded in several batches).
+            otherwise, so a real class can be graded in several batches: a batch adds to the
+            gradebook, replaces a student's earlier submission of the same assignment, and
+            autogrades only its own students). Grading state left by the demo class is
+            always removed before real submissions.
+        duedates: ``{assignment: date}`` due dates to record in the gradebook (``"*"`` for
+            every assignment), e.g. ``{"*": "2026-11-21 09:00 UTC"}``; a submission's
+            ``timestamp.txt`` after it is marked late.
         progress: show a progress bar with an ETA on stderr.
         use_sandbox: run every kernel in the bubblewrap sandbox (default: when bwrap works
             here; True makes its absence an error).
@@ -201,15 +211,23 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
     Raises:
         GradingError: an nbgrader step failed for a reason other than a student's code.
         FileNotFoundError: ``submissions`` does not exist.
-        ValueError: ``submissions`` is not a recognised kind of input.
+        ValueError: ``submissions`` is not a recognised kind of input or holds no submission
+            of any assignment; a due date nbgrader cannot read.
     """
     t0 = time.perf_counter()
     course_root = Path(course_root).resolve()
     if fresh is None:
         fresh = submissions is None
+    if not fresh and (course_root / DEMO_MARKER).exists():
+        fresh = True
+        log("the grading state here was the demo class's: removed before grading your submissions")
     if fresh:
         clean(course_root)
     run = GradeRun(course_root=course_root, assignments=list_assignments(course_root))
+    unknown = sorted(set(duedates or {}) - set(run.assignments) - {"*"})
+    if unknown:
+        raise ValueError(f"due date for unknown assignment {', '.join(unknown)} "
+                         f"(assignments: {', '.join(run.assignments)})")
     log(f"generate: {', '.join(run.assignments)}")
     course = Course(course_root)
     generate(course, run.assignments, log=log)
@@ -219,14 +237,23 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
         collected = collect(course, submissions, run.assignments)
     except AppError as e:
         raise GradingError(str(e)) from e
-    run.students = collected.students
-    log(f"collect: {len(run.students)} students from {collected.source} -> {course_root / 'submitted'}")
+    run.batch = collected.students
+    sub = course_root / "submitted"
+    run.students = sorted(p.name for p in sub.iterdir() if p.is_dir()) if sub.is_dir() else []
+    log(f"collect: {len(run.batch)} students from {collected.source} -> {course_root / 'submitted'}"
+        + (f" ({len(run.students)} there in all)" if len(run.students) != len(run.batch) else ""))
     for name, why in collected.skipped.items():
         log(f"collect: skipped {name}: {why}")
+    for a, st in collected.replaced:
+        log(f"collect: {st} ({a}) replaces that student's earlier submission")
     if submissions is None:
         from .demo import apply_due_dates
 
         apply_due_dates(course_root, course.set_due_date)
+        (course_root / DEMO_MARKER).write_text("the grading state here is the embedded demo class\n")
+    for a, date in (duedates or {}).items():
+        for name in run.assignments if a == "*" else [a]:
+            course.set_due_date(name, date)
 
     stages["collect"] = time.perf_counter() - t0 - sum(stages.values())
     run.repairs = repair_all(course_root, run.assignments)
@@ -251,9 +278,13 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
     with session as sb:
         setup = sb.worker if run.sandboxed else None
         try:
+            graded_before = {s for _, s in submissions_in(course_root, run.assignments)
+                             if any((course_root / "autograded" / s).glob("*/*.ipynb"))}
+            # a batch grades its own students, and anyone an earlier run left ungraded
+            only = None if fresh else sorted(set(run.batch) | (set(run.students) - graded_before))
             run.autograde = autograde(course_root, run.assignments, jobs=jobs,
                                       progress=_progress_bar() if progress else None, log=log,
-                                      extra_args=extra, worker_setup=setup)
+                                      extra_args=extra, worker_setup=setup, only=only)
             _regrade_dead_kernels(course_root, run, extra, setup, log)
         except RuntimeError as e:
             raise GradingError(str(e)) from e
@@ -280,7 +311,7 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
 
     ungraded = {f"{s} ({a})": why for (a, s), why in run.autograde.failed.items()}
     ungraded.update({f"file {name}": why for name, why in collected.skipped.items()})
-    flags: dict[str, list[str]] = {}
+    flags: dict[str, list[str]] = {st: list(notes) for st, notes in collected.flags.items()}
     for (a, st), rep in sorted(run.repairs.items()):
         flags.setdefault(st, []).extend(f"{a}: {n}" for n in rep.notes + rep.flags)
         if rep.unrecoverable:
@@ -358,7 +389,7 @@ def format_table(run: GradeRun) -> str:
     totals: dict[str, float] = {}
     for r in rows:
         late = bool(r.get("timestamp") and r.get("duedate") and r["timestamp"] > r["duedate"])
-        submitted = bool(r.get("timestamp"))
+        submitted = any((run.course_root / "submitted" / r["student_id"] / r["assignment"]).glob("*.ipynb"))
         cell[(r["student_id"], r["assignment"])] = (f"{float(r['score']):.2f}{'*' if late else ''}"
                                                     if submitted else "-")
         totals[r["student_id"]] = totals.get(r["student_id"], 0.0) + float(r["score"])
