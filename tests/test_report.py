@@ -1,0 +1,206 @@
+"""The class report's own logic, without grading anything: fault merging and labels, the
+manually graded questions read from a small hand-made nbgrader gradebook, and which
+submissions the mistake counts are out of."""
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from normref.answers import ANSWER_FAULTS
+from normref.checks import FAULT_KINDS
+from normref.grading.report import (FAULT_ALIASES, FAULT_LABELS, KNOWN_FAULTS, ManualGrading,
+                                    build_report, canonical_fault, fault_description, fault_label,
+                                    merge_faults, read_manual_grading, summary_text, write_report)
+
+
+# nbgrader's add_submission warns about its own session handling
+pytestmark = pytest.mark.filterwarnings("ignore:Object of type:sqlalchemy.exc.SAWarning")
+
+
+# ------------------------------------------------------------------ fault kinds and labels
+
+def test_aliases_join_a_code_fault_and_an_answer_fault_that_name_the_same_mistake():
+    assert canonical_fault("dropped_keepdim") == "missing_keepdim"
+    assert canonical_fault("missing_keepdim") == "missing_keepdim"
+    assert canonical_fault("raises") == "raises"
+    for alias, target in FAULT_ALIASES.items():
+        assert alias in ANSWER_FAULTS and target in FAULT_KINDS, (alias, target)
+        assert target not in FAULT_ALIASES  # one step: no chains
+        assert fault_label(alias) == fault_label(target)
+
+
+def test_merge_counts_a_student_tagged_with_both_aliases_once():
+    counts, who = merge_faults({
+        "ada": ["dropped_keepdim", "missing_keepdim", "raises"],
+        "bo": ["dropped_keepdim"],
+        "cy": ["missing_keepdim"],
+        "di": [],
+    })
+    assert counts == {"missing_keepdim": 3, "raises": 1}
+    assert "dropped_keepdim" not in counts
+    assert who == {"missing_keepdim": ["ada", "bo", "cy"], "raises": ["ada"]}
+
+
+def test_every_known_fault_has_a_short_human_label():
+    for kind in KNOWN_FAULTS:
+        label = fault_label(kind)
+        assert label and len(label) <= 48, (kind, label)
+        assert label != kind.replace("_", " "), (kind, label)  # not the raw tag
+        assert canonical_fault(kind) in FAULT_LABELS, kind  # a written phrase, not a cut one
+    # the ones an instructor could not read before
+    assert fault_label("bwd_not_summed") == "backward: dweight/dbias not summed to [D]"
+    assert fault_label("mlp_reads_x") == "fed the MLP x instead of x + attention"
+    assert fault_label("module_weight") == "RMSNorm module lacks weight = ones(dim)"
+
+
+def test_label_of_an_unlisted_kind_is_cut_from_its_description(monkeypatch):
+    monkeypatch.setitem(KNOWN_FAULTS, "new_kind", "the thing went sideways: do it straight; really")
+    assert fault_label("new_kind") == "the thing went sideways"
+    assert fault_label("not_a_kind_at_all") == "not a kind at all"
+
+
+def test_description_of_a_merged_kind_names_both_texts_once():
+    d = fault_description("dropped_keepdim")
+    assert d == f"{FAULT_KINDS['missing_keepdim']} / {ANSWER_FAULTS['dropped_keepdim']}"
+    assert fault_description("raises") == FAULT_KINDS["raises"]
+
+
+# ------------------------------------------------------------------ a small course on disk
+
+def _gradebook(root: Path) -> None:
+    """assignment "hw", notebook "hw": one autograded test cell (3 points), one markdown answer
+    graded by hand (2 points) and one code answer graded by hand (1 point); students:
+    ana answered both manual questions (waiting), ben left them as released (0, nothing to
+    grade), cid was graded by hand already, dov's notebook could not be graded."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        gb.add_assignment("hw")
+        gb.add_notebook("hw", "hw")
+        gb.add_grade_cell("hw_test", "hw", "hw", max_score=3, cell_type="code")
+        gb.add_grade_cell("hw_why", "hw", "hw", max_score=2, cell_type="markdown")
+        gb.add_solution_cell("hw_why", "hw", "hw")
+        gb.add_grade_cell("hw_essay_code", "hw", "hw", max_score=1, cell_type="code")
+        gb.add_solution_cell("hw_essay_code", "hw", "hw")
+        gb.add_solution_cell("hw_impl", "hw", "hw")  # an autograded answer: not a grade cell
+        for s, auto, why, essay, manual in [
+            ("ana", 3, None, None, None),
+            ("ben", 3, 0, 0, None),
+            ("cid", 1, None, None, 2),
+            ("dov", 0, 0, 0, None),
+        ]:
+            gb.add_student(s)
+            gb.add_submission("hw", s)
+            g = gb.find_grade("hw_test", "hw", "hw", s)
+            g.auto_score, g.needs_manual_grade = auto, False
+            for name, score in (("hw_why", why), ("hw_essay_code", essay)):
+                g = gb.find_grade(name, "hw", "hw", s)
+                g.auto_score = score
+                g.needs_manual_grade = score is None
+                if manual is not None and name == "hw_why":
+                    g.manual_score, g.needs_manual_grade = manual, False
+                if manual is not None and name == "hw_essay_code":
+                    g.manual_score, g.needs_manual_grade = 1, False
+            gb.db.commit()
+
+
+def _autograded(root: Path, student: str, faults: list[str]) -> None:
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("check()")
+    cell.metadata["nbgrader"] = {"grade": True, "grade_id": "hw_test", "points": 3}
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout",
+                                           text="".join(f"case 1 failed [fault: {f}]\n" for f in faults))]
+    nb.cells.append(cell)
+    d = root / "autograded" / student / "hw"
+    d.mkdir(parents=True)
+    nbformat.write(nb, d / "hw.ipynb")
+
+
+@pytest.fixture
+def course(tmp_path: Path) -> Path:
+    root = tmp_path / "course"
+    root.mkdir()
+    _gradebook(root)
+    _autograded(root, "ana", ["dropped_keepdim", "missing_keepdim"])
+    _autograded(root, "ben", ["raises"])
+    _autograded(root, "cid", [])
+    _autograded(root, "dov", ["raises"])  # the released notebook graded in place of an invalid one
+    return root
+
+
+SCORES = {
+    ("hw", "ana"): {"hw_test": 3.0, "hw_why": 0.0, "hw_essay_code": 0.0},
+    ("hw", "ben"): {"hw_test": 3.0, "hw_why": 0.0, "hw_essay_code": 0.0},
+    ("hw", "cid"): {"hw_test": 1.0, "hw_why": 2.0, "hw_essay_code": 1.0},
+    ("hw", "dov"): {"hw_test": 0.0, "hw_why": 0.0, "hw_essay_code": 0.0},
+}
+MAX = {"hw": {"hw_test": 3.0, "hw_why": 2.0, "hw_essay_code": 1.0}}
+UNGRADED = {"dov (hw)": "hw.ipynb is not valid JSON (scored 0)", "file junk.txt": "not a notebook"}
+
+
+def test_manual_questions_and_who_waits_come_from_the_gradebook(course):
+    mg = read_manual_grading(course / "gradebook.db", ["hw", "not_in_gradebook"])
+    assert list(mg) == ["hw"]
+    m = mg["hw"]
+    assert m.questions == {"hw_why": 2.0, "hw_essay_code": 1.0}
+    assert m.waiting == {"hw_why": ["ana"], "hw_essay_code": ["ana"]}
+    assert m.graded == {"hw_why": ["cid"], "hw_essay_code": ["cid"]}
+    assert m.points == 3.0 and m.submissions_waiting == ["ana"]
+    assert m.message() == (
+        "3 points in 2 questions (hw_why, hw_essay_code) are graded by hand: 1 submission waits for "
+        "it; open formgrader (JupyterLab > Nbgrader > Manage Assignments) or run `nbgrader formgrader`; "
+        "until then it counts 0.")
+
+
+def test_manual_message_when_nothing_waits():
+    m = ManualGrading(questions={"q": 1.0}, graded={"q": ["a"]})
+    assert m.message() == "1 point in 1 question (q) is graded by hand: none waits for a grader."
+
+
+def test_report_counts_mistakes_of_graded_work_only_and_flags_manual_points(course):
+    rep = build_report(course, ["hw"], SCORES, MAX, ungraded=UNGRADED)
+    assert rep.not_diagnosed == {"hw": ["dov"]}
+    assert rep.diagnosed("hw") == 3
+    assert rep.faults["hw"] == {"missing_keepdim": 1, "raises": 1}  # ana once; dov not counted
+    assert rep.students_with_mistake[("hw", "raises")] == ["ben"]
+    assert rep.students_with_fault[("hw", "dropped_keepdim")] == ["ana"]  # as tagged, too
+    assert rep.totals["hw"]["dov"] == 0.0  # still scored
+    assert rep.waiting_questions("hw") == {"hw_why", "hw_essay_code"}
+    text = summary_text(rep)
+    assert "hw: 4 graded, mean 2.50 / 6" in text  # (3 + 3 + 4 + 0) / 4
+    # ana and ben have the 3 autograded points; cid has all 6 but only 1 of the autograded 3
+    assert "2 with full marks on the autograded part" in text
+    assert "    3 points in 2 questions (hw_why, hw_essay_code) are graded by hand: 1 submission" in text
+    assert "1 of 3 had code that raised" in text and "1 of 3 dropped keepdim=True" in text
+    assert "of 4" not in text
+    assert "not counted, could not be graded: dov" in text
+
+
+def test_full_marks_are_plain_when_no_manual_grading_waits(course, tmp_path):
+    scores = dict(SCORES)
+    scores[("hw", "cid")] = {"hw_test": 3.0, "hw_why": 2.0, "hw_essay_code": 1.0}
+    rep = build_report(tmp_path / "no_gradebook_here", ["hw"], scores, MAX)
+    assert rep.manual == {} and rep.not_diagnosed == {}
+    text = summary_text(rep)
+    assert text.endswith("hw: 4 graded, mean 3.00 / 6, median 3.00, 1 with full marks")
+    assert "autograded part" not in text and "graded by hand" not in text
+
+
+def test_written_report_has_the_manual_box_labels_and_json(course):
+    rep = build_report(course, ["hw"], SCORES, MAX, ungraded=UNGRADED)
+    path = write_report(rep, course / "reports")
+    page = path.read_text()
+    assert "<div class='manual'><b>hw: graded by hand.</b> 3 points in 2 questions" in page
+    assert "waiting: ana" in page
+    assert FAULT_KINDS["missing_keepdim"] in page and ANSWER_FAULTS["dropped_keepdim"] in page
+    assert "<td>1 of 3</td>" in page
+    data = json.loads((course / "reports" / "report.json").read_text())
+    assert data["manual_grading"]["hw"]["submissions_waiting"] == 1
+    assert data["manual_grading"]["hw"]["points"] == 3.0
+    assert data["faults"] == {"hw": {"missing_keepdim": 1, "raises": 1}}
+    assert data["faults_as_tagged"] == {"hw": {"dropped_keepdim": 1, "missing_keepdim": 1, "raises": 1}}
+    assert data["fault_labels"]["missing_keepdim"] == "dropped keepdim=True"
+    assert data["not_diagnosed"] == {"hw": ["dov"]}
+    for png in ("scores_hw.png", "faults.png"):
+        assert (course / "reports" / png).stat().st_size > 5000
