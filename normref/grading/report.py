@@ -484,7 +484,7 @@ def _plot_scores(rep: ClassReport, out: Path) -> list[tuple[str, str]]:
 
 _CSS = ("body{font-family:sans-serif;max-width:960px;margin:2em auto}"
         "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;vertical-align:top}"
-        "th{background:#eee}img{max-width:100%}"
+        "th{background:#eee}img{max-width:100%}pre{white-space:pre-wrap;overflow-wrap:anywhere}"
         ".manual{border:2px solid #E69F00;background:#fff6e0;padding:.4em 1em;margin:.6em 0}"
         ".manual.done{border-color:#ccc;background:#f6f6f6}")
 
