@@ -91,6 +91,8 @@ def test_lms_names_are_parsed():
     bb = parse_lms_name("Lesson 16_jdoe_attempt_2026-11-20-09-00-00_rmsnorm.ipynb")
     assert bb == {"student_id": "jdoe", "file_id": "rmsnorm.ipynb", "timestamp": "2026-11-20 09:00:00"}
     assert parse_lms_name("README.md") is None
+    assert parse_lms_name("L16_.._attempt_2026-11-20-09-00-00_rmsnorm.ipynb") is None  # no "..": path
+    assert parse_lms_name("doejane_LATE_12345_67890_rmsnorm.ipynb")["late"] is True
     assert notebook_key("RMSNorm (1).ipynb") == notebook_key("rmsnorm-2.ipynb") == "rmsnorm"
 
 
@@ -143,17 +145,35 @@ def test_batches_add_students_replace_resubmissions_and_drop_the_demo_state(cour
     first = grade_class(course_root=course_copy, submissions=_tree(tmp_path / "b1", ["ada", "bo"]),
                         duedates={"*": "2026-11-21 09:00 UTC"}, log=lambda *_: None)
     assert first.students == ["ada", "bo"]  # the demo state was removed first
+    assert "ada" in format_table(first).split("\n")[3] and "*" in format_table(first)  # late
+    # batch 2, an LMS zip: bo resubmits (downloaded twice, no timestamp), cy is new, and a
+    # Blackboard name whose student id is ".." must not write outside submitted/
+    release = course_copy / "release" / "rmsnorm" / "rmsnorm.ipynb"
+    zpath = tmp_path / "b2.zip"
+    with zipfile.ZipFile(zpath, "w") as zf:
+        for name, variant in [("bo_1_2_rmsnorm.ipynb", "blank"),
+                              ("bo_1_2_rmsnorm (1).ipynb", "unbiased_variance"),
+                              ("cy_3_4_rmsnorm.ipynb", "unbiased_variance"),
+                              ("L16_.._attempt_2026-11-20-09-00-00_rmsnorm.ipynb", "correct")]:
+            zf.writestr(name, nbformat.writes(fill_answers(release, ANSWERS["rmsnorm"][variant])))
     lines = []
-    second = grade_class(course_root=course_copy, log=lines.append,
-                         submissions=_tree(tmp_path / "b2", ["bo", "cy"], variant="unbiased_variance"))
+    second = grade_class(course_root=course_copy, log=lines.append, submissions=zpath)
     assert second.batch == ["bo", "cy"] and second.students == ["ada", "bo", "cy"]
     assert sorted(s for _, s in second.autograde.graded) == ["bo", "cy"]  # ada is not regraded
     assert any("bo (rmsnorm) replaces" in ln for ln in lines)
+    assert "bo_1_2_rmsnorm.ipynb" in second.report.ungraded or any(
+        "bo_1_2_rmsnorm.ipynb" in ln and "newest download" in ln for ln in lines)
+    assert any("L16_.._attempt" in ln and "not recognised" in ln for ln in lines)
+    assert not (course_copy / "rmsnorm").exists() and not (course_copy.parent / "rmsnorm").exists()
+    assert any((course_copy / "logs" / "replaced" / "bo" / "rmsnorm").glob("*.ipynb"))  # kept
     wrong = EXPECTED["rmsnorm"]["unbiased_variance"]
     assert second.scores[("rmsnorm", "ada")] == EXPECTED["rmsnorm"]["correct"]
     assert second.scores[("rmsnorm", "bo")] == second.scores[("rmsnorm", "cy")] == wrong
-    table = format_table(second)
-    assert "-" not in table.split("\n")[3] and "*" in table  # submitted, and late (22nd > 21st)
+    with second.grades_csv.open() as f:
+        stamps = {r["student_id"]: r["timestamp"] for r in csv.DictReader(f)}
+    assert stamps["ada"].startswith("2026-11-22") and not stamps["bo"].startswith("2026-11-22")
+    rows = {ln.split()[0]: ln for ln in format_table(second).split("\n")[3:6]}
+    assert "*" in rows["ada"] and "*" not in rows["bo"]
 
 
 def test_bad_inputs_get_a_clear_message(course_copy, tmp_path):

@@ -119,6 +119,17 @@ class Course:
             app.log.setLevel("ERROR")
             self._check(f"zip_collect {assignment}", capture_log(app))
 
+    def remove_submission(self, assignment: str, student: str) -> None:
+        """Remove one student's submission of one assignment (and its grades) from the
+        gradebook, as a resubmission does before it is collected; nothing if there is none."""
+        from nbgrader.api import Gradebook, MissingEntry
+
+        with Gradebook(db_url(self.root), self.api.coursedir.course_id) as gb:
+            try:
+                gb.remove_submission(assignment, student)
+            except MissingEntry:
+                pass
+
     def set_due_date(self, assignment: str, duedate: str) -> None:
         """Record a due date in the gradebook (as ``nbgrader db assignment add --duedate``).
 

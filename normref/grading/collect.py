@@ -56,7 +56,7 @@ def parse_lms_name(filename: str) -> dict | None:
         if m:
             gd = {k: v for k, v in m.groupdict().items() if v is not None}
             sid = re.sub(r"[^A-Za-z0-9_.\-]", "", gd["student_id"]).lower()
-            if not sid:
+            if not re.fullmatch(r"[a-z0-9][a-z0-9_.\-]*", sid):  # never "", "." or ".."
                 return None
             out = {"student_id": sid, "file_id": gd["file_id"] + ".ipynb"}
             if gd.get("late"):
@@ -134,14 +134,26 @@ def _assignment_of(file_id: str, course_root: Path, assignments: list[str]) -> s
 def _lms_files(path: Path, tmp: Path) -> list[Path]:
     if path.is_file() and path.suffix == ".zip":
         with zipfile.ZipFile(path) as zf:
-            for member in zf.infolist():
+            for i, member in enumerate(zf.infolist()):
                 name = os.path.basename(member.filename)
                 if member.is_dir() or not name or name.startswith("."):
                     continue
-                # flatten, never trust member paths (zip-slip)
-                (tmp / name).write_bytes(zf.read(member))
-        return sorted(tmp.iterdir())
+                # flatten, never trust member paths (zip-slip); a name seen twice (two folders
+                # of the zip) goes to a folder of its own and is sorted out like any duplicate
+                dest = tmp / name if not (tmp / name).exists() else tmp / f"copy{i}" / name
+                dest.parent.mkdir(exist_ok=True)
+                dest.write_bytes(zf.read(member))
+        return sorted(p for p in tmp.rglob("*") if p.is_file())
     return sorted(p for p in path.rglob("*") if p.is_file())
+
+
+def _newest_first(info: dict) -> tuple:
+    """Sort key among one student's files for one assignment: the latest LMS timestamp, then
+    the highest re-download number (``rmsnorm (2).ipynb`` after ``rmsnorm (1).ipynb``)."""
+    stem = info["file_id"][: -len(".ipynb")]
+    m = re.search(r"(?:\((\d+)\)|-(\d+))$", stem)
+    copy = int(next(g for g in m.groups() if g is not None)) if m else 0
+    return (info.get("timestamp", ""), copy)
 
 
 def collect_lms(course: Course, path: Path, assignments: list[str]) -> Collected:
@@ -151,7 +163,7 @@ def collect_lms(course: Course, path: Path, assignments: list[str]) -> Collected
     batch: set[tuple[str, str]] = set()
     with tempfile.TemporaryDirectory() as td:
         files = _lms_files(path, Path(td))
-        by_assignment: dict[str, list[Path]] = {}
+        candidates: dict[tuple[str, str], list[tuple[dict, Path]]] = {}
         for f in files:
             info = parse_lms_name(f.name)
             if info is None:
@@ -161,16 +173,28 @@ def collect_lms(course: Course, path: Path, assignments: list[str]) -> Collected
             if a is None:
                 out.skipped[f.name] = f"no assignment has a notebook named {info['file_id']!r}"
                 continue
-            by_assignment.setdefault(a, []).append(f)
-            batch.add((a, info["student_id"]))
-            if info.get("late"):
-                out.flags.setdefault(info["student_id"], []).append(
-                    f"{a}: the LMS marked the download {f.name!r} late")
-        if not by_assignment:
+            candidates.setdefault((a, info["student_id"]), []).append((info, f))
+        if not candidates:
             shown = "; ".join(f"{n}: {why}" for n, why in list(out.skipped.items())[:5])
+            hint = (f"; for an nbgrader tree, give {path / 'submitted'}"
+                    if (path / "submitted").is_dir() else "")
             raise ValueError(f"{path}: none of its {len(files)} files is a notebook of an assignment "
-                             f"named the way an LMS names downloads ({shown or 'no files'})")
+                             f"named the way an LMS names downloads ({shown or 'no files'}){hint}")
+        by_assignment: dict[str, list[Path]] = {}
+        for (a, st), found in sorted(candidates.items()):
+            # one submission per student and assignment: the newest download
+            found.sort(key=lambda c: _newest_first(c[0]), reverse=True)
+            info, f = found[0]
+            for _, other in found[1:]:
+                out.skipped[str(other.name)] = (f"{st} has more than one {a} notebook here: "
+                                                f"{f.name!r} (the newest download) is graded instead")
+            by_assignment.setdefault(a, []).append(f)
+            if info.get("late"):
+                out.flags.setdefault(st, []).append(f"{a}: the LMS marked the download {f.name!r} late")
+        batch = set(candidates)
         out.replaced = sorted(pr for pr in batch if _has_submission(course_root, *pr))
+        for a, st in out.replaced:
+            _drop_earlier(course, a, st)
         for a, fs in by_assignment.items():
             archive = course_root / "downloaded" / a / "archive"
             if archive.exists():
@@ -185,6 +209,17 @@ def collect_lms(course: Course, path: Path, assignments: list[str]) -> Collected
 
 def _has_submission(course_root: Path, assignment: str, student: str) -> bool:
     return any((course_root / "submitted" / student / assignment).glob("*.ipynb"))
+
+
+def _drop_earlier(course: Course, assignment: str, student: str) -> None:
+    """Before a resubmission: the earlier one moves from ``submitted/`` to
+    ``logs/replaced/<student>/<assignment>/`` and leaves the gradebook (so that its timestamp,
+    and lateness, do not stay with the new one)."""
+    keep = course.root / "logs" / "replaced" / student / assignment
+    shutil.rmtree(keep, ignore_errors=True)
+    keep.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(course.root / "submitted" / student / assignment), keep)
+    course.remove_submission(assignment, student)
 
 
 def collect(course: Course, submissions: Path | None, assignments: list[str]) -> Collected:
@@ -215,9 +250,10 @@ def collect(course: Course, submissions: Path | None, assignments: list[str]) ->
                                  f"(assignments: {', '.join(assignments)})")
             if submissions != dest.resolve():
                 out.replaced = [pr for pr in pairs if _has_submission(course_root, *pr)]
-                for a, st in pairs:  # a resubmission replaces the earlier one whole
-                    if (dest / st / a).exists():
-                        shutil.rmtree(dest / st / a)
+                for a, st in out.replaced:  # a resubmission replaces the earlier one whole
+                    _drop_earlier(course, a, st)
+                for a, st in pairs:
+                    shutil.rmtree(dest / st / a, ignore_errors=True)
                     shutil.copytree(submissions / st / a, dest / st / a)
             out.students = sorted({st for _, st in pairs})
             return out

@@ -246,6 +246,9 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
         log(f"collect: skipped {name}: {why}")
     for a, st in collected.replaced:
         log(f"collect: {st} ({a}) replaces that student's earlier submission")
+    for st, notes in sorted(collected.flags.items()):
+        for note in notes:
+            log(f"collect: {st}: {note}")
     if submissions is None:
         from .demo import apply_due_dates
 
