@@ -185,6 +185,13 @@ def test_bad_inputs_get_a_clear_message(course_copy, tmp_path):
     with pytest.raises(ValueError, match="due date for unknown assignment nope"):
         grade_class(course_root=course_copy, submissions=empty_zip, duedates={"nope": "2026-11-21"},
                     log=lambda *_: None)
+    # refused before anything is touched: a --fresh run with a wrong path keeps the old state
+    (course_copy / "gradebook.db").write_bytes(b"earlier grades")
+    with pytest.raises(FileNotFoundError, match="no submissions at"):
+        grade_class(course_root=course_copy, submissions=tmp_path / "typo", fresh=True, log=lambda *_: None)
+    with pytest.raises(ValueError, match="none of its 1 files"):
+        grade_class(course_root=course_copy, submissions=empty_zip, fresh=True, log=lambda *_: None)
+    assert (course_copy / "gradebook.db").read_bytes() == b"earlier grades"
     out = subprocess.run([sys.executable, "-m", "normref.grading", "--duedate", "someday"],
                          capture_output=True, text=True)
     assert out.returncode == 2 and "cannot read 'someday' as a date" in out.stderr

@@ -156,30 +156,67 @@ def _newest_first(info: dict) -> tuple:
     return (info.get("timestamp", ""), copy)
 
 
+def _lms_candidates(course_root: Path, path: Path, assignments: list[str], tmp: Path,
+                    skipped: dict[str, str]) -> dict[tuple[str, str], list[tuple[dict, Path]]]:
+    """``{(assignment, student): [(parsed name, file)]}`` for the LMS download at ``path``
+    (a zip is extracted into ``tmp``); what is not collected goes into ``skipped``.
+
+    Raises:
+        ValueError: no file is a notebook of an assignment with an LMS-style name.
+    """
+    files = _lms_files(path, tmp)
+    candidates: dict[tuple[str, str], list[tuple[dict, Path]]] = {}
+    for f in files:
+        info = parse_lms_name(f.name)
+        if info is None:
+            skipped[f.name] = "file name not recognised as an LMS submission"
+            continue
+        a = _assignment_of(info["file_id"], course_root, assignments)
+        if a is None:
+            skipped[f.name] = f"no assignment has a notebook named {info['file_id']!r}"
+            continue
+        candidates.setdefault((a, info["student_id"]), []).append((info, f))
+    if not candidates:
+        shown = "; ".join(f"{n}: {why}" for n, why in list(skipped.items())[:5])
+        hint = f"; for an nbgrader tree, give {path / 'submitted'}" if (path / "submitted").is_dir() else ""
+        raise ValueError(f"{path}: none of its {len(files)} files is a notebook of an assignment "
+                         f"named the way an LMS names downloads ({shown or 'no files'}){hint}")
+    return candidates
+
+
+def check_input(course_root: Path, submissions: Path, assignments: list[str]) -> None:
+    """What :func:`collect` would refuse, found before anything in the course is touched.
+
+    Raises:
+        FileNotFoundError: ``submissions`` does not exist.
+        ValueError: it is not a submitted tree, LMS folder or zip, or holds no submission.
+    """
+    submissions = Path(submissions).resolve()
+    if not submissions.exists():
+        raise FileNotFoundError(f"no submissions at {submissions}")
+    if is_submitted_tree(submissions, assignments):
+        if not _tree_pairs(submissions, assignments):
+            raise ValueError(f"{submissions}: no <student>/<assignment>/*.ipynb in it "
+                             f"(assignments: {', '.join(assignments)})")
+    elif submissions.suffix == ".zip" or (submissions.is_dir() and any(submissions.rglob("*.ipynb"))):
+        with tempfile.TemporaryDirectory() as td:
+            _lms_candidates(course_root, submissions, assignments, Path(td), {})
+    else:
+        raise ValueError(f"{submissions}: expected an nbgrader submitted/<student>/<assignment>/ "
+                         "tree, a folder of .ipynb files, or a .zip of them")
+
+
+def _tree_pairs(tree: Path, assignments: list[str]) -> list[tuple[str, str]]:
+    return [(a, d.name) for d in sorted(tree.iterdir()) if d.is_dir()
+            for a in assignments if any((d / a).glob("*.ipynb"))]
+
+
 def collect_lms(course: Course, path: Path, assignments: list[str]) -> Collected:
     """LMS folder or zip -> ``submitted/`` through ``nbgrader zip_collect`` (one call per assignment)."""
     course_root = course.root
     out = Collected(source=f"LMS download {path}")
-    batch: set[tuple[str, str]] = set()
     with tempfile.TemporaryDirectory() as td:
-        files = _lms_files(path, Path(td))
-        candidates: dict[tuple[str, str], list[tuple[dict, Path]]] = {}
-        for f in files:
-            info = parse_lms_name(f.name)
-            if info is None:
-                out.skipped[f.name] = "file name not recognised as an LMS submission"
-                continue
-            a = _assignment_of(info["file_id"], course_root, assignments)
-            if a is None:
-                out.skipped[f.name] = f"no assignment has a notebook named {info['file_id']!r}"
-                continue
-            candidates.setdefault((a, info["student_id"]), []).append((info, f))
-        if not candidates:
-            shown = "; ".join(f"{n}: {why}" for n, why in list(out.skipped.items())[:5])
-            hint = (f"; for an nbgrader tree, give {path / 'submitted'}"
-                    if (path / "submitted").is_dir() else "")
-            raise ValueError(f"{path}: none of its {len(files)} files is a notebook of an assignment "
-                             f"named the way an LMS names downloads ({shown or 'no files'}){hint}")
+        candidates = _lms_candidates(course_root, path, assignments, Path(td), out.skipped)
         by_assignment: dict[str, list[Path]] = {}
         for (a, st), found in sorted(candidates.items()):
             # one submission per student and assignment: the newest download
@@ -239,15 +276,10 @@ def collect(course: Course, submissions: Path | None, assignments: list[str]) ->
         out = Collected(source="embedded demo class")
     else:
         submissions = Path(submissions).resolve()
-        if not submissions.exists():
-            raise FileNotFoundError(f"no submissions at {submissions}")
+        check_input(course_root, submissions, assignments)
         if is_submitted_tree(submissions, assignments):
             out = Collected(source=f"nbgrader submitted/ tree {submissions}")
-            pairs = [(a, d.name) for d in sorted(submissions.iterdir()) if d.is_dir()
-                     for a in assignments if any((d / a).glob("*.ipynb"))]
-            if not pairs:
-                raise ValueError(f"{submissions}: no <student>/<assignment>/*.ipynb in it "
-                                 f"(assignments: {', '.join(assignments)})")
+            pairs = _tree_pairs(submissions, assignments)
             if submissions != dest.resolve():
                 out.replaced = [pr for pr in pairs if _has_submission(course_root, *pr)]
                 for a, st in out.replaced:  # a resubmission replaces the earlier one whole
@@ -257,10 +289,6 @@ def collect(course: Course, submissions: Path | None, assignments: list[str]) ->
                     shutil.copytree(submissions / st / a, dest / st / a)
             out.students = sorted({st for _, st in pairs})
             return out
-        elif submissions.suffix == ".zip" or (submissions.is_dir() and any(submissions.rglob("*.ipynb"))):
-            return collect_lms(course, submissions, assignments)
-        else:
-            raise ValueError(f"{submissions}: expected an nbgrader submitted/<student>/<assignment>/ "
-                             "tree, a folder of .ipynb files, or a .zip of them")
+        return collect_lms(course, submissions, assignments)
     out.students = sorted(p.name for p in dest.iterdir() if p.is_dir()) if dest.is_dir() else []
     return out

@@ -19,17 +19,17 @@ import nbformat
 
 from . import sandbox
 from .apps import AppError, Course, generate_feedback_parallel
-from .collect import collect
+from .collect import check_input, collect
 from .parallel import AutogradeOutcome, autograde, default_jobs, submissions_in
 from .repair import Repair, repair_all
 from .report import ClassReport, build_report, summary_text, write_report
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-#: What a fresh run removes (nbgrader's grading state; never source/ or release/).
-GRADING_STATE = ("submitted", "autograded", "feedback", "downloaded", "reports", "logs", "gradebook.db",
-                 "grades.csv", "grades_by_question.csv", ".demo-class")
 #: Written when the grading state is the embedded demo class's (removed before real work).
 DEMO_MARKER = ".demo-class"
+#: What a fresh run removes (nbgrader's grading state; never source/ or release/).
+GRADING_STATE = ("submitted", "autograded", "feedback", "downloaded", "reports", "logs", "gradebook.db",
+                 "grades.csv", "grades_by_question.csv", DEMO_MARKER)
 
 
 class GradingError(RuntimeError):
@@ -216,6 +216,14 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
     """
     t0 = time.perf_counter()
     course_root = Path(course_root).resolve()
+    run = GradeRun(course_root=course_root, assignments=list_assignments(course_root))
+    # bad input is refused before anything here is touched
+    unknown = sorted(set(duedates or {}) - set(run.assignments) - {"*"})
+    if unknown:
+        raise ValueError(f"due date for unknown assignment {', '.join(unknown)} "
+                         f"(assignments: {', '.join(run.assignments)})")
+    if submissions is not None:
+        check_input(course_root, submissions, run.assignments)
     if fresh is None:
         fresh = submissions is None
     if not fresh and (course_root / DEMO_MARKER).exists():
@@ -223,11 +231,6 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
         log("the grading state here was the demo class's: removed before grading your submissions")
     if fresh:
         clean(course_root)
-    run = GradeRun(course_root=course_root, assignments=list_assignments(course_root))
-    unknown = sorted(set(duedates or {}) - set(run.assignments) - {"*"})
-    if unknown:
-        raise ValueError(f"due date for unknown assignment {', '.join(unknown)} "
-                         f"(assignments: {', '.join(run.assignments)})")
     log(f"generate: {', '.join(run.assignments)}")
     course = Course(course_root)
     generate(course, run.assignments, log=log)
