@@ -31,12 +31,12 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 grade: $(STAMP)
-	$(BIN)/python -m normref.grading $(if $(SUBMISSIONS),--submissions "$(SUBMISSIONS)") $(if $(JOBS),--jobs $(JOBS)) \
+	$(BIN)/python -m grader $(if $(SUBMISSIONS),--submissions "$(SUBMISSIONS)") $(if $(JOBS),--jobs $(JOBS)) \
 		$(if $(DUEDATE),--duedate "$(DUEDATE)") $(if $(FRESH),--fresh)
 
 # Figures, not a test: make grade vs plain sequential nbgrader on the demo class.
 bench: $(STAMP)
-	$(BIN)/python -m normref.grading.bench $(if $(JOBS),--jobs $(JOBS)) $(if $(STUDENTS),--students $(STUDENTS))
+	$(BIN)/python -m grader.bench $(if $(JOBS),--jobs $(JOBS)) $(if $(STUDENTS),--students $(STUDENTS))
 
 # Regenerate release/ from source/ with nbgrader (commit the result; a test checks they agree).
 release: $(STAMP)
@@ -57,7 +57,7 @@ screenshots: $(STAMP)
 	@mkdir -p docs/screenshots
 	cp $(foreach s,$(SCREENSHOTS),build/browser/$(s).png) docs/screenshots/
 
-# nbgrader's grading state (the list is normref.grading.pipeline.GRADING_STATE; a test checks).
+# nbgrader's grading state (the list is grader.pipeline.GRADING_STATE; a test checks).
 clean:
 	rm -rf submitted autograded/* feedback downloaded reports logs gradebook.db grades.csv \
 		grades_by_question.csv .demo-class

@@ -1,7 +1,7 @@
 """nbgrader configuration for the Lesson 16 course (normalization in the transformer block).
 
 The course root is the folder this file lives in, so `nbgrader` commands and
-`python -m normref.grading` work from any working directory inside a clone, and a copy of
+`python -m grader` work from any working directory inside a clone, and a copy of
 the course (tests, the demo class) is its own root.
 """
 import os

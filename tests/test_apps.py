@@ -1,11 +1,11 @@
-"""The in-process nbgrader apps (normref.grading.apps) do what the `nbgrader` commands do."""
+"""The in-process nbgrader apps (grader.apps) do what the `nbgrader` commands do."""
 import sqlite3
 import subprocess
 import sys
 
 import pytest
 
-from normref.grading.apps import AppError, Course
+from grader.apps import AppError, Course
 
 
 def _files(folder):

@@ -20,8 +20,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from normref.grading.answer_bank import ANSWERS, EXPECTED, MANUAL_CELLS
-from normref.grading.demo import fill_answers
+from grader.answer_bank import ANSWERS, EXPECTED, MANUAL_CELLS
+from grader.demo import fill_answers
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCE_NOTEBOOKS = sorted(REPO.glob("source/*/*.ipynb"))

@@ -11,12 +11,12 @@ import pytest
 import shutil
 from pathlib import Path
 
-from normref.grading import grade_class
-from normref.grading.pipeline import format_table
-from normref.grading.answer_bank import ANSWERS, EXPECTED
-from normref.grading.collect import notebook_key, parse_lms_name
-from normref.grading.demo import LATE_STUDENTS, demo_class, expected_points, fill_answers
-from normref.grading.report import KNOWN_FAULTS
+from grader import grade_class
+from grader.pipeline import format_table
+from grader.answer_bank import ANSWERS, EXPECTED
+from grader.collect import notebook_key, parse_lms_name
+from grader.demo import LATE_STUDENTS, demo_class, expected_points, fill_answers
+from grader.report import KNOWN_FAULTS
 
 def only_assignments(root, keep):
     """Leave just these assignments in a course copy (a smaller class for the slower checks)."""
@@ -110,15 +110,15 @@ def test_lms_zip_is_graded_through_zip_collect(course_copy, tmp_path):
 
 
 def test_cli_help_and_bad_input(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "normref.grading", "--help"], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "grader", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "--submissions" in out.stdout and "--jobs" in out.stdout
-    bad = subprocess.run([sys.executable, "-m", "normref.grading", "--submissions", str(tmp_path / "nope")],
+    bad = subprocess.run([sys.executable, "-m", "grader", "--submissions", str(tmp_path / "nope")],
                          capture_output=True, text=True)
     assert bad.returncode == 1 and "no submissions at" in bad.stderr
 
 
 def test_make_clean_removes_all_grading_state():
-    from normref.grading.pipeline import GRADING_STATE
+    from grader.pipeline import GRADING_STATE
 
     makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
     recipe = makefile.split("\nclean:", 1)[1].split("\n\n", 1)[0]
@@ -192,6 +192,6 @@ def test_bad_inputs_get_a_clear_message(course_copy, tmp_path):
     with pytest.raises(ValueError, match="none of its 1 files"):
         grade_class(course_root=course_copy, submissions=empty_zip, fresh=True, log=lambda *_: None)
     assert (course_copy / "gradebook.db").read_bytes() == b"earlier grades"
-    out = subprocess.run([sys.executable, "-m", "normref.grading", "--duedate", "someday"],
+    out = subprocess.run([sys.executable, "-m", "grader", "--duedate", "someday"],
                          capture_output=True, text=True)
     assert out.returncode == 2 and "cannot read 'someday' as a date" in out.stderr

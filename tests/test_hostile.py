@@ -18,9 +18,9 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell
 
-from normref.grading import grade_class
-from normref.grading.answer_bank import ANSWERS
-from normref.grading.sandbox import available as sandbox_available
+from grader import grade_class
+from grader.answer_bank import ANSWERS
+from grader.sandbox import available as sandbox_available
 
 RMS_CORRECT = ANSWERS["rmsnorm"]["correct"]["rms_norm_impl"]
 RMS_N_MINUS_1 = ANSWERS["rmsnorm"]["unbiased_variance"]["rms_norm_impl"]

@@ -9,7 +9,7 @@ import pytest
 
 from normref.answers import ANSWER_FAULTS
 from normref.checks import FAULT_KINDS
-from normref.grading.report import (FAULT_ALIASES, FAULT_LABELS, KNOWN_FAULTS, ManualGrading,
+from grader.report import (FAULT_ALIASES, FAULT_LABELS, KNOWN_FAULTS, ManualGrading,
                                     build_report, canonical_fault, fault_description, fault_label,
                                     merge_faults, read_manual_grading, summary_text, write_report)
 

@@ -114,10 +114,13 @@ def test_export_refuses_a_hidden_test_and_notes_an_answer(tmp_path):
     assert sorted(map(str, export.files)) == ["README.md", "normref/__init__.py", "release/ln/ln.ipynb"]
 
 
-def test_the_real_grader_package_would_leak_so_it_is_excluded():
-    # normref/grading's demo class holds correct answers: the detector sees them there.
-    leaks = student_repo.find_leaks(REPO / "normref" / "grading", source=REPO / "source")
-    assert leaks and "normref/grading" in student_repo.EXCLUDED
+def test_the_grader_would_leak_and_no_student_path_reaches_it():
+    # grader/'s demo class holds correct answers: the detector sees them there, and the export
+    # leaves the grader out because no student path includes it (no special rule).
+    leaks = student_repo.find_leaks(REPO / "grader", source=REPO / "source")
+    assert leaks
+    assert not any(p == "grader" or p.startswith("grader/") for p in student_repo.STUDENT_PATHS)
+    assert not any(p.parts[0] == "grader" for p in student_repo.student_files(repo=REPO))
 
 
 def test_export_has_lessons_assignments_and_binder_files_but_no_source(export):
@@ -127,7 +130,7 @@ def test_export_has_lessons_assignments_and_binder_files_but_no_source(export):
                  "normref/__init__.py", "notebooks/00_start.ipynb", "release/rmsnorm/rmsnorm.ipynb"]:
         assert need in files, need
     for path in files:
-        assert not path.startswith(("source/", "tests/", "tools/", "normref/grading/", "autograded/",
+        assert not path.startswith(("source/", "tests/", "tools/", "grader/", "autograded/",
                                     "submitted/", "feedback/")), path
         assert "__pycache__" not in path and path not in {"gradebook.db", "nbgrader_config.py"}, path
     assert os.access(export / "start", os.X_OK) and os.access(export / "postBuild", os.X_OK)

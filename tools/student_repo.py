@@ -9,8 +9,9 @@ or ``python tools/student_repo.py DEST [--binder-repo OWNER/NAME] [--replace]``.
 
 What goes in (:data:`STUDENT_PATHS`): the README, ``environment.yml``, ``postBuild``,
 ``start`` and ``jupyter-student/`` (Binder), ``pyproject.toml`` and ``Makefile`` (``make lab``),
-``normref/`` without ``normref/grading/`` (the instructor's grader; its demo class holds correct
-answers), ``notebooks/``, ``release/`` and the README's ``docs/screenshots/``. What stays out:
+``normref/`` (the maths, lesson helpers and student-side checkers; the instructor's grader
+and its demo class of correct answers live in ``grader/``, which is not on this list),
+``notebooks/``, ``release/`` and the README's ``docs/screenshots/``. What stays out:
 ``source/`` (solutions and hidden tests), ``tests/``, ``tools/``, ``nbgrader_config.py`` and
 every grading folder. Only files git tracks or would track (``git ls-files --cached --others
 --exclude-standard``) are copied, so build output and gradebooks never travel.
@@ -50,8 +51,6 @@ STUDENT_PATHS = (
     "release",
     "docs/screenshots",
 )
-#: Inside STUDENT_PATHS but instructor-only.
-EXCLUDED = ("normref/grading",)
 
 #: The Binder badge's repository, as ``mybinder.org/v2/gh/<OWNER>/<NAME>/<REF>``.
 BINDER_URL = re.compile(r"(https://mybinder\.org/v2/gh/)([^/\s)]+/[^/\s)]+)(/[^?\s)]+)")
@@ -109,7 +108,7 @@ def student_files(*, repo: Path = REPO) -> list[Path]:
         repo: the course repository (a git work tree).
 
     Returns:
-        Paths under :data:`STUDENT_PATHS`, minus :data:`EXCLUDED`, that git tracks or would
+        Paths under :data:`STUDENT_PATHS` that git tracks or would
         track (ignored files such as ``__pycache__`` and ``gradebook.db`` are left out).
 
     Raises:
@@ -122,8 +121,6 @@ def student_files(*, repo: Path = REPO) -> list[Path]:
         raise ExportError(f"{repo} is not a git work tree (git ls-files failed: {e})") from e
     files = set()
     for name in filter(None, out.split("\0")):
-        if any(name == ex or name.startswith(ex + "/") for ex in EXCLUDED):
-            continue
         if (repo / name).is_file():  # git still lists files deleted in the work tree
             files.add(Path(name))
     return sorted(files)

@@ -18,7 +18,7 @@ work as possible. The original files are kept under ``logs/originals/``. What is
   lost its metadata is recognised by the function or class it defines and re-attached;
   edited locked cells are reported (nbgrader restores them); the kernelspec is set to the
   course's;
-* tampering (:mod:`normref.grading.tamper`): a cell that tampers with the grader, or an
+* tampering (:mod:`grader.tamper`): a cell that tampers with the grader, or an
   answer that calls the reference instead of implementing it, is replaced by a stub that
   raises, so its question earns what a blank answer earns and later tests run honestly.
 """

@@ -5,7 +5,7 @@ nbgrader before it does any work; a class run needs a dozen of them (generate, d
 feedback and export for every assignment). :class:`Course` loads the course's
 ``nbgrader_config.py`` once and runs the same apps, with the same configuration and the same
 preprocessors, in this process. Autograde is not run here: it executes student code and runs
-in separate (sandboxed) processes, see :mod:`normref.grading.parallel`.
+in separate (sandboxed) processes, see :mod:`grader.parallel`.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Command line for ``make grade``: ``python -m normref.grading [--submissions PATH] [--jobs N]``."""
+"""Command line for ``make grade``: ``python -m grader [--submissions PATH] [--jobs N]``."""
 from __future__ import annotations
 
 import argparse
@@ -10,7 +10,7 @@ from .pipeline import REPO_ROOT, GradingError, format_table, grade_class, summar
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m normref.grading",
+        prog="python -m grader",
         description="Grade a class with nbgrader in one command: generate (release/ if stale), "
         "collect, autograde in parallel, feedback, grades.csv, class report. With no "
         "--submissions, grades the embedded demo class. Real submissions are graded in "

@@ -24,7 +24,7 @@ from .parallel import AutogradeOutcome, autograde, default_jobs, submissions_in
 from .repair import Repair, repair_all
 from .report import ClassReport, build_report, summary_text, write_report
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 #: Written when the grading state is the embedded demo class's (removed before real work).
 DEMO_MARKER = ".demo-class"
 #: What a fresh run removes (nbgrader's grading state; never source/ or release/).
@@ -51,7 +51,7 @@ class GradeRun:
         report_html: the class report page.
         scores: ``{(assignment, student): {grade_id: points}}`` read from the gradebook.
         max_points: ``{assignment: {grade_id: max points}}``.
-        report: the :class:`~normref.grading.report.ClassReport`.
+        report: the :class:`~grader.report.ClassReport`.
         autograde: timing and failures of the autograde stage.
         repairs: ``{(assignment, student): Repair}`` for every submission repair touched.
         sandboxed: whether kernels ran in the bubblewrap sandbox.

@@ -1,7 +1,7 @@
 """The embedded demo class: 30 synthetic students built from the mistakes normref diagnoses.
 
 Every student is the released notebooks with answer cells filled in from the answer bank
-(:mod:`normref.grading.answer_bank`): for each assignment, one *variant* per student —
+(:mod:`grader.answer_bank`): for each assignment, one *variant* per student —
 ``correct``, ``blank``, ``partial``, or a fault kind (n-1 variance, eps outside the square
 root, wrong axis, ...). Two students submit late, one skips an assignment. ``make grade`` on a
 fresh clone grades this class; the tests take every expected score from the answer bank's
@@ -102,7 +102,7 @@ def apply_due_dates(course_root: Path, set_due_date) -> None:
 
     Args:
         set_due_date: ``set_due_date(assignment, duedate)``, e.g.
-            :meth:`normref.grading.apps.Course.set_due_date`.
+            :meth:`grader.apps.Course.set_due_date`.
     """
     for a in sorted(ANSWERS):
         if (course_root / "source" / a).is_dir():

@@ -1,6 +1,6 @@
 """The grading kernel: ipykernel inside a bubblewrap sandbox, with resource limits.
 
-``python -m normref.grading.sandbox -f CONNECTION_FILE [ipykernel args]`` is the ``argv`` of
+``python -m grader.sandbox -f CONNECTION_FILE [ipykernel args]`` is the ``argv`` of
 the ``normref-sandbox`` kernelspec that ``make grade`` hands nbgrader. It
 
 * sets per-kernel limits (address space ``NORMREF_KERNEL_MEM_MB``, default 3072 MiB; largest
@@ -15,7 +15,7 @@ the ``normref-sandbox`` kernelspec that ``make grade`` hands nbgrader. It
   that holds only the Python installation, the virtual environment, the ``normref`` package,
   the connection files and the scratch directory: the course's ``source/`` (solutions, hidden
   tests), ``gradebook.db`` and other students' folders do not exist in there;
-* runs :mod:`normref.grading.kernel_guard` first, which turns ``os._exit``/``sys.exit`` into
+* runs :mod:`grader.kernel_guard` first, which turns ``os._exit``/``sys.exit`` into
   errors of the cell that called them and caps a cell's printed output.
 
 What it does not prevent is written in the README ("What the grader protects against").
@@ -56,7 +56,7 @@ def write_kernelspec(dest: Path, mem_mb: int = DEFAULT_MEM_MB) -> Path:
     """Write ``dest/kernels/normref-sandbox/kernel.json``; put ``dest`` on ``JUPYTER_PATH``."""
     kdir = dest / "kernels" / KERNEL_NAME
     kdir.mkdir(parents=True, exist_ok=True)
-    # Run by path, not with -m: `-m normref.grading.sandbox` would import the normref package
+    # Run by path, not with -m: `-m grader.sandbox` would import the normref package
     # (torch, matplotlib) twice per kernel start, ~12 s of the ~16 s a kernel took to start.
     spec = {
         "argv": [sys.executable, str(Path(__file__).resolve()), "-f", "{connection_file}"],
@@ -103,9 +103,19 @@ class SandboxSession:
         return args, env
 
 
+def _normref_dir() -> str:
+    """The installed ``normref`` package's folder, found without importing it (torch, matplotlib)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("normref")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the grading sandbox needs the normref package installed (make install)")
+    return str(Path(next(iter(spec.submodule_search_locations))).resolve())
+
+
 def _ro_paths() -> list[str]:
     """What the kernel may read: the interpreter, the venv, the normref package, system libs."""
-    paths = {sys.base_prefix, sys.prefix, str(Path(__file__).resolve().parents[1])}  # normref/
+    paths = {sys.base_prefix, sys.prefix, _normref_dir()}
     for key in ("stdlib", "platstdlib", "purelib", "platlib"):
         p = sysconfig.get_paths().get(key)
         if p:
@@ -135,7 +145,7 @@ def _copy_limited(src: Path, dst: Path) -> None:
 
 
 def bwrap_argv(connection_file: str, cwd: str, scratch: str, home: str, kernel_args: list[str]) -> list[str]:
-    """The full ``bwrap ... python -m normref.grading.kernel_guard ...`` command.
+    """The full ``bwrap ... python -m grader.kernel_guard ...`` command.
 
     Raises:
         ValueError: the connection file does not use the ``ipc`` transport with an absolute
@@ -162,7 +172,9 @@ def bwrap_argv(connection_file: str, cwd: str, scratch: str, home: str, kernel_a
             argv += ["--ro-bind", f, f]
     for p in _ro_paths():
         argv += ["--ro-bind", p, p]
-    argv += ["--ro-bind", str(conn_copy), "/tmp/connection.json",
+    guard = str(Path(__file__).resolve().with_name("kernel_guard.py"))
+    argv += ["--ro-bind", guard, guard,  # the grader's only file inside the sandbox
+             "--ro-bind", str(conn_copy), "/tmp/connection.json",
              "--bind", ipc_dir, ipc_dir,  # this worker's kernel sockets
              "--bind", scratch, cwd,  # the student's folder: a private, writable copy
              "--bind", home, "/tmp/home",
@@ -173,7 +185,7 @@ def bwrap_argv(connection_file: str, cwd: str, scratch: str, home: str, kernel_a
              # ipykernel would see its parent as PID 1 in the new PID namespace and exit;
              # bwrap's --die-with-parent already ends the kernel with its parent.
              "--unsetenv", "JPY_PARENT_PID",
-             sys.executable, str(Path(__file__).resolve().with_name("kernel_guard.py")),
+             sys.executable, guard,
              "-f", "/tmp/connection.json",
              *kernel_args]
     return argv
@@ -190,7 +202,7 @@ def _set_limits(mem_mb: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if "-f" not in args:
-        print("usage: python -m normref.grading.sandbox -f CONNECTION_FILE [ipykernel args]", file=sys.stderr)
+        print("usage: python -m grader.sandbox -f CONNECTION_FILE [ipykernel args]", file=sys.stderr)
         return 2
     i = args.index("-f")
     connection_file = args[i + 1]

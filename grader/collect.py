@@ -7,7 +7,7 @@ Three inputs are recognised, in this order:
    to nbgrader's own ``zip_collect`` app, once per assignment, with
    :class:`LmsFileNameCollector` reading the student id, timestamp and notebook name from the
    file name (Canvas, Moodle, Blackboard and plain ``<student>_<notebook>.ipynb`` patterns);
-3. nothing: the embedded demo class (:mod:`normref.grading.demo`).
+3. nothing: the embedded demo class (:mod:`grader.demo`).
 """
 from __future__ import annotations
 
@@ -239,7 +239,7 @@ def collect_lms(course: Course, path: Path, assignments: list[str]) -> Collected
             archive.mkdir(parents=True)
             for f in fs:
                 shutil.copy(f, archive / f.name)
-            course.zip_collect(a, "normref.grading.collect.LmsFileNameCollector")
+            course.zip_collect(a, "grader.collect.LmsFileNameCollector")
     out.students = sorted({st for _, st in batch})
     return out
 

@@ -70,7 +70,7 @@ def floor_per_submission(root: Path) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m normref.grading.bench", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m grader.bench", description=__doc__)
     p.add_argument("--jobs", type=int, default=None, help="parallel processes (default: all cores)")
     p.add_argument("--students", type=int, default=None,
                    help="grade only the first N demo students (default: all 30)")

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import nbformat
 
-from ..answers import ANSWER_FAULTS
-from ..checks import FAULT_KINDS
+from normref.answers import ANSWER_FAULTS
+from normref.checks import FAULT_KINDS
 
 KNOWN_FAULTS = {**FAULT_KINDS, **ANSWER_FAULTS}
 
