@@ -18,7 +18,7 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-from .answer_bank import ANSWERS
+from .demo.answer_bank import ANSWERS
 from .demo import apply_due_dates, demo_class, fill_answers, write_demo_submissions
 from .parallel import default_jobs
 from .pipeline import REPO_ROOT, grade_class, list_assignments, nbgrader_env

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from grader import grade_class
 from grader.pipeline import format_table
-from grader.answer_bank import ANSWERS, EXPECTED
+from grader.demo.answer_bank import ANSWERS, EXPECTED
 from grader.collect import notebook_key, parse_lms_name
 from grader.demo import LATE_STUDENTS, demo_class, expected_points, fill_answers
 from grader.report import KNOWN_FAULTS

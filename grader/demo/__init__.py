@@ -1,7 +1,7 @@
 """The embedded demo class: 30 synthetic students built from the mistakes normref diagnoses.
 
 Every student is the released notebooks with answer cells filled in from the answer bank
-(:mod:`grader.answer_bank`): for each assignment, one *variant* per student —
+(:mod:`grader.demo.answer_bank`): for each assignment, one *variant* per student —
 ``correct``, ``blank``, ``partial``, or a fault kind (n-1 variance, eps outside the square
 root, wrong axis, ...). Two students submit late, one skips an assignment. ``make grade`` on a
 fresh clone grades this class; the tests take every expected score from the answer bank's
