@@ -20,7 +20,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader.answer_bank import ANSWERS, EXPECTED, MANUAL_CELLS
+from grader.demo.answer_bank import ANSWERS, EXPECTED, MANUAL_CELLS
 from grader.demo import fill_answers
 
 REPO = Path(__file__).resolve().parents[1]

@@ -19,7 +19,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell
 
 from grader import grade_class
-from grader.answer_bank import ANSWERS
+from grader.demo.answer_bank import ANSWERS
 from grader.sandbox import available as sandbox_available
 
 RMS_CORRECT = ANSWERS["rmsnorm"]["correct"]["rms_norm_impl"]
