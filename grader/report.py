@@ -358,10 +358,6 @@ def build_report(course_root: Path, assignments: list[str], scores, max_points,
     return rep
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
 def summary_text(rep: ClassReport) -> str:
     """The short text summary printed at the end of ``make grade``."""
     lines = ["Class report"]
