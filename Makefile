@@ -11,7 +11,7 @@ JOBS ?=
 DUEDATE ?=
 FRESH ?=
 
-.PHONY: install lab test grade release bench clean student-repo screenshots
+.PHONY: install lab test grade release bench clean student-repo screenshots notebooks
 
 install: $(STAMP)
 
@@ -37,6 +37,11 @@ grade: $(STAMP)
 # Figures, not a test: make grade vs plain sequential nbgrader on the demo class.
 bench: $(STAMP)
 	$(BIN)/python -m grader.bench $(if $(JOBS),--jobs $(JOBS)) $(if $(STUDENTS),--students $(STUDENTS))
+
+# The lesson notebooks from their MyST Markdown sources (edit notebooks/NN_name.md, run this,
+# commit both; a test fails if they drift). tools/build_notebooks.py: jupytext, fixed ids, no outputs.
+notebooks: $(STAMP)
+	$(BIN)/python tools/build_notebooks.py
 
 # Regenerate release/ from source/ with nbgrader (commit the result; a test checks they agree).
 release: $(STAMP)
