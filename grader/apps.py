@@ -10,52 +10,43 @@ in separate (sandboxed) processes, see :mod:`grader.parallel`.
 from __future__ import annotations
 
 import os
-import sys
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
-#: How long a writer waits for the gradebook lock before SQLite gives up (seconds).
-SQLITE_BUSY_TIMEOUT_S = 600
+from .course import CourseTree, put_interpreter_on_path, split_round_robin
 
 
 class AppError(RuntimeError):
     """An nbgrader app reported failure; the message quotes its log and traceback."""
 
 
-def db_url(course_root: Path) -> str:
-    """The course's SQLite gradebook URL with a long busy timeout, so that concurrent writers
-    wait for the lock instead of failing with "database is locked"."""
-    return f"sqlite:///{Path(course_root) / 'gradebook.db'}?timeout={SQLITE_BUSY_TIMEOUT_S}"
-
-
 class Course:
     """One nbgrader course root, its ``nbgrader_config.py`` loaded once.
 
     Args:
-        course_root: the folder holding ``nbgrader_config.py``, ``source/`` and ``release/``.
+        course: the course (:class:`~grader.course.CourseTree`, or its root folder, which holds
+            ``nbgrader_config.py``, ``source/`` and ``release/``).
 
     Raises:
-        FileNotFoundError: ``course_root`` has no ``nbgrader_config.py``.
+        FileNotFoundError: the root has no ``nbgrader_config.py``.
     """
 
-    def __init__(self, course_root: Path):
+    def __init__(self, course: CourseTree | Path):
         from nbgrader.apps import NbGraderAPI
         from traitlets.config import Config
         from traitlets.config.loader import PyFileConfigLoader
 
-        # nbgrader runs `alembic` from PATH when it creates a gradebook
-        bindir = os.path.dirname(sys.executable)
-        if bindir not in os.environ.get("PATH", "").split(os.pathsep):
-            os.environ["PATH"] = os.pathsep.join([bindir, os.environ.get("PATH", "")])
-        self.root = Path(course_root).resolve()
+        put_interpreter_on_path()  # nbgrader runs `alembic` from PATH when it creates a gradebook
+        self.tree = course if isinstance(course, CourseTree) else CourseTree(course)
+        self.root = self.tree.root
         cfg_file = self.root / "nbgrader_config.py"
         if not cfg_file.is_file():
             raise FileNotFoundError(f"{self.root} has no nbgrader_config.py: is it the course root?")
         config = Config()
         config.merge(PyFileConfigLoader(cfg_file.name, path=str(self.root)).load_config())
         config.CourseDirectory.root = str(self.root)
-        config.CourseDirectory.db_url = db_url(self.root)
+        config.CourseDirectory.db_url = self.tree.gradebook_url
         self.config = config
         self.api = NbGraderAPI(config=config)
         self.api.log.setLevel("ERROR")
@@ -124,7 +115,7 @@ class Course:
         gradebook, as a resubmission does before it is collected; nothing if there is none."""
         from nbgrader.api import Gradebook, MissingEntry
 
-        with Gradebook(db_url(self.root), self.api.coursedir.course_id) as gb:
+        with Gradebook(self.tree.gradebook_url, self.api.coursedir.course_id) as gb:
             try:
                 gb.remove_submission(assignment, student)
             except MissingEntry:
@@ -139,7 +130,7 @@ class Course:
         from nbgrader.api import Gradebook
         from nbgrader.utils import parse_utc
 
-        with Gradebook(db_url(self.root), self.api.coursedir.course_id) as gb:
+        with Gradebook(self.tree.gradebook_url, self.api.coursedir.course_id) as gb:
             gb.update_or_create_assignment(assignment, duedate=parse_utc(duedate))
 
     def export_csv(self, path: Path) -> Path:
@@ -161,9 +152,9 @@ class Course:
         return Path(path)
 
 
-def _feedback_worker(args: tuple[str, list[str]]) -> None:
-    root, assignments = args
-    course = Course(Path(root))
+def _feedback_worker(args: tuple[CourseTree, list[str]]) -> None:
+    tree, assignments = args
+    course = Course(tree)
     for a in assignments:
         course.generate_feedback(a)
 
@@ -181,7 +172,6 @@ def generate_feedback_parallel(course: Course, assignments: list[str], jobs: int
         for a in assignments:
             course.generate_feedback(a)
         return
-    groups = [assignments[i::jobs] for i in range(jobs)]
     with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("fork")) as pool:
-        for _ in pool.map(_feedback_worker, [(str(course.root), g) for g in groups]):
+        for _ in pool.map(_feedback_worker, [(course.tree, g) for g in split_round_robin(assignments, jobs)]):
             pass

@@ -15,13 +15,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import nbformat
 from nbclient import NotebookClient
 
 from .demo.answer_bank import ANSWERS
 from .demo import apply_due_dates, demo_class, fill_answers, write_demo_submissions
 from .parallel import default_jobs
-from .pipeline import REPO_ROOT, grade_class, list_assignments, nbgrader_env
+from .course import nbgrader_env
+from .pipeline import REPO_ROOT, grade_class, list_assignments
 
 
 def _course_copy(dst: Path) -> Path:

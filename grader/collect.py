@@ -7,7 +7,8 @@ Three inputs are recognised, in this order:
    to nbgrader's own ``zip_collect`` app, once per assignment, with
    :class:`LmsFileNameCollector` reading the student id, timestamp and notebook name from the
    file name (Canvas, Moodle, Blackboard and plain ``<student>_<notebook>.ipynb`` patterns);
-3. nothing: the embedded demo class (:mod:`grader.demo`).
+The demo class (:mod:`grader.demo`) is written as an nbgrader ``submitted/`` tree first and
+collected as case 1.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from pathlib import Path
 from nbgrader.plugins.zipcollect import FileNameCollectorPlugin
 
 from .apps import Course
+from .course import CourseTree
 
 # Canvas:     doejane_12345_67890_rmsnorm.ipynb   (late: doejane_LATE_12345_67890_rmsnorm.ipynb)
 # Moodle:     Jane Doe_12345_assignsubmission_file_rmsnorm.ipynb
@@ -78,7 +80,7 @@ class LmsFileNameCollector(FileNameCollectorPlugin):
 
     def _released(self) -> list[str]:
         cd = self.parent.coursedir
-        return released_notebooks(Path(cd.root), cd.assignment_id)
+        return CourseTree(cd.root).released_notebooks(cd.assignment_id)
 
     def collect(self, submitted_file: str) -> dict | None:
         info = parse_lms_name(submitted_file)
@@ -119,14 +121,10 @@ def is_submitted_tree(path: Path, assignments: list[str]) -> bool:
     return any(any((d / a).is_dir() for a in assignments) for d in path.iterdir() if d.is_dir())
 
 
-def released_notebooks(course_root: Path, assignment: str) -> list[str]:
-    return sorted(p.name for p in (course_root / "release" / assignment).glob("*.ipynb"))
-
-
-def _assignment_of(file_id: str, course_root: Path, assignments: list[str]) -> str | None:
+def _assignment_of(file_id: str, tree: CourseTree, assignments: list[str]) -> str | None:
     key = notebook_key(file_id)
     for a in assignments:
-        if key in {notebook_key(n) for n in released_notebooks(course_root, a)} or key == notebook_key(a):
+        if key in {notebook_key(n) for n in tree.released_notebooks(a)} or key == notebook_key(a):
             return a
     return None
 
@@ -156,7 +154,7 @@ def _newest_first(info: dict) -> tuple:
     return (info.get("timestamp", ""), copy)
 
 
-def _lms_candidates(course_root: Path, path: Path, assignments: list[str], tmp: Path,
+def _lms_candidates(tree: CourseTree, path: Path, assignments: list[str], tmp: Path,
                     skipped: dict[str, str]) -> dict[tuple[str, str], list[tuple[dict, Path]]]:
     """``{(assignment, student): [(parsed name, file)]}`` for the LMS download at ``path``
     (a zip is extracted into ``tmp``); what is not collected goes into ``skipped``.
@@ -171,7 +169,7 @@ def _lms_candidates(course_root: Path, path: Path, assignments: list[str], tmp: 
         if info is None:
             skipped[f.name] = "file name not recognised as an LMS submission"
             continue
-        a = _assignment_of(info["file_id"], course_root, assignments)
+        a = _assignment_of(info["file_id"], tree, assignments)
         if a is None:
             skipped[f.name] = f"no assignment has a notebook named {info['file_id']!r}"
             continue
@@ -184,13 +182,14 @@ def _lms_candidates(course_root: Path, path: Path, assignments: list[str], tmp: 
     return candidates
 
 
-def check_input(course_root: Path, submissions: Path, assignments: list[str]) -> None:
+def check_input(course: CourseTree | Path, submissions: Path, assignments: list[str]) -> None:
     """What :func:`collect` would refuse, found before anything in the course is touched.
 
     Raises:
         FileNotFoundError: ``submissions`` does not exist.
         ValueError: it is not a submitted tree, LMS folder or zip, or holds no submission.
     """
+    tree = course if isinstance(course, CourseTree) else CourseTree(course)
     submissions = Path(submissions).resolve()
     if not submissions.exists():
         raise FileNotFoundError(f"no submissions at {submissions}")
@@ -200,23 +199,24 @@ def check_input(course_root: Path, submissions: Path, assignments: list[str]) ->
                              f"(assignments: {', '.join(assignments)})")
     elif submissions.suffix == ".zip" or (submissions.is_dir() and any(submissions.rglob("*.ipynb"))):
         with tempfile.TemporaryDirectory() as td:
-            _lms_candidates(course_root, submissions, assignments, Path(td), {})
+            _lms_candidates(tree, submissions, assignments, Path(td), {})
     else:
         raise ValueError(f"{submissions}: expected an nbgrader submitted/<student>/<assignment>/ "
                          "tree, a folder of .ipynb files, or a .zip of them")
 
 
 def _tree_pairs(tree: Path, assignments: list[str]) -> list[tuple[str, str]]:
-    return [(a, d.name) for d in sorted(tree.iterdir()) if d.is_dir()
-            for a in assignments if any((d / a).glob("*.ipynb"))]
+    """``(assignment, student)`` in an input ``<student>/<assignment>/`` tree: the same walk as a
+    course's ``submitted/`` (the tree read as the ``<name>`` step of its parent folder)."""
+    return CourseTree(tree.parent).pairs(assignments, step=tree.name)
 
 
 def collect_lms(course: Course, path: Path, assignments: list[str]) -> Collected:
     """LMS folder or zip -> ``submitted/`` through ``nbgrader zip_collect`` (one call per assignment)."""
-    course_root = course.root
+    tree = course.tree
     out = Collected(source=f"LMS download {path}")
     with tempfile.TemporaryDirectory() as td:
-        candidates = _lms_candidates(course_root, path, assignments, Path(td), out.skipped)
+        candidates = _lms_candidates(tree, path, assignments, Path(td), out.skipped)
         by_assignment: dict[str, list[Path]] = {}
         for (a, st), found in sorted(candidates.items()):
             # one submission per student and assignment: the newest download
@@ -229,11 +229,11 @@ def collect_lms(course: Course, path: Path, assignments: list[str]) -> Collected
             if info.get("late"):
                 out.flags.setdefault(st, []).append(f"{a}: the LMS marked the download {f.name!r} late")
         batch = set(candidates)
-        out.replaced = sorted(pr for pr in batch if _has_submission(course_root, *pr))
+        out.replaced = sorted((a, st) for a, st in batch if tree.has_notebook("submitted", st, a))
         for a, st in out.replaced:
             _drop_earlier(course, a, st)
         for a, fs in by_assignment.items():
-            archive = course_root / "downloaded" / a / "archive"
+            archive = tree.downloaded(a)
             if archive.exists():
                 shutil.rmtree(archive)
             archive.mkdir(parents=True)
@@ -244,22 +244,18 @@ def collect_lms(course: Course, path: Path, assignments: list[str]) -> Collected
     return out
 
 
-def _has_submission(course_root: Path, assignment: str, student: str) -> bool:
-    return any((course_root / "submitted" / student / assignment).glob("*.ipynb"))
-
-
 def _drop_earlier(course: Course, assignment: str, student: str) -> None:
     """Before a resubmission: the earlier one moves from ``submitted/`` to
     ``logs/replaced/<student>/<assignment>/`` and leaves the gradebook (so that its timestamp,
     and lateness, do not stay with the new one)."""
-    keep = course.root / "logs" / "replaced" / student / assignment
+    keep = course.tree.logs / "replaced" / student / assignment
     shutil.rmtree(keep, ignore_errors=True)
     keep.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(str(course.root / "submitted" / student / assignment), keep)
+    shutil.move(str(course.tree.submitted(student, assignment)), keep)
     course.remove_submission(assignment, student)
 
 
-def collect(course: Course, submissions: Path | None, assignments: list[str]) -> Collected:
+def collect(course: Course, submissions: Path, assignments: list[str]) -> Collected:
     """Fill ``submitted/`` of the course from ``submissions`` (see the module docstring).
 
     Raises:
@@ -267,28 +263,19 @@ def collect(course: Course, submissions: Path | None, assignments: list[str]) ->
         FileNotFoundError: ``submissions`` does not exist.
         ValueError: ``submissions`` is neither a submitted tree, a folder of notebooks nor a zip.
     """
-    from .demo import write_demo_submissions
-
-    course_root = course.root
-    dest = course_root / "submitted"
-    if submissions is None:
-        write_demo_submissions(course_root, dest)
-        out = Collected(source="embedded demo class")
-    else:
-        submissions = Path(submissions).resolve()
-        check_input(course_root, submissions, assignments)
-        if is_submitted_tree(submissions, assignments):
-            out = Collected(source=f"nbgrader submitted/ tree {submissions}")
-            pairs = _tree_pairs(submissions, assignments)
-            if submissions != dest.resolve():
-                out.replaced = [pr for pr in pairs if _has_submission(course_root, *pr)]
-                for a, st in out.replaced:  # a resubmission replaces the earlier one whole
-                    _drop_earlier(course, a, st)
-                for a, st in pairs:
-                    shutil.rmtree(dest / st / a, ignore_errors=True)
-                    shutil.copytree(submissions / st / a, dest / st / a)
-            out.students = sorted({st for _, st in pairs})
-            return out
+    tree = course.tree
+    submissions = Path(submissions).resolve()
+    check_input(tree, submissions, assignments)
+    if not is_submitted_tree(submissions, assignments):
         return collect_lms(course, submissions, assignments)
-    out.students = sorted(p.name for p in dest.iterdir() if p.is_dir()) if dest.is_dir() else []
+    out = Collected(source=f"nbgrader submitted/ tree {submissions}")
+    pairs = _tree_pairs(submissions, assignments)
+    if submissions != tree.submitted().resolve():
+        out.replaced = [(a, st) for a, st in pairs if tree.has_notebook("submitted", st, a)]
+        for a, st in out.replaced:  # a resubmission replaces the earlier one whole
+            _drop_earlier(course, a, st)
+        for a, st in pairs:
+            shutil.rmtree(tree.submitted(st, a), ignore_errors=True)
+            shutil.copytree(submissions / st / a, tree.submitted(st, a))
+    out.students = sorted({st for _, st in pairs})
     return out

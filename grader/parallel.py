@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .apps import db_url
+from .course import CourseTree, nbgrader_env, split_round_robin
 
 _FAIL_RE = re.compile(r"There was an error processing assignment '([^']*)' for student '([^']*)'")
 
@@ -52,48 +52,18 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _env(single_thread: bool) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
-    env["PYTHONWARNINGS"] = "ignore"
-    if single_thread:  # N kernels on N cores: one BLAS/OpenMP thread each
-        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-            env[var] = "1"
-    return env
+def _done(tree: CourseTree, pairs: list[tuple[str, str]]) -> set[tuple[str, str]]:
+    return {(a, s) for a, s in pairs if tree.has_notebook("autograded", s, a)}
 
 
-def split_round_robin(items: list[str], n: int) -> list[list[str]]:
-    """``n`` groups of near-equal size, preserving order within a group; empty groups dropped."""
-    groups = [items[i::n] for i in range(max(1, n))]
-    return [g for g in groups if g]
-
-
-def submissions_in(course_root: Path, assignments: list[str]) -> list[tuple[str, str]]:
-    """``(assignment, student)`` for every ``submitted/<student>/<assignment>/`` with a notebook."""
-    out = []
-    sub = course_root / "submitted"
-    if not sub.is_dir():
-        return out
-    for sdir in sorted(p for p in sub.iterdir() if p.is_dir()):
-        for a in assignments:
-            if any((sdir / a).glob("*.ipynb")):
-                out.append((a, sdir.name))
-    return out
-
-
-def _done(course_root: Path, pairs: list[tuple[str, str]]) -> set[tuple[str, str]]:
-    auto = course_root / "autograded"
-    return {(a, s) for a, s in pairs if any((auto / s / a).glob("*.ipynb"))}
-
-
-def autograde(course_root: Path, assignments: list[str], *, jobs: int | None = None,
+def autograde(course: CourseTree | Path, assignments: list[str], *, jobs: int | None = None,
               progress=None, log=print, extra_args: list[str] | None = None,
               worker_setup=None, only: list[str] | None = None) -> AutogradeOutcome:
-    """Autograde every submission in ``course_root/submitted`` with ``jobs`` nbgrader processes.
+    """Autograde every submission in the course's ``submitted/`` with ``jobs`` nbgrader processes.
 
     Args:
-        course_root: the nbgrader course root (``gradebook.db`` must already hold the
-            assignments, i.e. ``generate_assignment`` has run).
+        course: the course (a :class:`~grader.course.CourseTree`, or its root); its gradebook
+            must already hold the assignments, i.e. ``generate_assignment`` has run.
         assignments: the assignment names to grade.
         jobs: number of concurrent nbgrader processes (default: all cores). ``1`` is exactly
             one plain ``nbgrader autograde "*" --force``.
@@ -112,48 +82,46 @@ def autograde(course_root: Path, assignments: list[str], *, jobs: int | None = N
         RuntimeError: an nbgrader process failed for a reason that is not one student's
             submission (its log is quoted).
     """
-    course_root = Path(course_root)
+    tree = course if isinstance(course, CourseTree) else CourseTree(course)
     jobs = jobs or default_jobs()
-    pairs = submissions_in(course_root, assignments)
-    if only is not None:
-        pairs = [(a, s) for a, s in pairs if s in set(only)]
-    everyone = sorted({s for _, s in submissions_in(course_root, assignments)})
+    everyone_pairs = tree.pairs(assignments)
+    pairs = everyone_pairs if only is None else [(a, s) for a, s in everyone_pairs if s in set(only)]
+    everyone = sorted({s for _, s in everyone_pairs})
     students = sorted({s for _, s in pairs})
     outcome = AutogradeOutcome()
     if not pairs:
         return outcome
     for a, s in pairs:  # nbgrader --force would remove these too; progress counts fresh ones
-        old = course_root / "autograded" / s / a
+        old = tree.autograded(s, a)
         if old.is_dir():
             shutil.rmtree(old)
     groups = split_round_robin(students, jobs)
-    url = db_url(course_root)
     assignment_glob = assignments[0] if len(assignments) == 1 else "*"
     t0 = time.perf_counter()
     procs = []
-    logdir = course_root / "logs"
+    logdir = tree.logs
     logdir.mkdir(exist_ok=True)
     for i, group in enumerate(groups):
         others = [s for s in everyone if s not in group]
         cmd = [sys.executable, "-m", "nbgrader", "autograde", assignment_glob, "--force",
-               f"--CourseDirectory.db_url={url}", *(extra_args or [])]
+               f"--CourseDirectory.db_url={tree.gradebook_url}", *(extra_args or [])]
         if others:
             cmd.append(f"--CourseDirectory.student_id_exclude={','.join(others)}")
-        env = _env(single_thread=len(groups) > 1)
+        env = nbgrader_env(single_thread=len(groups) > 1)
         if worker_setup is not None:
             more_args, more_env = worker_setup(i)
             cmd += more_args
             env.update(more_env)
         logfile = logdir / f"autograde-worker{i}.log"
         fh = logfile.open("w")
-        procs.append((subprocess.Popen(cmd, cwd=course_root, stdout=fh, stderr=subprocess.STDOUT,
+        procs.append((subprocess.Popen(cmd, cwd=tree.root, stdout=fh, stderr=subprocess.STDOUT,
                                        env=env), fh, logfile))
         outcome.logs.append(logfile)
     last = -1
     while True:
         running = [p for p, _, _ in procs if p.poll() is None]
         if progress is not None:
-            n = len(_done(course_root, pairs))
+            n = len(_done(tree, pairs))
             if n != last:
                 progress(n, len(pairs))
                 last = n
@@ -174,7 +142,7 @@ def autograde(course_root: Path, assignments: list[str], *, jobs: int | None = N
         if p.returncode != 0 and not failures:
             raise RuntimeError(f"nbgrader autograde failed (exit {p.returncode}); its log "
                                f"({logfile}):\n{text[-4000:]}")
-    done = _done(course_root, pairs)
+    done = _done(tree, pairs)
     outcome.graded = [pr for pr in pairs if pr in done and pr not in outcome.failed]
     for pr in pairs:
         if pr not in done and pr not in outcome.failed:

@@ -1,14 +1,15 @@
-"""``grade_class``: generate -> collect -> autograde (parallel) -> feedback -> grades.csv -> report.
+"""``grade_class``: one run of the grader, as the list of its stages (:data:`STAGES`).
 
-Every grading step is one of nbgrader's own apps run in the course root; this module arranges
-the submissions, runs the apps, and reads nbgrader's gradebook.
+``prepare`` (refuse bad input, start over if asked) -> ``generate`` -> ``collect`` ->
+``repair`` -> ``autograde`` (parallel) -> ``feedback`` -> ``export`` (grades.csv) -> ``score``
+(per-question CSV) -> ``report``. Every grading step is one of nbgrader's own apps run in the
+course root; the stages arrange the submissions, run the apps and read nbgrader's gradebook.
 """
 from __future__ import annotations
 
 import contextlib
 import csv
 import hashlib
-import os
 import shutil
 import sys
 import time
@@ -19,8 +20,9 @@ import nbformat
 
 from . import sandbox
 from .apps import AppError, Course, generate_feedback_parallel
-from .collect import check_input, collect
-from .parallel import AutogradeOutcome, autograde, default_jobs, submissions_in
+from .collect import Collected, check_input, collect
+from .course import CourseTree
+from .parallel import AutogradeOutcome, autograde, default_jobs
 from .repair import Repair, repair_all
 from .report import ClassReport, build_report, summary_text, write_report
 
@@ -56,8 +58,8 @@ class GradeRun:
         repairs: ``{(assignment, student): Repair}`` for every submission repair touched.
         sandboxed: whether kernels ran in the bubblewrap sandbox.
         seconds: wall time of the whole run.
-        stage_seconds: ``{stage: seconds}`` for generate, collect, repair, autograde,
-            feedback+export and report.
+        stage_seconds: ``{stage: seconds}``, one entry per stage of :data:`STAGES` (prepare,
+            generate, collect, repair, autograde, feedback, export, score, report).
     """
 
     course_root: Path
@@ -78,20 +80,16 @@ class GradeRun:
     stage_seconds: dict[str, float] = field(default_factory=dict)
 
 
-def nbgrader_env() -> dict[str, str]:
-    """The environment for nbgrader subprocesses: this interpreter's bin/ first on PATH
-    (nbgrader runs `alembic` from PATH when it creates a gradebook)."""
-    env = dict(os.environ)
-    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
-    return env
-
-
 def list_assignments(course_root: Path) -> list[str]:
-    """Assignment names: the folders of ``source/`` that hold a notebook."""
-    src = course_root / "source"
-    if not src.is_dir():
-        raise GradingError(f"{course_root} has no source/ folder: is it the course root?")
-    return sorted(p.name for p in src.iterdir() if p.is_dir() and any(p.glob("*.ipynb")))
+    """Assignment names: the folders of ``source/`` that hold a notebook.
+
+    Raises:
+        GradingError: ``course_root`` has no ``source/`` folder.
+    """
+    try:
+        return CourseTree(course_root).assignments()
+    except FileNotFoundError as e:
+        raise GradingError(str(e)) from e
 
 
 def _digest(folder: Path) -> str:
@@ -103,28 +101,7 @@ def _digest(folder: Path) -> str:
     return h.hexdigest()
 
 
-def generate(course: Course, assignments: list[str], log=print) -> list[str]:
-    """``nbgrader generate_assignment`` for each assignment (this also records its cells in the
-    gradebook, which autograde needs). Returns the assignments whose ``release/`` was stale.
-
-    Raises:
-        GradingError: nbgrader failed (its log is quoted).
-    """
-    stale = []
-    for a in assignments:
-        rel = course.root / "release" / a
-        before = _digest(rel) if rel.is_dir() else ""
-        try:
-            course.generate_assignment(a)
-        except AppError as e:
-            raise GradingError(str(e)) from e
-        if _digest(rel) != before:
-            stale.append(a)
-            log(f"generate: release/{a} was stale and has been regenerated from source/{a}")
-    return stale
-
-
-def read_gradebook(course_root: Path, assignments: list[str]):
+def read_gradebook(course: CourseTree | Path, assignments: list[str]):
     """Per-question points and max points from nbgrader's gradebook.
 
     Returns:
@@ -133,9 +110,10 @@ def read_gradebook(course_root: Path, assignments: list[str]):
     """
     from nbgrader.api import Gradebook
 
+    tree = course if isinstance(course, CourseTree) else CourseTree(course)
     scores: dict[tuple[str, str], dict[str, float]] = {}
     max_points: dict[str, dict[str, float]] = {}
-    with Gradebook(f"sqlite:///{course_root / 'gradebook.db'}") as gb:
+    with Gradebook(tree.gradebook_url) as gb:
         for a in assignments:
             asg = gb.find_assignment(a)
             max_points[a] = {gc.name: float(gc.max_score) for nb in asg.notebooks for gc in nb.grade_cells}
@@ -169,20 +147,199 @@ def _progress_bar():
 def clean(course_root: Path) -> None:
     """Remove nbgrader's grading state (``GRADING_STATE``) from a course root."""
     for name in GRADING_STATE:
-        p = course_root / name
+        p = Path(course_root) / name
         if p.is_dir():
             shutil.rmtree(p)
         elif p.exists():
             p.unlink()
-    (course_root / "autograded").mkdir(exist_ok=True)
-    (course_root / "autograded" / ".gitkeep").touch()
+    (Path(course_root) / "autograded").mkdir(exist_ok=True)
+    (Path(course_root) / "autograded" / ".gitkeep").touch()
+
+
+@dataclass
+class Batch:
+    """One ``grade_class`` call while it runs: its options, the course, and what the stages
+    have found so far (each stage reads what earlier ones wrote and fills in ``run``)."""
+
+    tree: CourseTree
+    run: GradeRun
+    submissions: Path | None
+    jobs: int
+    fresh: bool | None
+    progress: bool
+    use_sandbox: bool | None
+    cell_timeout: int | None
+    duedates: dict[str, str]
+    log: object
+    course: Course | None = None
+    collected: Collected | None = None
+
+
+def prepare(b: Batch) -> None:
+    """Refuse bad input before anything is touched; start over (``fresh``) if asked."""
+    unknown = sorted(set(b.duedates) - set(b.run.assignments) - {"*"})
+    if unknown:
+        raise ValueError(f"due date for unknown assignment {', '.join(unknown)} "
+                         f"(assignments: {', '.join(b.run.assignments)})")
+    if b.submissions is not None:
+        check_input(b.tree, b.submissions, b.run.assignments)
+    if b.fresh is None:
+        b.fresh = b.submissions is None
+    if not b.fresh and (b.tree.root / DEMO_MARKER).exists():
+        b.fresh = True
+        b.log("the grading state here was the demo class's: removed before grading your submissions")
+    if b.fresh:
+        clean(b.tree.root)
+
+
+def generate(b: Batch) -> None:
+    """``nbgrader generate_assignment`` for each assignment (this also records its cells in the
+    gradebook, which autograde needs); says which ``release/`` folders were stale.
+
+    Raises:
+        GradingError: nbgrader failed (its log is quoted).
+    """
+    b.log(f"generate: {', '.join(b.run.assignments)}")
+    b.course = Course(b.tree)
+    for a in b.run.assignments:
+        rel = b.tree.release(a)
+        before = _digest(rel) if rel.is_dir() else ""
+        try:
+            b.course.generate_assignment(a)
+        except AppError as e:
+            raise GradingError(str(e)) from e
+        if _digest(rel) != before:
+            b.log(f"generate: release/{a} was stale and has been regenerated from source/{a}")
+
+
+def collect_submissions(b: Batch) -> None:
+    """This batch into ``submitted/`` (the demo class when no submissions are given); due dates."""
+    tree, run, log = b.tree, b.run, b.log
+    try:
+        if b.submissions is None:
+            from .demo import apply_due_dates, write_demo_submissions
+
+            students = write_demo_submissions(tree.root, tree.submitted())
+            b.collected = Collected(source="embedded demo class", students=sorted(students))
+            apply_due_dates(tree.root, b.course.set_due_date)
+            (tree.root / DEMO_MARKER).write_text("the grading state here is the embedded demo class\n")
+        else:
+            b.collected = collect(b.course, b.submissions, run.assignments)
+        for a, date in b.duedates.items():
+            for name in run.assignments if a == "*" else [a]:
+                b.course.set_due_date(name, date)
+    except AppError as e:
+        raise GradingError(str(e)) from e
+    got = b.collected
+    run.batch, run.students = got.students, tree.students()
+    log(f"collect: {len(run.batch)} students from {got.source} -> {tree.submitted()}"
+        + (f" ({len(run.students)} there in all)" if len(run.students) != len(run.batch) else ""))
+    for name, why in got.skipped.items():
+        log(f"collect: skipped {name}: {why}")
+    for a, st in got.replaced:
+        log(f"collect: {st} ({a}) replaces that student's earlier submission")
+    for st, notes in sorted(got.flags.items()):
+        for note in notes:
+            log(f"collect: {st}: {note}")
+
+
+def repair(b: Batch) -> None:
+    """Structural repair and the tamper scan of every submission (:mod:`grader.repair`)."""
+    b.run.repairs = repair_all(b.tree, b.run.assignments)
+    for (a, st), rep in sorted(b.run.repairs.items()):
+        for line in rep.notes + rep.flags:
+            b.log(f"repair: {st} ({a}): {line}")
+
+
+def autograde_stage(b: Batch) -> None:
+    """``nbgrader autograde`` in ``jobs`` parallel processes, sandboxed when bubblewrap works;
+    a batch grades its own students and anyone an earlier run left ungraded."""
+    tree, run, log = b.tree, b.run, b.log
+    ok = sandbox.available()
+    if b.use_sandbox and not ok:
+        raise GradingError("the grading sandbox needs bubblewrap (`apt-get install bubblewrap`), "
+                           "and it cannot start here")
+    run.sandboxed = ok if b.use_sandbox is None else b.use_sandbox
+    if not run.sandboxed:
+        log("WARNING: grading WITHOUT the sandbox (bubblewrap not available): student code runs "
+            "with your rights and can read source/ and gradebook.db")
+    extra = [f"--Execute.timeout={b.cell_timeout}"] if b.cell_timeout else []
+    log(f"autograde: {b.jobs} parallel nbgrader process{'es' if b.jobs > 1 else ''}"
+        f"{', sandboxed' if run.sandboxed else ''}")
+    graded_before = {s for _, s in tree.pairs(run.assignments, "autograded")}
+    only = None if b.fresh else sorted(set(run.batch) | (set(run.students) - graded_before))
+    session = sandbox.SandboxSession(tree.root) if run.sandboxed else contextlib.nullcontext()
+    with session as sb:
+        setup = sb.worker if run.sandboxed else None
+        try:
+            run.autograde = autograde(tree, run.assignments, jobs=b.jobs, log=log, extra_args=extra,
+                                      progress=_progress_bar() if b.progress else None,
+                                      worker_setup=setup, only=only)
+            _regrade_dead_kernels(tree, run, extra, setup, log)
+        except RuntimeError as e:
+            raise GradingError(str(e)) from e
+    log(f"autograde: {len(run.autograde.graded)} notebooks in {run.autograde.seconds:.1f} s")
+
+
+def feedback(b: Batch) -> None:
+    """``nbgrader generate_feedback`` for every assignment with an autograded notebook."""
+    graded = [a for a in b.run.assignments if any(b.tree.autograded().glob(f"*/{a}/*.ipynb"))]
+    try:
+        generate_feedback_parallel(b.course, graded, b.jobs)
+    except AppError as e:
+        raise GradingError(str(e)) from e
+    b.run.feedback_dir = b.tree.feedback()
+
+
+def export(b: Batch) -> None:
+    """``nbgrader export``: ``grades.csv``, one row per (assignment, student)."""
+    try:
+        b.run.grades_csv = b.course.export_csv(b.tree.grades_csv)
+    except AppError as e:
+        raise GradingError(str(e)) from e
+
+
+def score(b: Batch) -> None:
+    """Per-question points from the gradebook, and ``grades_by_question.csv``."""
+    run = b.run
+    run.scores, run.max_points = read_gradebook(b.tree, run.assignments)
+    run.questions_csv = b.tree.questions_csv
+    with run.questions_csv.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["assignment", "student_id", "grade_id", "score", "max_score"])
+        for (a, s), row in sorted(run.scores.items()):
+            for gid, pts in row.items():
+                w.writerow([a, s, gid, f"{pts:g}", f"{run.max_points[a].get(gid, 0):g}"])
+
+
+def report(b: Batch) -> None:
+    """The class report (:mod:`grader.report`): what could not be graded, and every flag."""
+    run, got = b.run, b.collected
+    ungraded = {f"{s} ({a})": why for (a, s), why in run.autograde.failed.items()}
+    ungraded.update({f"file {name}": why for name, why in got.skipped.items()})
+    flags: dict[str, list[str]] = {st: list(notes) for st, notes in got.flags.items()}
+    for (a, st), rep in sorted(run.repairs.items()):
+        flags.setdefault(st, []).extend(f"{a}: {n}" for n in rep.notes + rep.flags)
+        if rep.unrecoverable:
+            ungraded[f"{st} ({a})"] = rep.unrecoverable + " (scored 0)"
+    run.report = build_report(b.tree.root, run.assignments, run.scores, run.max_points,
+                              ungraded=ungraded, flags=flags)
+    if not run.sandboxed:
+        run.report.flags.setdefault("(all)", []).append("graded WITHOUT the sandbox")
+    run.report_html = write_report(run.report, b.tree.reports)
+
+
+#: The stages of a run, in order; ``GradeRun.stage_seconds`` has one entry per stage.
+STAGES = (("prepare", prepare), ("generate", generate), ("collect", collect_submissions),
+          ("repair", repair), ("autograde", autograde_stage), ("feedback", feedback),
+          ("export", export), ("score", score), ("report", report))
 
 
 def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = None,
                 jobs: int | None = None, fresh: bool | None = None, progress: bool = False,
                 use_sandbox: bool | None = None, cell_timeout: int | None = None,
                 duedates: dict[str, str] | None = None, log=print) -> GradeRun:
-    """Grade a class end to end with nbgrader.
+    """Grade a class end to end with nbgrader: the :data:`STAGES` in order.
 
     Args:
         course_root: the nbgrader course root (holds ``nbgrader_config.py`` and ``source/``).
@@ -215,120 +372,15 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
             of any assignment; a due date nbgrader cannot read.
     """
     t0 = time.perf_counter()
-    course_root = Path(course_root).resolve()
-    run = GradeRun(course_root=course_root, assignments=list_assignments(course_root))
-    # bad input is refused before anything here is touched
-    unknown = sorted(set(duedates or {}) - set(run.assignments) - {"*"})
-    if unknown:
-        raise ValueError(f"due date for unknown assignment {', '.join(unknown)} "
-                         f"(assignments: {', '.join(run.assignments)})")
-    if submissions is not None:
-        check_input(course_root, submissions, run.assignments)
-    if fresh is None:
-        fresh = submissions is None
-    if not fresh and (course_root / DEMO_MARKER).exists():
-        fresh = True
-        log("the grading state here was the demo class's: removed before grading your submissions")
-    if fresh:
-        clean(course_root)
-    log(f"generate: {', '.join(run.assignments)}")
-    course = Course(course_root)
-    generate(course, run.assignments, log=log)
-    stages = {"generate": time.perf_counter() - t0}
-
-    try:
-        collected = collect(course, submissions, run.assignments)
-    except AppError as e:
-        raise GradingError(str(e)) from e
-    run.batch = collected.students
-    sub = course_root / "submitted"
-    run.students = sorted(p.name for p in sub.iterdir() if p.is_dir()) if sub.is_dir() else []
-    log(f"collect: {len(run.batch)} students from {collected.source} -> {course_root / 'submitted'}"
-        + (f" ({len(run.students)} there in all)" if len(run.students) != len(run.batch) else ""))
-    for name, why in collected.skipped.items():
-        log(f"collect: skipped {name}: {why}")
-    for a, st in collected.replaced:
-        log(f"collect: {st} ({a}) replaces that student's earlier submission")
-    for st, notes in sorted(collected.flags.items()):
-        for note in notes:
-            log(f"collect: {st}: {note}")
-    if submissions is None:
-        from .demo import apply_due_dates
-
-        apply_due_dates(course_root, course.set_due_date)
-        (course_root / DEMO_MARKER).write_text("the grading state here is the embedded demo class\n")
-    for a, date in (duedates or {}).items():
-        for name in run.assignments if a == "*" else [a]:
-            course.set_due_date(name, date)
-
-    stages["collect"] = time.perf_counter() - t0 - sum(stages.values())
-    run.repairs = repair_all(course_root, run.assignments)
-    for (a, st), rep in sorted(run.repairs.items()):
-        for line in rep.notes + rep.flags:
-            log(f"repair: {st} ({a}): {line}")
-
-    jobs = jobs or default_jobs()
-    stages["repair"] = time.perf_counter() - t0 - sum(stages.values())
-    ok = sandbox.available()
-    if use_sandbox and not ok:
-        raise GradingError("the grading sandbox needs bubblewrap (`apt-get install bubblewrap`), "
-                           "and it cannot start here")
-    run.sandboxed = ok if use_sandbox is None else use_sandbox
-    if not run.sandboxed:
-        log("WARNING: grading WITHOUT the sandbox (bubblewrap not available): student code runs "
-            "with your rights and can read source/ and gradebook.db")
-    extra = [f"--Execute.timeout={cell_timeout}"] if cell_timeout else []
-    log(f"autograde: {jobs} parallel nbgrader process{'es' if jobs > 1 else ''}"
-        f"{', sandboxed' if run.sandboxed else ''}")
-    session = sandbox.SandboxSession(course_root) if run.sandboxed else contextlib.nullcontext()
-    with session as sb:
-        setup = sb.worker if run.sandboxed else None
-        try:
-            graded_before = {s for _, s in submissions_in(course_root, run.assignments)
-                             if any((course_root / "autograded" / s).glob("*/*.ipynb"))}
-            # a batch grades its own students, and anyone an earlier run left ungraded
-            only = None if fresh else sorted(set(run.batch) | (set(run.students) - graded_before))
-            run.autograde = autograde(course_root, run.assignments, jobs=jobs,
-                                      progress=_progress_bar() if progress else None, log=log,
-                                      extra_args=extra, worker_setup=setup, only=only)
-            _regrade_dead_kernels(course_root, run, extra, setup, log)
-        except RuntimeError as e:
-            raise GradingError(str(e)) from e
-    log(f"autograde: {len(run.autograde.graded)} notebooks in {run.autograde.seconds:.1f} s")
-    stages["autograde"] = time.perf_counter() - t0 - sum(stages.values())
-
-    graded = [a for a in run.assignments if any((course_root / "autograded").glob(f"*/{a}/*.ipynb"))]
-    try:
-        generate_feedback_parallel(course, graded, jobs)
-        run.feedback_dir = course_root / "feedback"
-        run.grades_csv = course.export_csv(course_root / "grades.csv")
-    except AppError as e:
-        raise GradingError(str(e)) from e
-    stages["feedback+export"] = time.perf_counter() - t0 - sum(stages.values())
-
-    run.scores, run.max_points = read_gradebook(course_root, run.assignments)
-    run.questions_csv = course_root / "grades_by_question.csv"
-    with run.questions_csv.open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["assignment", "student_id", "grade_id", "score", "max_score"])
-        for (a, s), row in sorted(run.scores.items()):
-            for gid, score in row.items():
-                w.writerow([a, s, gid, f"{score:g}", f"{run.max_points[a].get(gid, 0):g}"])
-
-    ungraded = {f"{s} ({a})": why for (a, s), why in run.autograde.failed.items()}
-    ungraded.update({f"file {name}": why for name, why in collected.skipped.items()})
-    flags: dict[str, list[str]] = {st: list(notes) for st, notes in collected.flags.items()}
-    for (a, st), rep in sorted(run.repairs.items()):
-        flags.setdefault(st, []).extend(f"{a}: {n}" for n in rep.notes + rep.flags)
-        if rep.unrecoverable:
-            ungraded[f"{st} ({a})"] = rep.unrecoverable + " (scored 0)"
-    run.report = build_report(course_root, run.assignments, run.scores, run.max_points,
-                              ungraded=ungraded, flags=flags)
-    if not run.sandboxed:
-        run.report.flags.setdefault("(all)", []).append("graded WITHOUT the sandbox")
-    run.report_html = write_report(run.report, course_root / "reports")
-    stages["report"] = time.perf_counter() - t0 - sum(stages.values())
-    run.stage_seconds = stages
+    tree = CourseTree(course_root)
+    run = GradeRun(course_root=tree.root, assignments=list_assignments(tree.root))
+    b = Batch(tree=tree, run=run, submissions=None if submissions is None else Path(submissions),
+              jobs=jobs or default_jobs(), fresh=fresh, progress=progress, use_sandbox=use_sandbox,
+              cell_timeout=cell_timeout, duedates=dict(duedates or {}), log=log)
+    for name, stage in STAGES:
+        t = time.perf_counter()
+        stage(b)
+        run.stage_seconds[name] = time.perf_counter() - t
     run.seconds = time.perf_counter() - t0
     return run
 
@@ -338,14 +390,14 @@ def _answer_ids(nb) -> list[str]:
             if c.cell_type == "code" and c.get("metadata", {}).get("nbgrader", {}).get("solution")]
 
 
-def _regrade_dead_kernels(course_root: Path, run: GradeRun, extra, setup, log) -> None:
+def _regrade_dead_kernels(tree: CourseTree, run: GradeRun, extra, setup, log) -> None:
     """A submission nbgrader could not finish (its kernel died or stopped answering) is graded
     again: first unchanged (a kernel can fail to start on a loaded machine), then with one
     answer cell at a time replaced by a stub that raises, until it finishes: that question
     scores 0 with the reason, and every other question keeps its points."""
     out = run.autograde
     for (a, st), reason in sorted(out.failed.items()):
-        sub = course_root / "submitted" / st / a
+        sub = tree.submitted(st, a)
         nbs = sorted(sub.glob("*.ipynb"))
         if not nbs:
             continue
@@ -363,7 +415,7 @@ def _regrade_dead_kernels(course_root: Path, run: GradeRun, extra, setup, log) -
                                     "while running this question's code.\nraise RuntimeError("
                                     "'removed by the grader: the kernel died in this question')")
                 nbformat.write(nb, p)
-            again = autograde(course_root, [a], jobs=1, log=lambda *_: None, extra_args=extra,
+            again = autograde(tree, [a], jobs=1, log=lambda *_: None, extra_args=extra,
                               worker_setup=setup, only=[st])
             if (a, st) in again.graded:
                 stubbed = attempt
@@ -395,7 +447,7 @@ def format_table(run: GradeRun) -> str:
     totals: dict[str, float] = {}
     for r in rows:
         late = bool(r.get("timestamp") and r.get("duedate") and r["timestamp"] > r["duedate"])
-        submitted = any((run.course_root / "submitted" / r["student_id"] / r["assignment"]).glob("*.ipynb"))
+        submitted = CourseTree(run.course_root).has_notebook("submitted", r["student_id"], r["assignment"])
         cell[(r["student_id"], r["assignment"])] = (f"{float(r['score']):.2f}{'*' if late else ''}"
                                                     if submitted else "-")
         totals[r["student_id"]] = totals.get(r["student_id"], 0.0) + float(r["score"])
@@ -411,5 +463,5 @@ def format_table(run: GradeRun) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["grade_class", "GradeRun", "GradingError", "format_table", "summary_text", "clean",
+__all__ = ["grade_class", "GradeRun", "GradingError", "STAGES", "format_table", "summary_text", "clean",
            "read_gradebook", "list_assignments", "REPO_ROOT"]

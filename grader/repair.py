@@ -16,8 +16,8 @@ work as possible. The original files are kept under ``logs/originals/``. What is
   into markdown or raw are turned back; a deleted answer or test cell is re-inserted from the
   *released* notebook (never the source, which holds the solution), and an answer cell that
   lost its metadata is recognised by the function or class it defines and re-attached;
-  edited locked cells are reported (nbgrader restores them); the kernelspec is set to the
-  course's;
+  edited locked cells are reported (nbgrader restores them; nbgrader's ``OverwriteKernelspec``
+  and ``Execute.kernel_name`` also give every notebook the course's kernel);
 * tampering (:mod:`grader.tamper`): a cell that tampers with the grader, or an
   answer that calls the reference instead of implementing it, is replaced by a stub that
   raises, so its question earns what a blank answer earns and later tests run honestly.
@@ -35,9 +35,8 @@ from pathlib import Path
 import nbformat
 
 from .collect import notebook_key
+from .course import CourseTree
 from .tamper import protected_bindings, scan
-
-COURSE_KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 
 
 @dataclass
@@ -217,18 +216,16 @@ def repair_notebook(nb, release_nb, rep: Repair) -> nbformat.NotebookNode:
             cell.source = _stub("it calls the reference implementation instead of implementing it")
         cell.outputs = []
 
-    nb.metadata["kernelspec"] = dict(COURSE_KERNELSPEC)
-    nb.metadata.setdefault("language_info", {"name": "python"})
     return nb
 
 
-def repair_submission(course_root: Path, student: str, assignment: str) -> Repair:
+def repair_submission(course: CourseTree | Path, student: str, assignment: str) -> Repair:
     """Repair ``submitted/<student>/<assignment>/`` in place; originals go to ``logs/originals``."""
+    tree = course if isinstance(course, CourseTree) else CourseTree(course)
     rep = Repair(student, assignment)
-    sub = course_root / "submitted" / student / assignment
-    keep = course_root / "logs" / "originals" / student / assignment
-    release_dir = course_root / "release" / assignment
-    released = sorted(release_dir.glob("*.ipynb"))
+    sub = tree.submitted(student, assignment)
+    keep = tree.logs / "originals" / student / assignment
+    released = sorted(tree.release(assignment).glob("*.ipynb"))
     files = sorted(p for p in sub.iterdir() if p.is_file() and p.suffix.lower() == ".ipynb")
     if not files:
         return rep
@@ -271,16 +268,18 @@ def repair_submission(course_root: Path, student: str, assignment: str) -> Repai
     return rep
 
 
-def repair_all(course_root: Path, assignments: list[str]) -> dict[tuple[str, str], Repair]:
-    """Repair every submission; returns ``{(assignment, student): Repair}`` for those with notes."""
+def repair_all(course: CourseTree | Path, assignments: list[str],
+               only: list[str] | None = None) -> dict[tuple[str, str], Repair]:
+    """Repair every submission (of the students in ``only``, if given); returns
+    ``{(assignment, student): Repair}`` for those with notes."""
+    tree = course if isinstance(course, CourseTree) else CourseTree(course)
     out = {}
-    sub = course_root / "submitted"
-    if not sub.is_dir():
-        return out
-    for sdir in sorted(p for p in sub.iterdir() if p.is_dir()):
+    for st in tree.students():
+        if only is not None and st not in only:
+            continue
         for a in assignments:
-            if (sdir / a).is_dir():
-                rep = repair_submission(course_root, sdir.name, a)
+            if tree.submitted(st, a).is_dir():
+                rep = repair_submission(tree, st, a)
                 if rep.notes or rep.flags or rep.unrecoverable:
-                    out[(a, sdir.name)] = rep
+                    out[(a, st)] = rep
     return out

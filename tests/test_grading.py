@@ -47,7 +47,8 @@ def test_demo_class_every_score_as_the_answer_bank_derives(course_copy):
     for st in roster:
         for a, variant in st.variants.items():
             if variant in KNOWN_FAULTS:
-                assert st.student_id in run.report.students_with_fault.get((a, variant), []), (st.student_id, a, variant)
+                who = run.report.students_with_fault.get((a, variant), [])
+                assert st.student_id in who, (st.student_id, a, variant)
     assert sum(report["faults"]["rmsnorm"].values()) >= sum(
         1 for st in roster if st.variants.get("rmsnorm") not in (None, "correct"))
     assert (course_copy / "reports" / "faults.png").stat().st_size > 5000
