@@ -59,3 +59,24 @@ def bubblewrap() -> Path:
 def chromium() -> Path:
     """Debian's Chromium (Playwright's own browser download fails here), installed when missing."""
     return ensure_debian_package("chromium", "/usr/bin/chromium")
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A private PostgreSQL 15 server for the session (tests/services.py); Debian's `postgresql`
+    is installed when missing. Use ``postgres.create_database(name)`` for a database of your own."""
+    from services import PG_BIN, postgres_server
+
+    ensure_debian_package("postgresql", str(PG_BIN / "initdb"))
+    with postgres_server() as server:
+        yield server
+
+
+@pytest.fixture
+def dask_cluster():
+    """A real ``dask scheduler`` and two ``dask worker ADDRESS`` processes (tests/services.py),
+    ended after the test (which may kill a worker)."""
+    from services import dask_cluster as start
+
+    with start(n_workers=2) as cluster:
+        yield cluster
