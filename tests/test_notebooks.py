@@ -1,7 +1,7 @@
 """Every lesson notebook runs top to bottom in a fresh kernel with no error output, shows the
 seed's numbers computed by normref, renders its widgets and captioned figures, and hides the
-self-check answers; notebooks are committed without outputs and equal what
-``tools/build_notebooks.py`` builds."""
+self-check answers; notebooks are committed without outputs and equal what ``make notebooks``
+(``tools/build_notebooks.py``) builds from their MyST Markdown sources ``notebooks/*.md``."""
 import importlib.util
 import re
 import time
@@ -130,12 +130,51 @@ def _builder():
     return mod
 
 
-def test_lesson_notebooks_equal_what_the_build_script_writes():
+def test_every_lesson_notebook_has_its_markdown_source():
     builder = _builder()
-    assert sorted(builder.NOTEBOOKS) == [p.name for p in NOTEBOOKS]
-    for path in NOTEBOOKS:
-        committed = nbformat.read(path, as_version=4)
-        built = builder.build(path.name)
-        assert [(c.cell_type, c.source) for c in committed.cells] == [(c.cell_type, c.source) for c in built.cells], (
-            f"{path.name} differs from tools/build_notebooks.py: edit the script and rerun it")
-        assert committed.metadata == built.metadata
+    assert [p.with_suffix(".ipynb").name for p in builder.sources()] == [p.name for p in NOTEBOOKS]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_lesson_notebook_equals_what_make_notebooks_builds_from_its_markdown(path):
+    committed = nbformat.read(path, as_version=4)
+    built = _builder().build(path.with_suffix(".md"))
+    assert [(c.cell_type, c.id, c.source, c.metadata) for c in committed.cells] == [
+        (c.cell_type, c.id, c.source, c.metadata) for c in built.cells], (
+        f"{path.name} differs from {path.with_suffix('.md').name}: edit the .md, run `make notebooks`, commit both")
+    assert committed.metadata == built.metadata
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_lesson_notebook_says_which_file_to_edit(path):
+    nb = nbformat.read(path, as_version=4)
+    md = path.with_suffix(".md").name
+    assert nb.metadata["lesson_source"]["path"] == f"notebooks/{md}"
+    first = next(c for c in nb.cells if c.cell_type == "markdown").source.splitlines()
+    # An HTML comment (students do not see it rendered), then the lesson's own title.
+    assert first[0] == f"<!-- Generated from {md} by `make notebooks`: edit {md}, not this notebook. -->"
+    assert first[1].startswith("# ")
+    # The kernel ipykernel installs as "python3": JupyterLab starts it without a "Select Kernel" dialog.
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+
+
+def test_markdown_source_keeps_cell_metadata_and_gets_fixed_ids(tmp_path):
+    """The round trip an author relies on, with text written here (not from jupytext): cell
+    metadata in MyST (nbgrader's included) reaches the notebook unchanged; ids follow the cell
+    order; a ```python fence inside prose stays prose; nothing is executed or output."""
+    src = tmp_path / "07_demo.md"
+    src.write_text(
+        "---\nkernelspec:\n  display_name: Python 3 (ipykernel)\n  language: python\n  name: python3\n---\n\n"
+        "# 07 · Demo\n\nProse with a fence that is not a cell:\n\n```python\nx = 1\n```\n\n"
+        "```{code-cell}\n:tags: [hide-input]\n\nprint(2 + 2)\n```\n\n"
+        '+++ {"nbgrader": {"grade": false, "grade_id": "demo_note", "locked": true, "schema_version": 3, '
+        '"solution": false, "task": false}}\n\nA locked note.\n')
+    nb = _builder().build(src)
+    assert [(c.cell_type, c.id) for c in nb.cells] == [("markdown", "07_demo-00"), ("code", "07_demo-01"),
+                                                       ("markdown", "07_demo-02")]
+    assert nb.cells[0].source.splitlines()[1:] == ["# 07 · Demo", "", "Prose with a fence that is not a cell:", "",
+                                                   "```python", "x = 1", "```"]
+    assert nb.cells[1].source == "print(2 + 2)" and nb.cells[1].metadata == {"tags": ["hide-input"]}
+    assert nb.cells[1].outputs == [] and nb.cells[1].execution_count is None
+    assert nb.cells[2].metadata["nbgrader"]["grade_id"] == "demo_note" and nb.cells[2].source == "A locked note."
+    assert nb.metadata["lesson_source"]["path"] == "notebooks/07_demo.md"
