@@ -1,5 +1,5 @@
 # Lesson 16 course: normalization in the transformer block.
-# `make lab` (students), `make test` (everyone), `make grade` (instructors).
+# `make lab` (students), `make lab-instructor` and `make grade` (instructors), `make test` (everyone).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
@@ -11,7 +11,7 @@ JOBS ?=
 DUEDATE ?=
 FRESH ?=
 
-.PHONY: install lab test grade release bench clean student-repo screenshots notebooks
+.PHONY: install lab lab-instructor test grade release bench clean student-repo screenshots notebooks
 
 install: $(STAMP)
 
@@ -21,11 +21,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 	@touch $(STAMP)
 
-# Jupyter refuses to run as root without --allow-root (containers, CI machines).
+# The student view, as Binder serves it: `start` puts jupyter-student/ on JUPYTER_CONFIG_PATH
+# (opens notebooks/00_start.ipynb; no nbgrader instructor panels or formgrader; lesson sources
+# hidden). The instructor view: nbgrader's panels and formgrader, lesson .md files open as
+# notebooks (jupyter-instructor/). Jupyter refuses to run as root without --allow-root.
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 lab: $(STAMP)
-	$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" \
-		--LabApp.default_url=/lab/tree/notebooks/00_start.ipynb \
-		$(if $(filter 0,$(shell id -u)),--allow-root)
+	./start $(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" $(ALLOW_ROOT)
+
+lab-instructor: $(STAMP)
+	JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter-instructor$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+		$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" \
+		--LabApp.default_url=/lab/tree/notebooks/00_start.ipynb $(ALLOW_ROOT)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
