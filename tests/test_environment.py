@@ -174,6 +174,35 @@ def test_postbuild_runs_with_the_venvs_packages(tmp_path):
     assert out.returncode == 1 and "the ipywidgets JupyterLab extension is missing" in out.stderr, out.stderr
 
 
+def test_student_file_browser_hides_the_lesson_sources_and_keeps_jupyters_hidden_files_hidden():
+    from fnmatch import fnmatch
+
+    from jupyter_server.services.contents.manager import ContentsManager
+
+    globs = SERVER_CONFIG["ContentsManager"]["hide_globs"]
+    assert set(ContentsManager().hide_globs) <= set(globs), "replacing hide_globs must keep Jupyter's own"
+    lesson_files = [p.name for p in (REPO / "notebooks").iterdir()]
+    hidden = sorted(n for n in lesson_files if any(fnmatch(n, g) for g in globs))
+    assert hidden == sorted(p.name for p in (REPO / "notebooks").glob("*.md")) != []
+    assert not any(fnmatch("README.md", g) or fnmatch("00_start.ipynb", g) for g in globs)
+    # jupytext's launcher items and the RISE slideshow button are authors' tools
+    for plugin in ("jupyterlab-jupytext:plugin", "jupyterlab-rise:plugin"):
+        assert PAGE_CONFIG["disabledExtensions"][plugin] is True
+
+
+def test_instructor_view_opens_lesson_markdown_as_a_jupytext_notebook():
+    overrides = json.loads((REPO / "jupyter-instructor" / "labconfig" / "default_setting_overrides.json").read_text())
+    viewers = overrides["@jupyterlab/docmanager-extension:plugin"]["defaultViewers"]
+    assert viewers == {"markdown": "Jupytext Notebook", "myst": "Jupytext Notebook"}
+    # The factory name jupytext's JupyterLab extension registers (a rename would silently open text).
+    bundles = "".join(p.read_text(errors="ignore") for p in
+                      (Path(sys.prefix) / "share/jupyter/labextensions/jupyterlab-jupytext").rglob("*.js"))
+    assert '"Jupytext Notebook"' in bundles
+    makefile = (REPO / "Makefile").read_text()
+    assert "./start $(BIN)/jupyter lab" in makefile, "make lab is the student view (through start)"
+    assert 'JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter-instructor' in makefile
+
+
 def test_readme_binder_badge_opens_the_start_notebook():
     readme = (REPO / "README.md").read_text()
     (url,) = re.findall(r"\]\((https://mybinder\.org/v2/gh/[^)]+)\)", readme)
