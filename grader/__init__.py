@@ -1,8 +1,19 @@
 """The instructor's tooling: ``python -m grader`` (``make grade``).
 
-Every step is nbgrader's own app, run in the course root: generate_assignment, autograde,
-generate_feedback, export. This module only arranges the submissions and reads the gradebook.
-"""
-from .pipeline import GradeRun, grade_class
+One run is the list of stages in :data:`grader.pipeline.STAGES`: collect the submissions,
+repair them and scan for tampering, then nbgrader's own apps (generate_assignment, autograde in
+parallel sandboxed processes, generate_feedback, export), and a class report read from
+nbgrader's gradebook. ``docs/ARCHITECTURE.md`` says which module does what.
 
+``grade_class`` and ``GradeRun`` are imported on first use, so that ``import grader.collect``
+(or the tamper scan) does not load the report's plotting and the ``normref`` checkers.
+"""
 __all__ = ["grade_class", "GradeRun"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        from . import pipeline
+
+        return getattr(pipeline, name)
+    raise AttributeError(f"module 'grader' has no attribute {name!r}")

@@ -1,0 +1,117 @@
+"""The tamper scan (grader/tamper.py) on real notebooks: which editable cell is flagged, and why.
+
+Fast: no kernel, no nbgrader app. The locked cells are the released rmsnorm assignment's
+(``import torch`` and ``from normref import check_rms_norm``); the expected findings below are
+read off each source line by the rules in the module docstring, not produced by the scan.
+"""
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell
+
+from grader.tamper import Finding, protected_bindings, scan
+
+RELEASE = Path(__file__).resolve().parents[1] / "release" / "rmsnorm" / "rmsnorm.ipynb"
+HONEST = ("def rms_norm(x, weight, eps=1e-6):\n"
+          "    xf = x.float()\n"
+          "    rms = (xf.pow(2).mean(-1, keepdim=True) + eps).sqrt()  # [..., 1]\n"
+          "    return (weight.float() * (xf / rms)).to(x.dtype)")
+
+
+def _nbg(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def _submission(tmp_path: Path, answer: str, extra_cells: list[str] = ()) -> nbformat.NotebookNode:
+    """The released notebook with ``answer`` in rms_norm_impl and ``extra_cells`` appended as cells
+    the student added, written to disk and read back as the grader reads it."""
+    nb = nbformat.read(RELEASE, as_version=4)
+    for c in nb.cells:
+        if _nbg(c).get("grade_id") == "rms_norm_impl":
+            c.source = answer
+    nb.cells += [new_code_cell(src) for src in extra_cells]
+    path = tmp_path / "rmsnorm.ipynb"
+    nbformat.write(nb, path)
+    return nbformat.read(path, as_version=4)
+
+
+def _scan_editable(nb) -> dict[str, list[Finding]]:
+    """``{cell label: findings}`` for every editable code cell with a finding."""
+    protected = protected_bindings([c.source for c in nb.cells if c.cell_type == "code" and _nbg(c).get("locked")])
+    out = {}
+    for i, c in enumerate(nb.cells):
+        if c.cell_type != "code" or _nbg(c).get("locked"):
+            continue
+        found = scan(c.source, protected)
+        if found:
+            out[_nbg(c).get("grade_id") or f"added cell {i}"] = found
+    return out
+
+
+def test_locked_cells_protect_what_they_import():
+    nb = nbformat.read(RELEASE, as_version=4)
+    locked = [c.source for c in nb.cells if c.cell_type == "code" and _nbg(c).get("locked")]
+    assert protected_bindings(locked) == {"torch": "torch", "check_rms_norm": "normref.check_rms_norm"}
+    assert protected_bindings(["import numpy as np\ndef helper():\n    pass", "not python ("]) == {
+        "np": "numpy", "helper": None}
+
+
+def test_an_honest_answer_is_not_flagged(tmp_path):
+    nb = _submission(tmp_path, HONEST, ["import torch\nprint(rms_norm(torch.ones(2, 3), torch.ones(3)))"])
+    assert _scan_editable(nb) == {}  # re-importing torch binds the same module: allowed
+
+
+def test_rebinding_the_checker_flags_the_answer_cell(tmp_path):
+    nb = _submission(tmp_path, HONEST + "\n\ndef check_rms_norm(fn, quick=False):\n    return None")
+    assert _scan_editable(nb) == {
+        "rms_norm_impl": [Finding("tamper", 6, "rebinds 'check_rms_norm', which the test cells use")]}
+
+
+def test_patching_torch_in_an_added_cell_flags_that_cell_only(tmp_path):
+    added = "import numpy as np\ntorch.allclose = lambda *a, **k: True\nsetattr(torch, 'equal', max)"
+    nb = _submission(tmp_path, HONEST, [added])
+    flagged = _scan_editable(nb)
+    label = f"added cell {len(nb.cells) - 1}"
+    assert list(flagged) == [label]
+    assert flagged[label] == [Finding("tamper", 2, "modifies torch.allclose"),
+                              Finding("tamper", 3, "setattr on torch")]
+
+
+def test_shadowing_torch_with_numpy_is_tamper(tmp_path):
+    nb = _submission(tmp_path, "import numpy as torch\n" + HONEST)
+    assert _scan_editable(nb)["rms_norm_impl"] == [Finding("tamper", 1, "rebinds 'torch', which the test cells use")]
+
+
+@pytest.mark.parametrize("answer, finding", [
+    ("import torch.nn.functional as F\ndef rms_norm(x, weight, eps=1e-6):\n    return F.rms_norm(x, (x.shape[-1],), weight, eps)",
+     Finding("reference", 3, "calls the reference F.rms_norm")),
+    ("from normref import rms_norm", Finding("reference", 1, "imports the reference normref.rms_norm")),
+    ("def rms_norm(x, weight, eps=1e-6):\n    return torch.nn.RMSNorm(x.shape[-1], eps=eps)(x) * weight",
+     Finding("reference", 2, "calls the reference torch.nn.RMSNorm")),
+])
+def test_calling_the_reference_is_flagged_as_reference(tmp_path, answer, finding):
+    assert _scan_editable(_submission(tmp_path, answer)) == {"rms_norm_impl": [finding]}
+
+
+@pytest.mark.parametrize("source, what", [
+    ("get_ipython().display_formatter.formatters.clear()", "uses get_ipython"),
+    ("import ctypes", "imports ctypes"),
+    ("import sys\nsys.modules['normref'] = None", "uses sys.modules"),
+    ("exec('x = 1')", "uses exec"),
+    ("%load_ext autoreload", "IPython magic or shell command '%load_ext'"),
+    ("!pip install cheat", "IPython magic or shell command '!pip'"),
+])
+def test_reaching_the_interpreter_is_tamper(source, what):
+    found = scan(source, {"torch": "torch"})
+    assert Finding("tamper", source.count("\n") + 1, what) in found, found
+    assert {f.kind for f in found} == {"tamper"}
+
+
+def test_code_that_does_not_parse_costs_only_its_cell():
+    assert scan("def rms_norm(x:\n    return x", {"torch": "torch"}) == []
+
+
+def test_a_name_bound_inside_a_function_is_not_a_rebinding():
+    src = "def rms_norm(x, weight, eps=1e-6):\n    torch = x\n    return torch * weight"
+    assert scan(src, {"torch": "torch"}) == []
