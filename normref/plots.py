@@ -322,10 +322,10 @@ def plot_batch_before_after(x=None, *, norm: str = "layer") -> Plot:
     ax.axvline(1, color="gray", linewidth=0.6, linestyle=":")
     ax.set_yticks(rows, labels)
     ax.invert_yaxis()
-    ax.set_xlabel("statistic over the D features (unitless)")
+    ax.set_xlabel("statistic over the D features\n(unitless)")
     ax.set_ylabel("token (batch b, position t)")
     ax.set_title("per-token mean and std")
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncols=2)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.24), ncols=2)
     if norm == "layer":
         take = (f"each token, on its own, ends with mean {_span(st['mean_y'])} and std "
                 f"{_span(st['std_y'])}; the shape {list(y.shape)} is unchanged.")

@@ -26,11 +26,33 @@ def assert_readable(p: plots.Plot):
         else:
             assert ax.get_legend() is not None, ax
     assert " ".join(p.fig._supxlabel.get_text().split()) == f"Takeaway: {p.takeaway}"
+    assert_text_inside_figure(p.fig)
     assert len(p.alt) > 40
     assert p.png()[:8] == b"\x89PNG\r\n\x1a\n"
     h = p.to_html()
     assert "<figure" in h and "<figcaption>" in h and 'alt="' in h and html.escape(p.takeaway) in h
     assert "text/html" in p._repr_mimebundle_()
+
+
+def assert_text_inside_figure(fig):
+    """Nothing is cut off by the figure's edge (as the label "(unitless" was): each axes, as
+    drawn with its title, axis labels, tick labels in view and legend, and each figure-level
+    text (the takeaway), lies inside the canvas."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas_agg = FigureCanvasAgg(fig)  # the renderer savefig uses (plots draw on no canvas)
+    canvas_agg.draw()
+    renderer = canvas_agg.get_renderer()
+    canvas = fig.bbox
+    parts = [(f"axes {ax.get_title()!r} / {ax.get_xlabel()!r}", ax.get_tightbbox(renderer))
+             for ax in fig.axes if ax.get_visible()]
+    parts += [(repr(t.get_text()[:60]), t.get_window_extent(renderer))
+              for t in [*fig.texts, fig._supxlabel, fig._suptitle] if t is not None and t.get_text()]
+    for what, box in parts:
+        assert (box.x0 >= canvas.x0 - 1 and box.x1 <= canvas.x1 + 1 and box.y0 >= canvas.y0 - 1
+                and box.y1 <= canvas.y1 + 1), (
+            f"{what} is cut off: drawn at x {box.x0:.0f}..{box.x1:.0f}, y {box.y0:.0f}..{box.y1:.0f} "
+            f"in a {canvas.width:.0f} x {canvas.height:.0f} px figure")
 
 
 def used_colours(p: plots.Plot) -> set:
