@@ -27,7 +27,7 @@ import numpy as np
 
 from .plots import draw_token_bars, normalize_token
 
-__all__ = ["NormExplorer", "PlacementExplorer", "fmt_vector", "fmt_number", "parse_readout"]
+__all__ = ["NormExplorer", "PlacementExplorer", "fmt_vector", "fmt_number", "parse_readout", "trend"]
 
 _NORM_NAMES = {"layer": "LayerNorm", "rms": "RMSNorm"}
 
@@ -86,6 +86,22 @@ def _output_widgets(W, width: int):
     return readout, image, caption
 
 
+FEATURE_LIMIT = 8.0  # NormExplorer's feature sliders run from -8 to 8
+
+
+def trend(first: float, last: float, *, rel_tol: float = 0.005) -> str:
+    """Words for how a quantity went from ``first`` to ``last``, as a caption states it.
+
+    ``"stays at 5.66"`` when the two agree within ``rel_tol`` (relative; Post-LN's residual
+    norm is sqrt(D) after every layer), else ``"grows from 5.66 to 11.02"`` or ``"shrinks from
+    ... to ..."``; two decimals.
+    """
+    first, last = float(first), float(last)
+    if abs(last - first) <= rel_tol * max(abs(first), abs(last)):
+        return f"stays at {last:.2f}"
+    return f"{'grows' if last > first else 'shrinks'} from {first:.2f} to {last:.2f}"
+
+
 class NormExplorer:
     """Sliders for one token vector, gamma, beta and eps; a live bar chart and the numbers.
 
@@ -95,7 +111,8 @@ class NormExplorer:
     broadcast to every feature.
 
     Controls (``description`` -> attribute):
-        ``"x[0]"``, ``"x[1]"``, ... -> ``feature_sliders[i]`` (``FloatSlider``, -5..5, step 0.1);
+        ``"x[0]"``, ``"x[1]"``, ... -> ``feature_sliders[i]`` (``FloatSlider``, -8..8, step 0.1:
+        room to add 3 to every feature of the seed's (1, 2, 3) and more);
         ``"gamma"`` -> ``weight_slider`` (-2..3); ``"beta"`` -> ``bias_slider`` (-2..2; disabled
         for RMSNorm, which has no bias); ``"eps"`` -> ``eps_slider`` (``FloatLogSlider``,
         1e-8..10); ``"norm"`` -> ``norm_toggle`` (``ToggleButtons``, values ``"layer"`` /
@@ -142,6 +159,8 @@ class NormExplorer:
         x = np.asarray(x, dtype=np.float64)
         if x.ndim != 1 or not 2 <= x.shape[0] <= 8:
             raise ValueError(f"x must be one token with 2 to 8 features, got shape {list(x.shape)}")
+        if np.abs(x).max() > FEATURE_LIMIT:
+            raise ValueError(f"x must lie in [-{FEATURE_LIMIT:g}, {FEATURE_LIMIT:g}] (the sliders' range), got {x.tolist()}")
         if norm not in _NORM_NAMES:
             raise ValueError(f"norm must be 'layer' or 'rms', got {norm!r}")
         if eps is None:
@@ -149,7 +168,7 @@ class NormExplorer:
         style = {"description_width": "4em"}
         lay = W.Layout(width="340px")
         self.feature_sliders = [
-            W.FloatSlider(value=float(v), min=-5.0, max=5.0, step=0.1, description=f"x[{i}]",
+            W.FloatSlider(value=float(v), min=-FEATURE_LIMIT, max=FEATURE_LIMIT, step=0.1, description=f"x[{i}]",
                           readout_format=".2f", continuous_update=False, style=style, layout=lay)
             for i, v in enumerate(x)
         ]
@@ -243,7 +262,8 @@ class PlacementExplorer:
     """Switch the placement, depth and norm of a :class:`normref.TransformerStack`; see the
     residual stream and the gradients per layer at initialisation.
 
-    Each change builds a fresh stack (seeded, PyTorch's default init) for *both* placements
+    Each change builds a fresh stack (seeded; Xavier-uniform linear weights, as
+    :class:`normref.TransformerBlock` initialises them) for *both* placements
     and runs :func:`normref.experiments.probe_stack`: one forward and backward pass on a
     ``[8, 16, 32]`` input. The chosen placement is drawn in colour, the other in grey for
     comparison: left, the mean token norm of the residual stream after each layer; right, the
@@ -352,8 +372,8 @@ class PlacementExplorer:
         self.readout.value = "<pre>" + html.escape("\n".join(lines)) + "</pre>"
         alt = (f"Two line charts for a {depth}-layer {_PLACEMENT_NAMES[placement]} stack with "
                f"{_NORM_NAMES[norm]} (coloured) and {_PLACEMENT_NAMES[other]} (grey): the residual "
-               f"stream's token norm grows from {mine['residual'][0]:.2f} to {mine['residual'][-1]:.2f}; "
-               f"the last layer's gradient is {first_last:.2f} times the first layer's.")
+               f"stream's token norm {trend(mine['residual'][0], mine['residual'][-1])} from layer 1 "
+               f"to layer {depth}; the last layer's gradient is {first_last:.2f} times the first layer's.")
         self.caption.value = f'<div style="font-size:small;line-height:1.35">{html.escape(alt)}</div>'
 
     @property

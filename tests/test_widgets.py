@@ -143,6 +143,30 @@ def test_rejects_tokens_it_cannot_show(x):
         NormExplorer(x=x)
 
 
+def test_sliders_reach_the_lessons_add_3_to_every_feature(ex):
+    """Lesson 02: "add 3 to every feature" of (1, 2, 3). By hand: (4, 5, 6) has mean 5 and the
+    same deviations (-1, 0, 1), so LayerNorm's output does not move; its RMS is sqrt(77/3), so
+    RMSNorm's becomes (4, 5, 6) / 5.066 = (0.790, 0.987, 1.184)."""
+    assert all(s.max >= v + 3 for s, v in zip(ex.feature_sliders, (1.0, 2.0, 3.0)))
+    for s, v in zip(ex.feature_sliders, (4.0, 5.0, 6.0)):
+        s.value = v
+    assert [s.value for s in ex.feature_sliders] == [4.0, 5.0, 6.0]  # not clamped
+    got = parse_readout(ex.readout.value)
+    assert got["x"] == [4.0, 5.0, 6.0] and got["y"] == [-1.225, 0.0, 1.225]
+    ex.norm_toggle.value = "rms"
+    assert parse_readout(ex.readout.value)["y"] == [0.79, 0.987, 1.184]
+    with pytest.raises(ValueError, match="sliders' range"):
+        NormExplorer(x=(1.0, 2.0, 30.0))
+
+
+def test_trend_words():
+    from normref.widgets import trend
+
+    assert trend(5.657, 5.657) == "stays at 5.66"
+    assert trend(5.66, 11.02) == "grows from 5.66 to 11.02"
+    assert trend(2.0, 1.0) == "shrinks from 2.00 to 1.00"
+
+
 def test_fmt_vector_never_prints_negative_zero():
     assert fmt_vector([-0.0001, 1.23456]) == "[0.000, 1.235]"
 
@@ -177,7 +201,11 @@ def test_switching_to_post_ln_shows_a_normalised_stream(placement):
     assert lines[3].startswith("grad last/first = ") and "grad last vs Pre-LN = " in lines[3]
     # the grey comparison line and the coloured line are both drawn
     assert [len(ax.get_lines()) for ax in placement._axes] == [2, 2]
+    # the caption says what the chart shows: the norm stays at sqrt(32) = 5.657, it does not "grow"
+    assert "token norm stays at 5.66 from layer 1 to layer 4" in placement.caption.value
     placement.placement_toggle.value = "pre"
+    r = parse_readout(placement.readout.value)["residual"]
+    assert f"token norm grows from {r[0]:.2f} to {r[-1]:.2f}" in placement.caption.value
 
 
 def test_depth_and_norm_redraw_with_the_right_numbers(placement):
