@@ -36,7 +36,7 @@ import nbformat
 
 from .collect import notebook_key
 from .course import CourseTree
-from .tamper import protected_bindings, scan
+from .tamper import protected_bindings, scan, shadowing_modules
 
 
 @dataclass
@@ -171,6 +171,10 @@ def repair_notebook(nb, release_nb, rep: Repair) -> nbformat.NotebookNode:
         out.append(cell)
 
     # 2. deleted graded cells: re-attach an orphaned answer, else insert the released cell.
+    # Kept although nbgrader_config.py turns on OverwriteCells.add_missing_cells: nbgrader 0.9.6
+    # raises KeyError when the deleted cell follows a locked cell without a grade
+    # (block_warmup_why after warmup_plots) or a cell deleted too, failing the whole notebook,
+    # and never re-inserts a deleted answer cell (tests/test_repair.py shows both).
     present = {_nbg(c).get("grade_id") for c in out}
     for gid in order:
         if gid in present:
@@ -227,6 +231,8 @@ def repair_submission(course: CourseTree | Path, student: str, assignment: str) 
     keep = tree.logs / "originals" / student / assignment
     released = sorted(tree.release(assignment).glob("*.ipynb"))
     files = sorted(p for p in sub.iterdir() if p.is_file() and p.suffix.lower() == ".ipynb")
+    rep.flags += [f"{line}: the grading kernel imports the course's own first, so it is ignored"
+                  for line in shadowing_modules(sub)]
     if not files:
         return rep
     keep.mkdir(parents=True, exist_ok=True)
