@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .pipeline import REPO_ROOT, GradingError, format_table, grade_class, summary_text
+from .pipeline import REPO_ROOT, GradingError, format_table, grade_class, parse_duedates, summary_text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,17 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.jobs is not None and args.jobs < 1:
         p.error("--jobs must be at least 1")
-    duedates = {}
-    for item in args.duedate:
-        name, sep, date = item.partition("=")
-        duedates[name.strip() if sep else "*"] = date.strip() if sep else item.strip()
-    for name, date in duedates.items():
-        try:
-            from nbgrader.utils import parse_utc
-
-            parse_utc(date)
-        except (ValueError, OverflowError):
-            p.error(f"--duedate: cannot read {date!r} as a date (e.g. '2026-11-21 09:00 UTC')")
+    try:
+        duedates = parse_duedates(args.duedate)
+    except ValueError as e:
+        p.error(f"--duedate: {e}")
     try:
         run = grade_class(course_root=args.course_root, submissions=args.submissions, jobs=args.jobs,
                           fresh=args.fresh, progress=True, cell_timeout=args.cell_timeout,

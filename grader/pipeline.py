@@ -92,6 +92,27 @@ def list_assignments(course_root: Path) -> list[str]:
         raise GradingError(str(e)) from e
 
 
+def parse_duedates(items: list[str]) -> dict[str, str]:
+    """``--duedate`` values (``"DATE"`` for every assignment, ``"ASSIGNMENT=DATE"`` for one) as
+    the ``duedates`` of :func:`grade_class`: ``{"*" or assignment: date}``.
+
+    Raises:
+        ValueError: a date nbgrader cannot read.
+    """
+    from nbgrader.utils import parse_utc
+
+    out = {}
+    for item in items:
+        name, sep, date = item.partition("=")
+        out[name.strip() if sep else "*"] = date.strip() if sep else item.strip()
+    for date in out.values():
+        try:
+            parse_utc(date)
+        except (ValueError, OverflowError):
+            raise ValueError(f"cannot read {date!r} as a date (e.g. '2026-11-21 09:00 UTC')") from None
+    return out
+
+
 def _digest(folder: Path) -> str:
     h = hashlib.sha256()
     for p in sorted(folder.rglob("*")):
@@ -177,6 +198,7 @@ class Batch:
 
 def prepare(b: Batch) -> None:
     """Refuse bad input before anything is touched; start over (``fresh``) if asked."""
+    parse_duedates([f"{k}={v}" for k, v in b.duedates.items()])  # each date readable
     unknown = sorted(set(b.duedates) - set(b.run.assignments) - {"*"})
     if unknown:
         raise ValueError(f"due date for unknown assignment {', '.join(unknown)} "
@@ -278,6 +300,11 @@ def autograde_stage(b: Batch) -> None:
             _regrade_dead_kernels(tree, run, extra, setup, log)
         except RuntimeError as e:
             raise GradingError(str(e)) from e
+        if run.sandboxed:  # the sandbox's caps a kernel ran into (process count, bytes written)
+            for (a, st), notes in sandbox.limit_flags(tree.root, sb, run.autograde.graded).items():
+                run.repairs.setdefault((a, st), Repair(st, a)).flags.extend(notes)
+                for note in notes:
+                    log(f"autograde: {st} ({a}): {note}")
     log(f"autograde: {len(run.autograde.graded)} notebooks in {run.autograde.seconds:.1f} s")
 
 
@@ -463,5 +490,5 @@ def format_table(run: GradeRun) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["grade_class", "GradeRun", "GradingError", "STAGES", "format_table", "summary_text", "clean",
-           "read_gradebook", "list_assignments", "REPO_ROOT"]
+__all__ = ["grade_class", "GradeRun", "GradingError", "STAGES", "parse_duedates", "format_table",
+           "summary_text", "clean", "read_gradebook", "list_assignments", "REPO_ROOT"]

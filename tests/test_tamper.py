@@ -84,7 +84,8 @@ def test_shadowing_torch_with_numpy_is_tamper(tmp_path):
 
 
 @pytest.mark.parametrize("answer, finding", [
-    ("import torch.nn.functional as F\ndef rms_norm(x, weight, eps=1e-6):\n    return F.rms_norm(x, (x.shape[-1],), weight, eps)",
+    ("import torch.nn.functional as F\ndef rms_norm(x, weight, eps=1e-6):\n"
+     "    return F.rms_norm(x, (x.shape[-1],), weight, eps)",
      Finding("reference", 3, "calls the reference F.rms_norm")),
     ("from normref import rms_norm", Finding("reference", 1, "imports the reference normref.rms_norm")),
     ("def rms_norm(x, weight, eps=1e-6):\n    return torch.nn.RMSNorm(x.shape[-1], eps=eps)(x) * weight",
