@@ -5,10 +5,10 @@ formula string), parses it tolerantly, and returns a :class:`normref.checks.Chec
 ``.score`` is the fraction of parts right, exactly like the implementation checkers, so a
 grade cell awards ``points * result.score``. A wrong answer gets a message naming the likely
 mistake, found from the *value* given (``4/3`` for a variance of (2, 2, 4, 4) means "divided by
-n-1"); no message ever contains the expected answer. Every message ends with a tag such as
-``[fault: unbiased_variance]`` that the class report counts (the implementation checkers' tags,
-:data:`normref.checks.FAULT_KINDS`, where the mistake is the same one, else
-:data:`ANSWER_FAULTS`).
+n-1"); no message ever contains the expected answer. Each failing case carries its fault kind
+(``CaseResult.fault``), from the one registry :mod:`normref.faults`: the implementation
+checkers' kind where the mistake is the same one (``missing_keepdim``, ``pre_post_swapped``,
+``unbiased_variance`` ...), else an answer-only kind (:data:`ANSWER_FAULTS`).
 
 Accepted forms (anything else gets a message saying what form is expected):
 
@@ -33,7 +33,8 @@ import re
 
 import numpy as np
 
-from .checks import FAULT_KINDS, CaseResult, CheckResult
+from . import faults as _faults
+from .checks import FAULT_KINDS, CaseResult, CheckResult  # noqa: F401 - FAULT_KINDS re-exported
 
 __all__ = [
     "ANSWER_FAULTS",
@@ -54,45 +55,10 @@ __all__ = [
     "check_stats_axis",
 ]
 
-#: Fault kinds that only the short answers can show, with the sentence a student reads.
-ANSWER_FAULTS: dict[str, str] = {
-    "not_answered": "not answered yet.",
-    "bad_format": "the answer could not be read.",
-    "sum_not_mean": "that is a sum: divide by the number of features d to get a mean.",
-    "uncentered_variance": "that is the mean of the squares: subtract the mean from each value "
-    "before squaring.",
-    "sum_of_squares": "that is the sum of squared deviations: divide it by d.",
-    "missing_sqrt": "that is the mean square: RMS takes its square root.",
-    "l2_norm_not_rms": "that is the L2 norm sqrt(sum of squares): RMS divides the sum of "
-    "squares by d before taking the root.",
-    "mean_abs_not_rms": "that is the mean of the values: RMS is the root of the mean of the "
-    "squares.",
-    "divided_outside_sqrt": "d was divided outside the square root: RMS = sqrt(sum of squares "
-    "/ d).",
-    "not_centered": "the mean was not subtracted: LayerNorm centers each token before dividing.",
-    "not_scaled": "the values were centered but not divided by the standard deviation.",
-    "divided_by_variance": "divide by the standard deviation sqrt(variance), not by the variance.",
-    "post_ln_formula": "that is the original Post-LN, Norm applied after the residual addition; "
-    "Pre-LN normalizes the sublayer's input and adds the original X.",
-    "norm_after_sublayer": "the norm is applied to the sublayer's output; Pre-LN normalizes "
-    "before the sublayer (normalize, then attend).",
-    "missing_residual": "the original X is not added back: the residual path is missing.",
-    "residual_from_normed": "the residual adds Norm(X); Pre-LN adds the original X, "
-    "unnormalized (\"add the original\").",
-    "missing_norm": "there is no normalization in the formula.",
-    "says_shape_changes": "normalization changes values, not the layout: think about what "
-    "mean(dim=-1, keepdim=True) broadcasts back to.",
-    "dropped_keepdim": "without keepdim the reduced axis disappears; keepdim=True keeps it "
-    "with length 1.",
-    "output_shape_not_statistic": "that is the shape of x (and of the output); rms is the "
-    "per-token statistic, one number per token.",
-    "batch_axis": "statistics over the batch axis are BatchNorm's choice; LayerNorm and RMSNorm "
-    "normalize one token at a time.",
-    "sequence_axis": "statistics over the sequence axis would mix different tokens; each token "
-    "is normalized on its own.",
-}
+#: Fault kinds that only the short answers can show, with the sentence a student reads (a
+#: view of :mod:`normref.faults`, where every kind, code or answer, is defined once).
+ANSWER_FAULTS: dict[str, str] = {k: _faults.FAULTS[k].message for k in _faults.kinds("answer")}
 
-_ALL_FAULTS = {**FAULT_KINDS, **ANSWER_FAULTS}
 
 
 class AnswerFormatError(ValueError):
@@ -372,14 +338,20 @@ def parse_formula(value, *, what: str = "the answer") -> str:
 # --------------------------------------------------------------------------- helpers
 
 
+def _msg(fault: str) -> str:
+    return _faults.message(fault)
+
+
 def _case(name: str, passed: bool, message: str = "", fault: str | None = None) -> CaseResult:
     if passed:
         return CaseResult(name, True, f"{name}: ok")
-    return CaseResult(name, False, f"{name}: {message} [fault: {fault}]", fault)
+    return CaseResult(name, False, f"{name}: {message} {_faults.format_tag(fault)}", fault)
 
 
-def _fault_case(name: str, fault: str, got_text: str = "") -> CaseResult:
-    return _case(name, False, (got_text + _ALL_FAULTS[fault]).strip(), fault)
+def _fault_case(name: str, fault: str, got_text: str = "", hint: str | None = None) -> CaseResult:
+    """A failing case naming ``fault``: ``got_text`` (what was given) then ``hint``, or the
+    registry's sentence."""
+    return _case(name, False, (got_text + (hint or _msg(fault))).strip(), fault)
 
 
 def _format_case(name: str, err: AnswerFormatError) -> CaseResult:
@@ -432,8 +404,7 @@ def check_mean_var(mean, var) -> CheckResult:
         if _near(v, ss / d, _NUM_TOL):
             c2 = _case("variance", True)
         elif _near(v, ss / (d - 1), _NUM_TOL):
-            c2 = _case("variance", False, f"you gave {v:.4g} = {ss:g}/{d - 1}: "
-                       + FAULT_KINDS["unbiased_variance"], "unbiased_variance")
+            c2 = _fault_case("variance", "unbiased_variance", f"you gave {v:.4g} = {ss:g}/{d - 1}: ")
         elif _near(v, ss, _NUM_TOL):
             c2 = _fault_case("variance", "sum_of_squares", f"you gave {v:g}: ")
         elif _near(v, float((x**2).mean()), _NUM_TOL):
@@ -444,6 +415,26 @@ def check_mean_var(mean, var) -> CheckResult:
     except AnswerFormatError as e:
         c2 = _format_case("variance", e)
     return _result("mean_var (2, 2, 4, 4)", c1, c2)
+
+
+def _layer_norm_models(x: np.ndarray):
+    """``(fault, output, hint or None)`` for LayerNorm of the 1-D ``x`` without eps: the code
+    checkers' fault models (:func:`normref.checks.norms.fault_models`) where they apply to a
+    hand computation, then the mistakes only a hand computation makes."""
+    from .checks.norms import fault_models
+
+    d = x.size
+    mu = x.mean()
+    var = ((x - mu) ** 2).mean()
+    code = {fault: out for fault, out, _ in fault_models("layer", x, None, None, 0.0)}
+    yield ("unbiased_variance", code["unbiased_variance"],
+           f"your values are the right ones times {math.sqrt((d - 1) / d):.3f} = "
+           f"sqrt({d - 1}/{d}): " + _msg("unbiased_variance"))
+    yield "not_centered", x / math.sqrt(var), None  # divided by the std, not centered
+    yield "not_scaled", x - mu, None
+    yield ("not_centered", code["not_centered"],  # RMSNorm: no centering at all
+           "this is RMSNorm's answer (divide by the RMS, no centering): " + _msg("not_centered"))
+    yield "divided_by_variance", (x - mu) / (var * d / (d - 1)), None
 
 
 def check_layer_norm_2244(y) -> CheckResult:
@@ -468,31 +459,13 @@ def check_layer_norm_2244(y) -> CheckResult:
     except AnswerFormatError as e:
         return _result(name, _format_case(name, e))
     if g.shape != want.shape:
-        return _result(name, _case(name, False, f"you gave {g.size} numbers; "
-                                   + FAULT_KINDS["wrong_shape"] + " (4 features in, 4 out)",
-                                   "wrong_shape"))
+        return _result(name, _fault_case(name, "wrong_shape", f"you gave {g.size} numbers; ",
+                                         _msg("wrong_shape") + " (4 features in, 4 out)"))
     if np.allclose(g, want, atol=_NUM_TOL):
         return _result(name, _case(name, True))
-    d = x.size
-    models = [
-        ("unbiased_variance", (x - mu) / math.sqrt(var * d / (d - 1))),
-        ("not_centered", x / math.sqrt(var)),
-        ("not_scaled", x - mu),
-        ("subtracts_mean", x / math.sqrt((x**2).mean())),  # RMSNorm: no centering at all
-        ("divided_by_variance", (x - mu) / (var * d / (d - 1))),
-    ]
-    for fault, out in models:
-        if np.allclose(g, out, atol=_NUM_TOL):
-            if fault == "unbiased_variance":
-                msg = (f"your values are the right ones times {math.sqrt((d - 1) / d):.3f} = "
-                       f"sqrt({d - 1}/{d}): " + FAULT_KINDS[fault])
-            elif fault == "subtracts_mean":
-                msg = ("this is RMSNorm's answer (divide by the RMS, no centering): "
-                       + ANSWER_FAULTS["not_centered"])
-                fault = "not_centered"
-            else:
-                msg = _ALL_FAULTS[fault]
-            return _result(name, _case(name, False, msg, fault))
+    for fault, out, hint in _layer_norm_models(x):
+        if out is not None and np.allclose(g, out, atol=_NUM_TOL):
+            return _result(name, _fault_case(name, fault, hint=hint))
     if abs(g.mean()) > _NUM_TOL:
         return _result(name, _case(name, False, f"your values average {g.mean():.3g}; "
                                    "LayerNorm's output (gamma = 1, beta = 0) averages 0.",
@@ -501,13 +474,18 @@ def check_layer_norm_2244(y) -> CheckResult:
                                "by sqrt(variance).", "wrong_values"))
 
 
+#: RMS answers within this pass: 3.54, 3.536 and the truncations 3.53, 3.535 of 3.5355.
+_RMS_TOL = 1e-2
+
+
 def check_rms_34(rms) -> CheckResult:
     """Practice studio 3: the RMS of (3, 4) (a number; eps ignored).
 
     Returns:
-        :class:`CheckResult` with one case; answers within 0.005 pass (3 decimals). The L2
-        norm, the mean square, the plain mean and dividing outside the root are named.
-        Never raises.
+        :class:`CheckResult` with one case; answers within 0.01 of sqrt(12.5) = 3.5355 pass
+        (2 or 3 decimals, rounded or truncated: 3.54, 3.53, 3.536, 3.535). The L2 norm, the
+        mean square, the plain mean (3.5), dividing outside the root and the sum of squares
+        are named. Never raises.
 
     Source: the seed, Practice studio item 3; Zhang and Sennrich 2019, eq. (4).
     """
@@ -518,19 +496,22 @@ def check_rms_34(rms) -> CheckResult:
     except AnswerFormatError as e:
         return _result(name, _format_case(name, e))
     ms = float((x**2).mean())
-    if _near(r, math.sqrt(ms), _NUM_TOL):
+    if _near(r, math.sqrt(ms), _RMS_TOL):
         return _result(name, _case(name, True))
-    for fault, val in (("l2_norm_not_rms", math.sqrt((x**2).sum())), ("missing_sqrt", ms),
-                       ("mean_abs_not_rms", float(np.abs(x).mean())),
-                       ("divided_outside_sqrt", math.sqrt((x**2).sum()) / x.size),
-                       ("sum_of_squares", float((x**2).sum()))):
+    given = f"you gave {r:.6g}: "
+    for fault, val, hint in (
+            ("l2_norm_not_rms", math.sqrt((x**2).sum()), None),
+            ("missing_sqrt", ms, None),
+            ("mean_abs_not_rms", float(np.abs(x).mean()),
+             "that is the mean of the values, (3 + 4) / 2: RMS is the root of the mean of the "
+             "squares."),
+            ("divided_outside_sqrt", math.sqrt((x**2).sum()) / x.size, None),
+            ("sum_of_squares", float((x**2).sum()),
+             "that is the sum of the squares; RMS = sqrt(their mean).")):
         if _near(r, val, _NUM_TOL):
-            if fault == "sum_of_squares":
-                return _result(name, _case(name, False, f"you gave {r:g}: that is the sum of "
-                                           "the squares; RMS = sqrt(their mean).", fault))
-            return _result(name, _fault_case(name, fault, f"you gave {r:g}: "))
-    return _result(name, _case(name, False, f"you gave {r:g}: square each value, average "
-                               "the squares, take the square root.", "wrong_values"))
+            return _result(name, _fault_case(name, fault, given, hint))
+    return _result(name, _case(name, False, given + "square each value, average the squares, "
+                               "take the square root.", "wrong_values"))
 
 
 def check_rms_subtracts_mean(answer) -> CheckResult:
@@ -545,20 +526,33 @@ def check_rms_subtracts_mean(answer) -> CheckResult:
     except AnswerFormatError as e:
         return _result(name, _format_case(name, e))
     if says:
-        return _result(name, _case(name, False, "look again at RMS(x) = sqrt(mean(x^2) + eps): "
-                                   + FAULT_KINDS["subtracts_mean"]
-                                   + " Its output's mean is not forced to zero.",
-                                   "subtracts_mean"))
+        return _result(name, _fault_case(name, "subtracts_mean", "look again at "
+                                         "RMS(x) = sqrt(mean(x^2) + eps): ",
+                                         _msg("subtracts_mean")
+                                         + " Its output's mean is not forced to zero."))
     return _result(name, _case(name, True))
 
 
 _PRE_LN = {"X+A(N(X))", "A(N(X))+X"}
+#: canonical formula -> fault; the kinds are the placement checkers' (normref.checks.placement)
 _FORMULA_FAULTS = {
-    "N(X+A(X))": "post_ln_formula", "N(A(X)+X)": "post_ln_formula",
-    "X+N(A(X))": "norm_after_sublayer", "N(A(X))+X": "norm_after_sublayer",
+    "N(X+A(X))": "pre_post_swapped", "N(A(X)+X)": "pre_post_swapped",
+    "X+N(A(X))": "norm_on_sublayer_output", "N(A(X))+X": "norm_on_sublayer_output",
     "A(N(X))": "missing_residual", "N(A(X))": "missing_residual",
     "N(X)+A(N(X))": "residual_from_normed", "A(N(X))+N(X)": "residual_from_normed",
     "X+A(X)": "missing_norm", "A(X)+X": "missing_norm",
+}
+#: what a formula answer is told (the code checkers' sentences quote the Pre-LN formula, which
+#: is this question's answer)
+_FORMULA_HINTS = {
+    "pre_post_swapped": "that is the original Post-LN, Norm applied after the residual "
+    "addition; Pre-LN normalizes the sublayer's input and adds the original X.",
+    "norm_on_sublayer_output": "the norm is applied to the sublayer's output; Pre-LN "
+    "normalizes before the sublayer (normalize, then attend).",
+    "missing_residual": "the original X is not added back: the residual path is missing.",
+    "residual_from_normed": "the residual adds Norm(X); Pre-LN adds the original X, "
+    "unnormalized (\"add the original\").",
+    "missing_norm": "there is no normalization in the formula.",
 }
 
 
@@ -570,8 +564,9 @@ def check_pre_ln_formula(formula) -> CheckResult:
             :func:`parse_formula` and LaTeX are accepted, as is the residual written second.
 
     Returns:
-        :class:`CheckResult` with one case. Post-LN, the norm after the sublayer, a missing
-        residual, a residual from Norm(X) and a missing norm are each named. Never raises.
+        :class:`CheckResult` with one case. Post-LN (pre_post_swapped), the norm after the
+        sublayer (norm_on_sublayer_output), a missing residual, a residual from Norm(X) and a
+        missing norm are each named, with the placement checkers' fault kinds. Never raises.
 
     Source: the seed, "Placement is a separate choice"; Xiong et al. 2020, Figure 1.
     """
@@ -583,7 +578,8 @@ def check_pre_ln_formula(formula) -> CheckResult:
     if canon in _PRE_LN:
         return _result(name, _case(name, True))
     if canon in _FORMULA_FAULTS:
-        return _result(name, _fault_case(name, _FORMULA_FAULTS[canon]))
+        fault = _FORMULA_FAULTS[canon]
+        return _result(name, _fault_case(name, fault, hint=_FORMULA_HINTS[fault]))
     if canon.count("(") != canon.count(")"):
         return _result(name, _case(name, False, "the parentheses do not balance.", "bad_format"))
     return _result(name, _case(name, False, "this is not a Pre-LN block: the sublayer should "
@@ -611,8 +607,8 @@ def check_rms_shape(shape) -> CheckResult:
     """Trace it: for ``x.shape == [2, 3, 8]``, the shape of ``rms`` after ``keepdim=True``.
 
     Returns:
-        :class:`CheckResult` with one case; dropping keepdim, giving x's own shape and
-        reducing another axis are named. Never raises.
+        :class:`CheckResult` with one case; dropping keepdim (missing_keepdim), giving x's own
+        shape and reducing another axis are named. Never raises.
 
     Source: the seed, "Code checkpoint · RMSNorm over the last axis", Trace it.
     """
@@ -625,14 +621,16 @@ def check_rms_shape(shape) -> CheckResult:
     want = x_shape[:-1] + (1,)
     if s == want:
         return _result(name, _case(name, True))
+    given = f"you gave {s}: "
     if s == x_shape[:-1]:
-        return _result(name, _fault_case(name, "dropped_keepdim", f"you gave {s}: "))
+        return _result(name, _fault_case(name, "missing_keepdim", given, "without keepdim the "
+                                         "reduced axis disappears; keepdim=True keeps it with "
+                                         "length 1."))
     if s == x_shape:
-        return _result(name, _fault_case(name, "output_shape_not_statistic", f"you gave {s}: "))
+        return _result(name, _fault_case(name, "output_shape_not_statistic", given))
     if len(s) == 3 and s.count(1) == 1 and sorted(s) != sorted(want):
-        return _result(name, _case(name, False, f"you gave {s}: " + FAULT_KINDS["wrong_axis"],
-                                   "wrong_axis"))
-    return _result(name, _case(name, False, f"you gave {s}: mean(dim=-1, keepdim=True) reduces "
+        return _result(name, _fault_case(name, "wrong_axis", given))
+    return _result(name, _case(name, False, given + "mean(dim=-1, keepdim=True) reduces "
                                "one axis of [2, 3, 8] and keeps it with length 1.", "wrong_values"))
 
 

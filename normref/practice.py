@@ -29,6 +29,7 @@ import numpy as np
 
 from . import answers as A
 from .checks import CaseResult, CheckResult
+from .faults import format_tag
 from .functional import layer_norm
 
 __all__ = ["Question", "Feedback", "QUESTIONS", "check", "reveal", "quiz", "attempted", "reset"]
@@ -219,9 +220,6 @@ def _choice_value(q: Question, answer):
     return answer
 
 
-_TAG = re.compile(r"\s*\[fault: \w+\]")
-
-
 def check(qid: str, answer) -> Feedback:
     """Check an answer to question ``qid`` and say what is right or likely wrong.
 
@@ -249,7 +247,7 @@ def check(qid: str, answer) -> Feedback:
     faults = tuple(result.faults)
     if faults and set(faults) <= _NOT_AN_ATTEMPT and "not_answered" in faults:
         return Feedback(qid, None, f"replace the ... with your answer ({q.hint}), then run again.", faults)
-    messages = [_TAG.sub("", m) for m in result.messages]
+    messages = [c.message.replace(" " + format_tag(c.fault), "") for c in result.cases if not c.passed]
     if faults and set(faults) <= _NOT_AN_ATTEMPT:  # unreadable: not an attempt
         return Feedback(qid, False, " ".join(messages) + f" ({q.hint}).", faults)
     _ATTEMPTED.add(qid)

@@ -183,8 +183,8 @@ def test_pre_ln_formula_correct_forms(f):
 
 
 @pytest.mark.parametrize("f, fault", [
-    ("Y = Norm(X + Attention(X))", "post_ln_formula"),
-    ("Y = X + Norm(Attention(X))", "norm_after_sublayer"),
+    ("Y = Norm(X + Attention(X))", "pre_post_swapped"),
+    ("Y = X + Norm(Attention(X))", "norm_on_sublayer_output"),
     ("Y = Attention(Norm(X))", "missing_residual"),
     ("Y = Norm(X) + Attention(Norm(X))", "residual_from_normed"),
     ("Y = X + Attention(X)", "missing_norm"),
@@ -202,7 +202,7 @@ def test_norm_changes_shape():
 
 
 @pytest.mark.parametrize("s, fault", [
-    ((2, 3), "dropped_keepdim"),
+    ((2, 3), "missing_keepdim"),
     ((2, 3, 8), "output_shape_not_statistic"),
     ((1, 3, 8), "wrong_axis"),
     ((2, 1, 8), "wrong_axis"),

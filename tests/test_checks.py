@@ -98,7 +98,7 @@ def test_n_minus_1_message_names_the_factor():
 
 
 def test_a_looping_function_times_out_with_a_message(monkeypatch):
-    monkeypatch.setattr(normref.checks, "CALL_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(normref.checks.core, "CALL_TIMEOUT_S", 0.2)
 
     def loops(x, weight, eps=1e-6):
         while True:
@@ -572,9 +572,10 @@ def test_a_correct_answer_that_writes_to_stderr_still_leaves_stderr_empty(capsys
 @pytest.mark.parametrize("options", [{}, {"ddof": 1}, {"eps_out": True}, {"eps": 0.0},
                                      {"centered": False}, {"axis": 0}])
 def test_backward_fault_models_are_the_autograd_gradients_of_the_faulty_forwards(options):
-    # The diagnosis trusts normref.checks._bwd_model; check it against torch autograd of the
-    # same faulty forward (normref.checks._model_t), float64, on a [3, 4, 5] input.
-    from normref.checks import _bwd_model, _model_t
+    # The diagnosis trusts normref.checks.backward.bwd_model; check it against torch autograd of
+    # the same faulty forward (normref.checks.norms.model_t), float64, on a [3, 4, 5] input.
+    from normref.checks.backward import bwd_model as _bwd_model
+    from normref.checks.norms import model_t as _model_t
 
     rng = np.random.default_rng(5)
     x, dy, w = rng.normal(size=(3, 4, 5)) + 0.3, rng.normal(size=(3, 4, 5)), 1 + rng.normal(size=5)

@@ -60,13 +60,13 @@ def test_rms_of_3_4_accepts_root_forms(answer):
     ("ps_rms_3_4", 12.5, "missing_sqrt"),
     ("ps_rms_3_4", 3.5, "mean_abs_not_rms"),
     ("ps_rms_subtracts_mean", "Yes", "subtracts_mean"),
-    ("ps_pre_ln_formula", "Norm(X + Attention(X))", "post_ln_formula"),
+    ("ps_pre_ln_formula", "Norm(X + Attention(X))", "pre_post_swapped"),
     ("ps_pre_ln_formula", "Attention(Norm(X))", "missing_residual"),
     ("ps_pre_ln_formula", "Norm(X) + Attention(Norm(X))", "residual_from_normed"),
     ("ps_shape_change", 1, "says_shape_changes"),
     ("retrieval_axis", 0, "batch_axis"),
     ("retrieval_axis", "the sequence axis T: every position of the sequence", "sequence_axis"),
-    ("trace_rms_shape", (2, 3), "dropped_keepdim"),
+    ("trace_rms_shape", (2, 3), "missing_keepdim"),
     ("trace_rms_shape", "2, 3, 8", "output_shape_not_statistic"),
 ])
 def test_a_typical_mistake_gets_the_assignment_checkers_diagnosis(qid, answer, fault):

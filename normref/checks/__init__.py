@@ -1,0 +1,48 @@
+"""Checkers that grade a student's implementation and diagnose the mistake.
+
+Each ``check_*`` runs a battery of cases against the ``normref`` reference and returns a
+:class:`CheckResult` with ``.passed``, ``.score`` (fraction of cases passed, 0..1) and one
+message per failing case saying which case, by how much (max abs and relative error) and
+the most likely cause. The cause is found from the *signature* of the wrong output: the
+output is compared with what each known fault would produce on that same input (dividing by
+n-1, eps outside the square root, the wrong axis, the residual taken from Norm(x), ...), and
+the closest one is named; never from the student's source. Each fault's sentence comes from
+the registry :mod:`normref.faults`, in the words of the answer's backend (numpy or torch).
+
+A student function that raises, loops, returns the wrong kind/shape/dtype, returns NaN or
+modifies its input gets a clear message; the checker itself never raises because of it.
+
+By family (one module each): :mod:`~normref.checks.core` (results, calling student code,
+comparing, the seeded inputs), :mod:`~normref.checks.norms` (:func:`check_rms_norm`,
+:func:`check_layer_norm`), :mod:`~normref.checks.module` (:func:`check_rms_norm_module`),
+:mod:`~normref.checks.placement` (:func:`check_pre_ln`, :func:`check_post_ln`),
+:mod:`~normref.checks.block` (:func:`check_pre_ln_block`) and
+:mod:`~normref.checks.backward` (:func:`check_layer_norm_backward`).
+"""
+from __future__ import annotations
+
+from .. import faults as _faults
+from .backward import check_layer_norm_backward
+from .block import check_pre_ln_block
+from .core import CALL_TIMEOUT_S, CaseResult, CheckResult
+from .module import check_rms_norm_module
+from .norms import check_layer_norm, check_rms_norm
+from .placement import check_post_ln, check_pre_ln
+
+#: Every fault kind the code checkers can name, with the sentence a student reads (torch's
+#: words; :func:`normref.faults.message` gives numpy's). A view of :mod:`normref.faults`.
+FAULT_KINDS: dict[str, str] = {k: _faults.FAULTS[k].message for k in _faults.kinds("code")}
+
+__all__ = [
+    "CALL_TIMEOUT_S",
+    "CaseResult",
+    "CheckResult",
+    "FAULT_KINDS",
+    "check_rms_norm",
+    "check_layer_norm",
+    "check_rms_norm_module",
+    "check_pre_ln",
+    "check_post_ln",
+    "check_pre_ln_block",
+    "check_layer_norm_backward",
+]

@@ -1,0 +1,166 @@
+"""The LayerNorm backward pass: :func:`check_layer_norm_backward` (numpy, float64), with the
+gradients of each forward fault and of each dropped term as its fault models."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..backward import layer_norm_backward
+from ..functional import LAYER_NORM_EPS
+from .core import (CaseResult, CheckResult, close, diagnose_by_models, errors, fail, fmt, msg,
+                   run, single_threaded, student_call, tolerance)
+
+
+@dataclass
+class _BackwardCase:
+    name: str
+    dy: np.ndarray
+    x: np.ndarray
+    weight: np.ndarray
+    eps: float
+
+
+def _backward_battery() -> list[_BackwardCase]:
+    rng = np.random.default_rng(20)
+    return [
+        _BackwardCase("seed (1, 2, 3) with dy = (1, 0, 0)", np.array([1.0, 0.0, 0.0]),
+                      np.array([1.0, 2.0, 3.0]), np.ones(3), LAYER_NORM_EPS),
+        _BackwardCase("[2, 3, 8] with a trained gamma", rng.normal(size=(2, 3, 8)),
+                      rng.normal(size=(2, 3, 8)) + 0.5, 1 + 0.5 * rng.normal(size=8), LAYER_NORM_EPS),
+        _BackwardCase("B = T = D [4, 4, 4] (a wrong axis still broadcasts)", rng.normal(size=(4, 4, 4)),
+                      2 * rng.normal(size=(4, 4, 4)) + 1, 1 + 0.5 * rng.normal(size=4), LAYER_NORM_EPS),
+        _BackwardCase("tiny values 1e-3 with eps=1e-4 (where eps sits matters)", rng.normal(size=(2, 5)),
+                      1e-3 * rng.normal(size=(2, 5)), 1 + 0.5 * rng.normal(size=5), 1e-4),
+    ]
+
+
+def bwd_model(dy, x, w, eps, *, axis=-1, ddof=0, eps_out=False, centered=True,
+              mean_term=True, var_term=True, use_weight=True):
+    """(dx, dweight, dbias) of ``y = w * xc * f(ms) + b`` with one fault, in numpy float64.
+
+    ``xc = x - mean(x)`` (if ``centered``) and ``ms = sum(xc**2) / (n - ddof)`` along ``axis``;
+    ``f(ms) = 1/sqrt(ms + eps)``, or ``1/(sqrt(ms) + eps)`` with ``eps_out``. By the chain rule
+    ``dxc = g f + (sum(g xc) f'(ms)) 2 xc / (n - ddof)`` with ``g = dy * w``, and
+    ``dx = dxc - mean(dxc)`` when centred. ``mean_term``/``var_term``/``use_weight`` drop the
+    corresponding piece, as a student might. The defaults give :func:`normref.layer_norm_backward`.
+    """
+    n = x.shape[axis]
+    if n - ddof <= 0:
+        return None
+    xc = x - x.mean(axis, keepdims=True) if centered else x
+    ms = (xc**2).sum(axis, keepdims=True) / (n - ddof)
+    with np.errstate(all="ignore"):
+        if eps_out:
+            f = 1 / (np.sqrt(ms) + eps)
+            df = -(f**2) / (2 * np.sqrt(ms))
+        else:
+            f = 1 / np.sqrt(ms + eps)
+            df = -0.5 * f**3
+        g = dy * w if use_weight else dy
+        dxc = g * f
+        if var_term:
+            dxc = dxc + (g * xc).sum(axis, keepdims=True) * df * 2 * xc / (n - ddof)
+    dx = dxc - dxc.mean(axis, keepdims=True) if centered and mean_term else dxc
+    lead = tuple(range(x.ndim - 1))
+    return dx, (dy * xc * f).sum(lead), dy.sum(lead)
+
+
+#: forward fault -> the bwd_model options that differentiate it
+_BWD_FORWARD_FAULTS = {"unbiased_variance": {"ddof": 1}, "eps_outside_sqrt": {"eps_out": True},
+                       "no_eps": {"eps": 0.0}, "not_centered": {"centered": False}}
+
+
+def _backward_models(case: _BackwardCase):
+    dy, x, w, eps = case.dy, case.x, case.weight, case.eps
+
+    def model(**kw):
+        return bwd_model(dy, x, w, kw.pop("eps", eps), **kw)
+
+    for fault, kw in _BWD_FORWARD_FAULTS.items():
+        yield fault, model(**kw), None
+    for ax in range(x.ndim - 1):
+        yield "wrong_axis", model(axis=ax), None
+    yield "ignores_weight", model(use_weight=False), "dx must use g = dy * weight (the chain rule through gamma)."
+    yield "bwd_no_mean_term", model(mean_term=False), None
+    yield "bwd_no_variance_term", model(var_term=False), None
+    yield "bwd_constant_stats", model(mean_term=False, var_term=False), None
+    dx, dw, db = layer_norm_backward(dy, x, w, eps)
+    yield "bwd_dweight_dbias_swapped", (dx, db, dw), None
+
+
+_BWD_NAMES = ("dx", "dweight", "dbias")
+
+
+def _shape_fault(case: _BackwardCase, got, want) -> CaseResult | None:
+    """A failing case if ``got`` is not three numpy arrays of ``want``'s shapes, else None."""
+    if not isinstance(got, (tuple, list)) or len(got) != 3:
+        size = f" of length {len(got)}" if isinstance(got, (tuple, list)) else ""
+        return fail(case.name, f"returned a {type(got).__name__}{size}; return the tuple "
+                    "(dx, dweight, dbias).", "wrong_type")
+    for label, a, w in zip(_BWD_NAMES, got, want):
+        if not isinstance(a, np.ndarray):
+            return fail(case.name, f"{label} is a {type(a).__name__}; return numpy arrays. "
+                        f"{msg('wrong_type', 'numpy')}", "wrong_type")
+        if a.shape != w.shape:
+            fault = "wrong_shape" if label == "dx" else "bwd_not_summed"
+            return fail(case.name, f"{label} has shape {list(a.shape)}, expected "
+                        f"{list(w.shape)}; {msg(fault, 'numpy')}", fault)
+    return None
+
+
+@single_threaded
+def check_layer_norm_backward(fn: Callable) -> CheckResult:
+    """Check a student's ``layer_norm_backward(dy, x, weight, eps)`` -> ``(dx, dweight, dbias)``.
+
+    Args:
+        fn: called as ``fn(dy, x, weight, eps)`` with float64 numpy arrays ``dy`` and ``x`` of
+            shape ``[..., D]`` (1-D, ``[2, 3, 8]``, ``[4, 4, 4]``, ``[2, 5]``) and ``weight`` of
+            shape ``[D]``; must return numpy ``(dx [..., D], dweight [D], dbias [D])``.
+
+    Returns:
+        :class:`CheckResult` with four cases, each passed when all three gradients agree with
+        :func:`normref.layer_norm_backward` (rtol 1e-5). Diagnoses bwd_no_mean_term,
+        bwd_no_variance_term, bwd_constant_stats, bwd_dweight_dbias_swapped, bwd_not_summed,
+        ignores_weight, and the gradients of the forward faults (unbiased_variance,
+        eps_outside_sqrt, no_eps, wrong_axis, not_centered), plus mutates_input and the generic
+        faults. Messages use numpy's words. Never raises because of what ``fn`` does.
+
+    Raises:
+        Nothing: whatever the student's code does (raising, looping, odd return values)
+        becomes a failing case with a message.
+
+    Source: Ba et al. 2016, eq. (3)-(4) differentiated; :mod:`normref.backward`.
+    """
+
+    def run_case(case: _BackwardCase) -> CaseResult:
+        want = layer_norm_backward(case.dy, case.x, case.weight, case.eps)
+        got, failed = student_call(case.name, fn, (case.dy, case.x, case.weight, case.eps),
+                                   watch=(case.dy, case.x, case.weight), keepdim_hint=True,
+                                   backend="numpy")
+        if failed:
+            return failed
+        wrong = _shape_fault(case, got, want)
+        if wrong:
+            return wrong
+        g = tuple(np.asarray(a, dtype=np.float64) for a in got)
+        rtol, atol = tolerance("float64")
+        errs = {label: errors(a, w) for label, a, w in zip(_BWD_NAMES, g, want)}
+        max_abs = max(e[0] for e in errs.values())
+        max_rel = max(e[1] for e in errs.values())
+        bad = [label for label, a, w in zip(_BWD_NAMES, g, want) if not close(a, w, rtol, atol)]
+        if not bad:
+            return CaseResult(case.name, True, f"case '{case.name}': ok", None, max_abs, max_rel)
+        where = "; ".join(f"{label} max abs error {fmt(errs[label][0])} (rel {fmt(errs[label][1])})"
+                          for label in bad)
+
+        def flat(triple):  # the three gradients as one vector, so one model explains them all
+            return np.concatenate([np.ravel(a) for a in triple])
+
+        models = ((fault, flat(out), hint) for fault, out, hint in _backward_models(case)
+                  if out is not None and all(o.shape == w.shape for o, w in zip(out, want)))
+        fault, hint = diagnose_by_models(flat(g), flat(want), models, rtol, atol, backend="numpy")
+        return fail(case.name, f"{where}; {hint}", fault, max_abs, max_rel)
+
+    return run("layer_norm_backward", _backward_battery(), run_case, fn)

@@ -1,0 +1,186 @@
+"""One pre-norm transformer block: :func:`check_pre_ln_block` (MiniMind's wiring and names)."""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+from .core import (CaseResult, CheckResult, compare_array, diagnose_by_models, fail, msg, run,
+                   seeded, seeded_randn, single_threaded, student_call, to_f64)
+from .module import build
+
+_BLOCK_ATTRS = ("input_layernorm", "self_attn", "post_attention_layernorm", "mlp")
+_PART_ATTRS = ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm")
+
+
+def _block_reference(x, A, M, N1, N2):
+    h = x + A(N1(x))  # [B, T, D]
+    return h + M(N2(h))
+
+
+def block_models(x, A, M, N1, N2):
+    """``(fault, output, hint)`` for each miswiring of a pre-norm block on input ``x``."""
+    h = N1(x) + A(N1(x))
+    yield "residual_from_normed", N2(h) + M(N2(h)), None
+    h = N1(x + A(x))
+    yield "pre_post_swapped", N2(h + M(h)), ("that is a Post-LN block, Norm(x + F(x)) twice; "
+                                             "a Pre-LN block adds F(Norm(x)) to x.")
+    h = x + A(N2(x))
+    yield "norms_swapped", h + M(N1(h)), None
+    h = A(N1(x))
+    yield "missing_residual", M(N2(h)), "both residual adds are missing: h = x + attn(...), out = h + mlp(...)."
+    yield "missing_residual", h + M(N2(h)), ("the first residual add is missing: "
+                                             "h = x + self_attn(input_layernorm(x)).")
+    h = x + A(N1(x))
+    yield "missing_residual", M(N2(h)), ("the second residual add is missing: "
+                                         "out = h + mlp(post_attention_layernorm(h)).")
+    yield "mlp_reads_x", h + M(N2(x)), None
+    yield "shared_norm", h + M(N1(h)), ("input_layernorm was used twice: the feed-forward "
+                                        "sublayer has its own post_attention_layernorm.")
+
+
+@dataclass
+class _BlockCase:
+    name: str
+    x: object = None  # None: the build case
+    parts: object = None  # (attention, feed-forward, norm 1, norm 2), or "own"
+
+
+_BLOCK_DIM, _BLOCK_HEADS = 8, 2
+
+
+def _block_battery() -> list[_BlockCase]:
+    import torch
+
+    from ..blocks import CausalSelfAttention, FeedForward
+    from ..modules import LayerNorm, RMSNorm
+
+    rnd = seeded_randn(19)
+    torch.manual_seed(19)  # the sublayers' init (inside seeded())
+
+    def norms(cls):  # two norms with different, trained gammas (and betas)
+        n1, n2 = cls(8), cls(8)
+        with torch.no_grad():
+            for n in (n1, n2):
+                n.weight.copy_(1 + 0.5 * rnd(8))
+                if getattr(n, "bias", None) is not None:
+                    n.bias.copy_(0.3 * rnd(8))
+        return n1, n2
+
+    return [
+        _BlockCase("build: block_cls(8, 2) has input_layernorm, self_attn, post_attention_layernorm, mlp"),
+        _BlockCase("wiring [2, 3, 8]: known attention, feed-forward and two RMSNorms with different gammas",
+                   rnd(2, 3, 8, scale=2.0), (CausalSelfAttention(8, 2), FeedForward(8, 16), *norms(RMSNorm))),
+        _BlockCase("wiring [4, 5, 8]: two LayerNorms with different gammas and betas",
+                   rnd(4, 5, 8, scale=2.0, shift=0.5),
+                   (CausalSelfAttention(8, 2), FeedForward(8, 16), *norms(LayerNorm))),
+        _BlockCase("your own block on [2, 3, 8]: shape kept, and out = h + mlp(ln2(h)) with your modules",
+                   rnd(2, 3, 8), "own"),
+    ]
+
+
+def _build_block(case: str, block_cls):
+    from torch import nn
+
+    if isinstance(block_cls, nn.Module):  # a built block: work on a copy, never on theirs
+        m, failed = student_call(case, copy.deepcopy, (block_cls,))
+    else:
+        with seeded():
+            m, failed = build(case, block_cls, (_BLOCK_DIM, _BLOCK_HEADS), {})
+    if failed:
+        return None, failed
+    missing = [a for a in _BLOCK_ATTRS if not callable(getattr(m, a, None))]
+    if missing:
+        return None, fail(case, f"no {', '.join(missing)}; {msg('missing_attribute')}",
+                          "missing_attribute")
+    return m, None
+
+
+def _own_reference(case: _BlockCase, parts):
+    """The reference wiring over the student's own submodules: ``(want f64, None)`` or
+    ``(None, failing CaseResult)`` when those submodules alone already fail."""
+    want_t, failed = student_call(case.name, _block_reference, (case.x, *parts))
+    if failed:
+        failed.message = failed.message.replace(
+            f"case '{case.name}': ", f"case '{case.name}': your submodules alone: ", 1)
+        return None, failed
+    if not hasattr(want_t, "shape") or tuple(want_t.shape) != tuple(case.x.shape):
+        return None, fail(case.name, "your submodules do not map [B, T, D] to [B, T, D] "
+                          f"(got {getattr(want_t, 'shape', type(want_t).__name__)}); "
+                          f"{msg('wrong_shape')}", "wrong_shape")
+    return to_f64(want_t), None
+
+
+@single_threaded
+def check_pre_ln_block(block_cls) -> CheckResult:
+    """Check a student's pre-norm transformer block: one block with its two norms, wired as in
+    the seed's MiniMind block.
+
+    The contract: ``block_cls(dim, n_heads)``, called as ``block_cls(8, 2)`` (a class or any
+    factory; an already built ``nn.Module`` of width 8 is accepted too and copied, never
+    modified) gives an ``nn.Module`` with four attributes, MiniMind's names,
+
+    * ``input_layernorm`` and ``post_attention_layernorm``: two separate norms
+      (e.g. :class:`normref.RMSNorm`),
+    * ``self_attn``: ``[B, T, D] -> [B, T, D]`` (e.g. :class:`normref.CausalSelfAttention`),
+    * ``mlp``: ``[B, T, D] -> [B, T, D]`` (e.g. :class:`normref.FeedForward`),
+
+    and ``forward(x)`` for ``x`` of shape ``[B, T, D]``::
+
+        h = x + self.self_attn(self.input_layernorm(x))
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+    The checker builds the block, then on two cases replaces the four submodules with its own
+    (known weights, two norms with different gammas) so the wiring alone is graded, and on the
+    last case runs the student's own submodules.
+
+    Args:
+        block_cls: the student's class, factory or module.
+
+    Returns:
+        :class:`CheckResult` with four cases. Diagnoses missing_attribute, shared_norm (one norm
+        object used twice), residual_from_normed, pre_post_swapped, norms_swapped,
+        missing_residual, mlp_reads_x, mutates_input and the generic faults. Never raises
+        because of what the student's code does.
+
+    Raises:
+        Nothing: whatever the student's code does (raising, looping, odd return values)
+        becomes a failing case with a message.
+
+    Source: the seed's "Engineering bridge · two norms, one block width" (MiniMind's block);
+    Xiong et al. 2020, Fig. 1(b).
+    """
+    import torch
+
+    with seeded():
+        cases = _block_battery()
+
+    def run_case(case: _BlockCase) -> CaseResult:
+        m, failed = _build_block(case.name, block_cls)
+        if failed:
+            return failed
+        if case.x is None:
+            if m.input_layernorm is m.post_attention_layernorm:
+                return fail(case.name, "input_layernorm and post_attention_layernorm are the same "
+                            f"object; {msg('shared_norm')}", "shared_norm")
+            return CaseResult(case.name, True, f"case '{case.name}': ok")
+        if case.parts == "own":
+            parts = tuple(getattr(m, a) for a in _PART_ATTRS)
+        else:
+            parts = case.parts  # the checker's known submodules replace the student's
+            for attr, part in zip(_PART_ATTRS, parts):
+                setattr(m, attr, part)
+        with torch.no_grad():
+            if case.parts == "own":
+                want, failed = _own_reference(case, parts)
+                if failed:
+                    return failed
+            else:
+                want = to_f64(_block_reference(case.x, *parts))
+            got, failed = student_call(case.name, m, (case.x,), watch=(case.x,))
+            if failed:
+                return failed
+
+            return compare_array(case.name, case.x, got, want, lambda g, rtol, atol: diagnose_by_models(
+                g, want, block_models(case.x, *parts), rtol, atol))
+
+    return run("pre-LN block", cases, run_case, block_cls, "a class or module")

@@ -1,0 +1,394 @@
+"""What every checker shares: the results, calling student code safely, comparing arrays, and
+the one seeded input helper.
+
+A student function that raises, loops, returns the wrong kind/shape/dtype, returns NaN or
+modifies its input gets a clear message; the checker itself never raises because of it.
+While the student's code runs, warnings and anything written to ``sys.stderr`` are swallowed
+(nbgrader scores a test cell 0 if anything reaches stderr) and torch's default dtype is
+restored afterwards.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import math
+import signal
+import threading
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .. import faults as _faults
+
+CALL_TIMEOUT_S = 5.0
+
+
+def msg(kind: str, backend: str = "torch") -> str:
+    """The registry's sentence for fault ``kind`` in ``backend``'s words."""
+    return _faults.message(kind, backend)
+
+
+def backend_of(x) -> str:
+    """``"numpy"`` for a numpy array (or anything not a torch tensor), else ``"torch"``."""
+    return "numpy" if isinstance(x, np.ndarray) else "torch"
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass
+class CaseResult:
+    """Outcome of one checker case: ``passed``, the error sizes and, if failed, the fault."""
+
+    name: str
+    passed: bool
+    message: str = ""
+    fault: str | None = None
+    max_abs_err: float = float("nan")
+    max_rel_err: float = float("nan")
+
+
+@dataclass
+class CheckResult:
+    """Outcome of a ``check_*`` call.
+
+    Attributes:
+        name: what was checked, e.g. ``"rms_norm"``.
+        cases: one :class:`CaseResult` per case, in order.
+        passed: True when every case passed.
+        score: fraction of cases passed, 0..1 (nbgrader partial credit is ``points * score``).
+        faults: the distinct fault kinds diagnosed, in order of first appearance.
+        messages: one line per failing case.
+    """
+
+    name: str
+    cases: list[CaseResult] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.cases) and all(c.passed for c in self.cases)
+
+    @property
+    def score(self) -> float:
+        if not self.cases:
+            return 0.0
+        return sum(c.passed for c in self.cases) / len(self.cases)
+
+    @property
+    def faults(self) -> list[str]:
+        out: list[str] = []
+        for c in self.cases:
+            if c.fault and c.fault not in out:
+                out.append(c.fault)
+        return out
+
+    @property
+    def messages(self) -> list[str]:
+        return [c.message for c in self.cases if not c.passed]
+
+    def report(self) -> str:
+        """The human summary printed in self-check and grader cells."""
+        n_ok = sum(c.passed for c in self.cases)
+        head = f"{self.name}: {n_ok}/{len(self.cases)} cases passed (score {self.score:.2f})"
+        if self.passed:
+            return head + " - all correct."
+        return "\n".join([head] + ["  x " + m for m in self.messages])
+
+    __str__ = report
+
+    def __repr__(self) -> str:  # what a notebook shows for a bare `check_...(fn)`
+        return self.report()
+
+
+# --------------------------------------------------------------------------- calling student code
+
+
+def single_threaded(checker: Callable) -> Callable:
+    """Run a checker with one torch thread (restored afterwards): its tensors are tiny, and on
+    a loaded machine (parallel autograde, 2 cores) two intra-op threads made a check 10x slower
+    (measured: 0.06 s vs 0.8-1.0 s for check_pre_ln_block)."""
+
+    @functools.wraps(checker)
+    def wrapper(*args, **kwargs):
+        import torch
+
+        n = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return checker(*args, **kwargs)
+        finally:
+            torch.set_num_threads(n)
+
+    return wrapper
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _call_with_timeout(fn: Callable, args: tuple, kwargs: dict, timeout: float):
+    """Call ``fn`` with warnings and stderr swallowed (nbgrader scores a test cell 0 if anything
+    reaches stderr) and torch's default dtype restored; on the main thread of a Unix process,
+    stop it after ``timeout`` seconds."""
+    import torch
+
+    default_dtype = torch.get_default_dtype()
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"), \
+                contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            return _call_alarm(fn, args, kwargs, timeout)
+    finally:
+        torch.set_default_dtype(default_dtype)
+
+
+def _call_alarm(fn: Callable, args: tuple, kwargs: dict, timeout: float):
+    use_alarm = (
+        hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    )
+    if not use_alarm:
+        return fn(*args, **kwargs)
+
+    def _handler(signum, frame):
+        raise _Timeout()
+
+    old = signal.signal(signal.SIGALRM, _handler)
+    signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def fail(case: str, text: str, fault: str, max_abs=float("nan"), max_rel=float("nan")) -> CaseResult:
+    """A failing case: ``case '<case>': <text>`` with its fault kind."""
+    return CaseResult(case, False, f"case '{case}': {text} {_faults.format_tag(fault)}", fault,
+                      max_abs, max_rel)
+
+
+def _raised(case: str, e: BaseException, keepdim_hint: bool, backend: str) -> CaseResult:
+    text = f"{type(e).__name__}: {e}".strip()
+    hint, fault = msg("raises", backend), "raises"
+    if isinstance(e, NotImplementedError):
+        hint = "not implemented yet: replace `raise NotImplementedError()` with your code."
+    elif keepdim_hint and ("size of tensor" in str(e) or "broadcast" in str(e)):
+        hint, fault = msg("missing_keepdim", backend), "missing_keepdim"
+    return fail(case, f"raised {text[:300]}; {hint}", fault)
+
+
+def student_call(case: str, fn: Callable, args: tuple, kwargs: dict | None = None,
+                 watch: tuple = (), keepdim_hint: bool = False, backend: str = "torch"):
+    """Run the student's ``fn``; return ``(output, None)`` or ``(None, failing CaseResult)``.
+
+    ``watch``: inputs that must come back unmodified. ``keepdim_hint``: a shape/broadcasting
+    error (torch's "size of tensor", numpy's "could not be broadcast") is diagnosed as a
+    missing keepdim. ``backend``: whose words the messages use.
+    """
+    before = [_copy(a) for a in watch]
+    try:
+        got = _call_with_timeout(fn, args, kwargs or {}, CALL_TIMEOUT_S)
+    except _Timeout:
+        return None, fail(case, f"no result after {CALL_TIMEOUT_S:.0f} s; {msg('timeout', backend)}",
+                          "timeout")
+    except Exception as e:  # noqa: BLE001 - the student's error becomes a message
+        return None, _raised(case, e, keepdim_hint, backend)
+    if any(not _same(a, b) for a, b in zip(watch, before)):
+        return None, fail(case, msg("mutates_input", backend), "mutates_input")
+    return got, None
+
+
+def _copy(a):
+    import torch
+
+    if isinstance(a, torch.Tensor):
+        return a.clone()
+    if isinstance(a, np.ndarray):
+        return np.array(a, copy=True)
+    return a
+
+
+def _same(a, b) -> bool:
+    import torch
+
+    if isinstance(a, torch.Tensor):
+        return bool(torch.equal(a, b))
+    if isinstance(a, np.ndarray):
+        return bool(np.array_equal(a, b, equal_nan=True))
+    return True
+
+
+def run(name: str, cases: list, run_case: Callable, fn=None, what: str = "a function") -> CheckResult:
+    """Run ``run_case(case)`` for every case; a checker bug or an odd student object becomes a
+    failing case, never an exception."""
+    result = CheckResult(name)
+    if fn is not None and not callable(fn):
+        result.cases = [CaseResult(c.name, False, f"{name} is not {what} (got "
+                                   f"{type(fn).__name__}) {_faults.format_tag('raises')}", "raises")
+                        for c in cases]
+        return result
+    for case in cases:
+        try:
+            result.cases.append(run_case(case))
+        except Exception as e:  # noqa: BLE001 - a checker must never crash on student output
+            result.cases.append(CaseResult(case.name, False, f"case '{case.name}': could not be "
+                                           f"checked ({type(e).__name__}: {e}) "
+                                           f"{_faults.format_tag('wrong_values')}", "wrong_values"))
+    return result
+
+
+# --------------------------------------------------------------------------- seeded inputs
+
+
+def seeded_randn(seed: int) -> Callable:
+    """A battery's input maker: ``rnd(*shape, scale=1.0, shift=0.0)`` draws
+    ``randn(*shape) * scale + shift`` (float32) from its own ``torch.Generator`` seeded with
+    ``seed``, so a battery's inputs never depend on, or change, the global RNG."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+
+    def rnd(*shape: int, scale: float = 1.0, shift: float = 0.0):
+        return torch.randn(*shape, generator=g) * scale + shift
+
+    return rnd
+
+
+@contextlib.contextmanager
+def seeded():
+    """Keep the caller's global torch RNG state untouched by the checker's own seeding."""
+    import torch
+
+    state = torch.random.get_rng_state()
+    try:
+        yield
+    finally:
+        torch.random.set_rng_state(state)
+
+
+# --------------------------------------------------------------------------- comparing arrays
+
+
+def to_f64(a) -> np.ndarray:
+    """Any tensor or array as a float64 numpy array."""
+    import torch
+
+    if isinstance(a, torch.Tensor):
+        return a.detach().to("cpu", torch.float64).numpy()
+    return np.asarray(a, dtype=np.float64)
+
+
+def tolerance(dtype_name: str) -> tuple[float, float]:
+    """(rtol, atol) by input dtype; loose enough for honest float32-statistics variants."""
+    return {
+        "float16": (2e-3, 2e-3),
+        "bfloat16": (1.6e-2, 1.6e-2),
+        "float32": (1e-5, 1e-5),
+        "float64": (1e-5, 1e-6),  # the seed's x.float() on float64 input is accepted
+    }[dtype_name]
+
+
+def dtype_name(a) -> str:
+    return str(a.dtype).replace("torch.", "")
+
+
+def close(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> bool:
+    if got.shape != want.shape:
+        return False
+    return bool(np.allclose(got, want, rtol=rtol, atol=atol, equal_nan=False))
+
+
+def errors(got: np.ndarray, want: np.ndarray) -> tuple[float, float, tuple]:
+    """(max abs error, max relative error, index of the largest abs error)."""
+    diff = np.abs(got - want)
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    idx = np.unravel_index(int(np.argmax(diff)), diff.shape) if diff.size else ()
+    max_abs = float(diff.max()) if diff.size else 0.0
+    # relative to each reference value, floored at 1e-3 of the largest one (a zero in the
+    # reference, like LN(1,2,3)[1], would otherwise report a relative error of 1e12)
+    peak = float(np.max(np.abs(want))) if want.size else 0.0
+    scale = np.maximum(np.abs(want), max(1e-3 * peak, 1e-12))
+    max_rel = float((diff / scale).max()) if diff.size else 0.0
+    return max_abs, max_rel, tuple(int(i) for i in idx)
+
+
+def fmt(v: float) -> str:
+    if math.isinf(v) or math.isnan(v):
+        return str(v)
+    return f"{v:.3g}"
+
+
+def constant_ratio(got: np.ndarray, want: np.ndarray) -> float | None:
+    """If ``got == c * want`` for one constant c (away from 1), return c."""
+    mask = np.abs(want) > 1e-3
+    if not mask.any() or not np.all(np.isfinite(got)):
+        return None
+    ratios = got[mask] / want[mask]
+    c = float(np.median(ratios))
+    if abs(c - 1) < 1e-3 or not np.allclose(ratios, c, rtol=1e-2, atol=1e-3):
+        return None
+    return c
+
+
+def best_model(g: np.ndarray, want: np.ndarray, models, rtol: float, atol: float):
+    """The fault model closest to the student's output ``g`` among those that (a) differ from
+    the reference on this input and (b) match ``g`` within twice the tolerance; or None.
+
+    ``models`` yields ``(fault, output_f64_or_None, hint_or_None)``.
+    """
+    best = None
+    for fault, out, hint in models:
+        if out is None or out.shape != g.shape or close(out, want, rtol, atol):
+            continue
+        if not close(g, out, 2 * rtol, 2 * atol):
+            continue
+        dist = float(np.max(np.abs(g - out))) if g.size else 0.0
+        if best is None or dist < best[0]:
+            best = (dist, fault, hint)
+    return None if best is None else (best[1], best[2])
+
+
+def diagnose_by_models(g, want, models, rtol, atol, backend: str = "torch") -> tuple[str, str]:
+    """The closest fault model (its hint, else the registry's sentence), else NaN, else plain
+    wrong values. ``models`` yields ``(fault, output, hint_or_None)``, outputs any array."""
+    found = best_model(g, want, ((f, to_f64(out), hint or msg(f, backend)) for f, out, hint in models),
+                       rtol, atol)
+    if found is not None:
+        return found
+    if not np.all(np.isfinite(g)):
+        return "returns_nan", msg("returns_nan", backend)
+    return "wrong_values", msg("wrong_values", backend)
+
+
+def compare_array(case: str, x, got, want: np.ndarray, diagnose: Callable,
+                  check_dtype: bool = True) -> CaseResult:
+    """Kind, shape, dtype, then values of a student's array output against ``want``
+    (float64); ``diagnose(g, rtol, atol) -> (fault, hint)`` names the cause of wrong values.
+    Messages use the words of ``x``'s backend."""
+    import torch
+
+    backend = backend_of(x)
+    want_kind = torch.Tensor if isinstance(x, torch.Tensor) else np.ndarray
+    if not isinstance(got, want_kind):
+        return fail(case, f"returned {type(got).__name__}, expected "
+                    f"{want_kind.__module__.split('.')[0]}.{want_kind.__name__}; "
+                    f"{msg('wrong_type', backend)}", "wrong_type")
+    if tuple(got.shape) != tuple(want.shape):
+        return fail(case, f"output shape {list(got.shape)}, expected {list(want.shape)}; "
+                    f"{msg('wrong_shape', backend)}", "wrong_shape")
+    g = to_f64(got)
+    rtol, atol = tolerance(dtype_name(x))
+    max_abs, max_rel, idx = errors(g, want)
+    dtype_ok = got.dtype == x.dtype or not check_dtype
+    values_ok = close(g, want, rtol, atol)
+    if values_ok and dtype_ok:
+        return CaseResult(case, True, f"case '{case}': ok", None, max_abs, max_rel)
+    if values_ok:
+        return fail(case, f"values right but dtype {dtype_name(got)}, expected {dtype_name(x)}; "
+                    f"{msg('wrong_dtype', backend)}", "wrong_dtype", max_abs, max_rel)
+    where = f"max abs error {fmt(max_abs)} (rel {fmt(max_rel)}) at index {idx}"
+    fault, hint = diagnose(g, rtol, atol)
+    return fail(case, f"{where}; {hint}", fault, max_abs, max_rel)

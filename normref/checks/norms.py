@@ -1,0 +1,268 @@
+"""The functional norms: :func:`check_rms_norm` and :func:`check_layer_norm`, their seeded
+battery, and the fault models that name a wrong output's cause (dividing by n-1, eps outside
+the square root, the wrong axis, a dropped keepdim, float16 statistics, ...)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import numpy as np
+
+from ..functional import LAYER_NORM_EPS, RMS_NORM_EPS, layer_norm, rms_norm
+from .core import (CaseResult, CheckResult, backend_of, best_model, compare_array, constant_ratio,
+                   dtype_name, msg, run, seeded_randn, single_threaded, student_call, to_f64)
+
+# --------------------------------------------------------------------------- fault models
+# Each model returns what an implementation with that one fault outputs on this input, or
+# None where the fault cannot be expressed (e.g. it would raise).
+
+
+def _t(a):
+    import torch
+
+    return a if isinstance(a, torch.Tensor) else torch.as_tensor(np.asarray(a))
+
+
+def model_t(kind: str, xt, wt, bt, eps, *, ddof=0, eps_out=False, axis=-1, keepdim=True,
+            own_centring=False, low_precision=False, centered=None, use_weight=True,
+            use_bias=True):
+    """A LayerNorm (``kind="layer"``) or RMSNorm (``"rms"``) with one fault, in torch.
+
+    ``keepdim=False`` drops the reduced axis everywhere, so the statistics broadcast against
+    the trailing axes; with ``own_centring`` the variance is centred correctly first (as
+    ``torch.var(dim=-1)`` does) and only the subtraction/division broadcast wrongly.
+    Returns a tensor of ``xt``'s shape and dtype, or None where the fault raises.
+    """
+    import torch
+
+    cdt = xt.dtype if low_precision else (torch.float64 if xt.dtype == torch.float64 else torch.float32)
+    h = xt.to(cdt)
+    c = centered if centered is not None else (kind == "layer")
+    d = h.shape[axis]
+    try:
+        hc = h - h.mean(dim=axis, keepdim=keepdim) if c else h
+        hs = (h - h.mean(dim=axis, keepdim=True) if c else h) if own_centring else hc
+        ms = hs.pow(2).sum(dim=axis, keepdim=keepdim) / (d - ddof)
+        scale = 1.0 / (ms.sqrt() + eps) if eps_out else (ms + eps).rsqrt()
+        y = hc * scale
+    except (RuntimeError, ZeroDivisionError):
+        return None
+    if wt is not None and use_weight:
+        y = y * wt.to(cdt)
+    if bt is not None and use_bias:
+        y = y + bt.to(cdt)
+    if tuple(y.shape) != tuple(xt.shape):
+        return None
+    return y.to(xt.dtype)
+
+
+def model(kind: str, x, weight, bias, eps, **kw):
+    """:func:`model_t` on any arrays; the output as float64 numpy, or None."""
+    import torch
+
+    y = model_t(kind, _t(x), None if weight is None else _t(weight),
+                None if bias is None else _t(bias), eps, **kw)
+    return None if y is None else y.detach().to(torch.float64).numpy()
+
+
+def _fault_kwargs(kind: str, x, weight, bias) -> Iterator[tuple[str, dict]]:
+    """(fault, model keyword arguments) for every fault expressible on this input."""
+    nd = x.ndim
+    yield "unbiased_variance", {"ddof": 1}
+    yield "eps_outside_sqrt", {"eps_out": True}
+    yield "no_eps", {"eps": 0.0}
+    for ax in range(nd - 1):
+        yield "wrong_axis", {"axis": ax}
+    if nd >= 2:
+        yield "missing_keepdim", {"keepdim": False}
+        if kind == "layer":
+            yield "missing_keepdim", {"keepdim": False, "own_centring": True}
+    if dtype_name(x) in ("float16", "bfloat16"):
+        yield "low_precision_stats", {"low_precision": True}
+    if kind == "rms":
+        yield "subtracts_mean", {"centered": True}
+    else:
+        yield "not_centered", {"centered": False}
+    if weight is not None:
+        yield "ignores_weight", {"use_weight": False}
+    if bias is not None:
+        yield "ignores_bias", {"use_bias": False}
+
+
+def fault_models(kind: str, x, weight, bias, eps):
+    """Yield ``(fault, output f64, None)`` for every fault that is expressible on this input
+    (``kind``: ``"layer"`` or ``"rms"``; ``x`` ``[..., D]``, numpy or torch)."""
+    for fault, kw in _fault_kwargs(kind, x, weight, bias):
+        kw = dict(kw)
+        e = kw.pop("eps", eps)
+        yield fault, model(kind, x, weight, bias, e, **kw), None
+
+
+def _norm_hint(fault: str, d: int, backend: str, g=None, want=None, bias=None) -> str:
+    """The fault's sentence; for n-1, with the factor when the output shows it (it does
+    unless eps dominates the variance)."""
+    hint = msg(fault, backend)
+    if fault == "unbiased_variance" and g is not None:
+        b = 0.0 if bias is None else to_f64(bias)
+        c, k = constant_ratio(g - b, want - b), math.sqrt((d - 1) / d)
+        if c is not None and abs(c - k) < 1e-2 * k:
+            hint = f"your normalised values are the reference's times {k:.3f} = sqrt({d - 1}/{d}): " + hint
+    return hint
+
+
+def diagnose_norm(kind: str, x, weight, bias, eps, g, want, rtol, atol) -> tuple[str, str]:
+    """(fault, hint) for a wrong norm output ``g`` (float64) against ``want``."""
+    backend = backend_of(x)
+    d = x.shape[-1]
+    flat_g = g.reshape(-1, d)
+    if not np.all(np.isfinite(g)) and np.all(np.isfinite(want)):
+        flat_x = to_f64(x).reshape(-1, d)
+        bad_rows = ~np.all(np.isfinite(flat_g), axis=-1)
+        constant = np.ptp(flat_x, axis=-1) == 0
+        if np.any(bad_rows & constant):
+            row = int(np.argmax(bad_rows & constant))
+            return "nan_on_constant_row", (f"NaN/inf on the constant row {row}: "
+                                           + msg("nan_on_constant_row", backend))
+    found = best_model(g, want, fault_models(kind, x, weight, bias, eps), rtol, atol)
+    if found is not None:
+        return found[0], _norm_hint(found[0], d, backend, g, want, bias)
+    if not np.all(np.isfinite(g)):
+        return "returns_nan", msg("returns_nan", backend)
+    c = constant_ratio(g, want)
+    if c is not None:
+        return "wrong_values", f"your output equals the reference times {c:.4g}."
+    return "wrong_values", msg("wrong_values", backend)
+
+
+# --------------------------------------------------------------------------- the battery
+
+
+@dataclass
+class NormCase:
+    name: str
+    x: object
+    weight: object = None
+    bias: object = None
+    eps: float = 1e-6
+
+
+def _norm_case_runner(kind: str, fn: Callable, call: Callable, reference: Callable):
+    def run_case(case: NormCase) -> CaseResult:
+        args, kwargs = call(case)
+        want = to_f64(reference(case))
+        got, failed = student_call(case.name, fn, args, kwargs, watch=(case.x,), keepdim_hint=True,
+                                   backend=backend_of(case.x))
+        if failed:
+            return failed
+        return compare_array(case.name, case.x, got, want, lambda g, rtol, atol: diagnose_norm(
+            kind, case.x, case.weight, case.bias, case.eps, g, want, rtol, atol))
+
+    return run_case
+
+
+def battery(kind: str, backend: str) -> list[NormCase]:
+    """Fixed, seeded cases; each is built to expose particular faults (see the names).
+
+    The rms torch battery's six cases and their order are a contract: the rmsnorm assignment
+    and the demo class's expected scores are derived from them.
+    """
+    import torch
+
+    rnd = seeded_randn(16)
+    eps = RMS_NORM_EPS if kind == "rms" else LAYER_NORM_EPS
+    d8 = 8
+    w8 = 1 + 0.5 * rnd(d8)
+    b8 = 0.1 * rnd(d8)
+    bias = (lambda b: b) if kind == "layer" else (lambda b: None)
+    cases = [
+        NormCase("seed (1, 2, 3)", torch.tensor([1.0, 2.0, 3.0]), torch.ones(3), bias(torch.zeros(3)), eps),
+        NormCase("seed shape [2, 3, 8] float32", rnd(2, 3, d8, shift=0.5), w8, bias(b8), eps),
+        NormCase("B = T = D [4, 4, 4] (a wrong axis still broadcasts)", rnd(4, 4, 4, scale=2.0, shift=1.0),
+                 1 + 0.5 * rnd(4), bias(0.1 * rnd(4)), eps),
+        NormCase("tiny values 1e-3 with eps=1e-4 (where eps sits matters)", rnd(2, 5, scale=1e-3),
+                 torch.ones(5), bias(torch.zeros(5)), 1e-4),
+        NormCase("float16 row [300, -300, 300, -300] (x**2 overflows float16)",
+                 torch.tensor([[300.0, -300.0, 300.0, -300.0], [1.0, 2.0, 3.0, 4.0]], dtype=torch.float16),
+                 torch.ones(4), bias(torch.zeros(4)), eps),
+        NormCase("bfloat16 [2, 3, 8]", rnd(2, 3, d8).to(torch.bfloat16), w8, bias(b8), eps),
+    ]
+    if kind == "layer":
+        cases.append(NormCase("constant row [5, 5, 5, 5] (variance 0: output must be beta)",
+                              torch.tensor([[5.0, 5.0, 5.0, 5.0], [1.0, 0.0, -1.0, 2.0]]),
+                              torch.ones(4), torch.tensor([0.5, -0.5, 0.0, 1.0]), eps))
+    if backend == "numpy":
+
+        def conv(t):
+            return None if t is None else t.numpy()
+
+        cases = [NormCase(c.name, conv(c.x), conv(c.weight), conv(c.bias), c.eps)
+                 for c in cases if c.x.dtype != torch.bfloat16]  # numpy has no bfloat16
+    return cases
+
+
+def _check_backend(backend: str) -> None:
+    if backend not in ("torch", "numpy"):
+        raise ValueError(f"backend must be 'torch' or 'numpy', got {backend!r}")
+
+
+@single_threaded
+def check_rms_norm(fn: Callable, backend: str = "torch", quick: bool = False) -> CheckResult:
+    """Check a student's ``rms_norm(x, weight, eps=1e-6)`` against :func:`normref.rms_norm`.
+
+    Args:
+        fn: the student's function, called as ``fn(x, weight, eps=eps)`` with ``x`` of shape
+            ``[..., D]`` (1-D, ``[2, 3, 8]``, ``[4, 4, 4]`` ...) and ``weight`` of shape ``[D]``.
+        backend: ``"torch"`` (six cases: seed (1, 2, 3), ``[2, 3, 8]``, ``[4, 4, 4]``, tiny values
+            with eps=1e-4, the float16 overflow row, bfloat16) or ``"numpy"`` (the same without
+            bfloat16). Messages use that backend's words.
+        quick: run only the seed's two cases, ``(1, 2, 3)`` and ``[2, 3, 8]`` (a fast self-check).
+
+    Returns:
+        :class:`CheckResult`; ``.score`` is the fraction of cases passed. Diagnoses
+        unbiased_variance, eps_outside_sqrt, no_eps, wrong_axis, missing_keepdim (also when
+        the statistic does not broadcast and the call raises), low_precision_stats,
+        wrong_dtype, subtracts_mean, ignores_weight, mutates_input, and the generic
+        raises/timeout/wrong_type/wrong_shape/returns_nan. Never raises because of what ``fn``
+        does.
+
+    Raises:
+        ValueError: unknown ``backend``.
+
+    Source: the seed's Build challenge; Zhang and Sennrich 2019, eq. (4).
+    """
+    _check_backend(backend)
+    cases = battery("rms", backend)[: 2 if quick else None]
+    return run("rms_norm", cases, _norm_case_runner(
+        "rms", fn, call=lambda c: ((c.x, c.weight), {"eps": c.eps}),
+        reference=lambda c: rms_norm(c.x, c.weight, eps=c.eps)), fn)
+
+
+@single_threaded
+def check_layer_norm(fn: Callable, backend: str = "numpy", quick: bool = False) -> CheckResult:
+    """Check a student's ``layer_norm(x, weight, bias, eps=1e-5)`` against :func:`normref.layer_norm`.
+
+    Args:
+        fn: the student's function, called as ``fn(x, weight, bias, eps=eps)`` with ``x`` of
+            shape ``[..., D]`` and ``weight``/``bias`` of shape ``[D]``.
+        backend: ``"numpy"`` (arrays: six cases, the rms battery's without bfloat16 plus a
+            constant row) or ``"torch"`` (tensors: seven cases, with bfloat16). Messages use
+            that backend's words.
+        quick: run only the seed's two cases, ``(1, 2, 3)`` and ``[2, 3, 8]`` (a fast self-check).
+
+    Returns:
+        :class:`CheckResult`; ``.score`` is the fraction of cases passed. Diagnoses
+        unbiased_variance, eps_outside_sqrt, no_eps, wrong_axis (also on ``[4, 4, 4]`` where it
+        broadcasts), missing_keepdim, low_precision_stats, wrong_dtype, not_centered,
+        nan_on_constant_row, ignores_weight, ignores_bias, mutates_input and the generic faults.
+
+    Raises:
+        ValueError: unknown ``backend``.
+
+    Source: Ba et al. 2016, eq. (3)-(4); the seed's worked example LN(1,2,3).
+    """
+    _check_backend(backend)
+    cases = battery("layer", backend)[: 2 if quick else None]
+    return run("layer_norm", cases, _norm_case_runner(
+        "layer", fn, call=lambda c: ((c.x, c.weight, c.bias), {"eps": c.eps}),
+        reference=lambda c: layer_norm(c.x, c.weight, c.bias, eps=c.eps)), fn)

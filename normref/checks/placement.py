@@ -1,0 +1,166 @@
+"""Placement: :func:`check_pre_ln` (``x + F(Norm(x))``) and :func:`check_post_ln`
+(``Norm(x + F(x))``), with the misplacements each one names."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from .core import (CaseResult, CheckResult, compare_array, diagnose_by_models, run, seeded,
+                   seeded_randn, single_threaded, student_call, to_f64)
+
+
+class ToySublayer:
+    """A fixed nonlinear sublayer F(v) = tanh(v W + c) (not scale-equivariant, so every
+    placement fault gives a different output); dtype in, dtype out."""
+
+    def __init__(self, d: int, seed: int):
+        import torch
+
+        g = torch.Generator().manual_seed(seed)
+        self.W = torch.randn(d, d, generator=g) / math.sqrt(d) * 2
+        self.c = 0.5 * torch.randn(d, generator=g)
+
+    def __call__(self, v):
+        import torch
+
+        return torch.tanh(v.float() @ self.W + self.c).to(v.dtype)
+
+    def __repr__(self) -> str:
+        return "F(v) = tanh(v W + c)"
+
+
+@dataclass
+class _PlacementCase:
+    name: str
+    x: object
+    sublayer: Callable
+    norm: Callable
+
+
+def _placement_battery() -> list[_PlacementCase]:
+    import torch
+
+    from ..blocks import CausalSelfAttention
+    from ..modules import LayerNorm, RMSNorm
+
+    rnd = seeded_randn(18)
+    rms8 = RMSNorm(8)
+    ln4 = LayerNorm(4)
+    with torch.no_grad():
+        rms8.weight.copy_(1 + 0.5 * rnd(8))
+        ln4.weight.copy_(1 + 0.5 * rnd(4))
+        ln4.bias.copy_(0.3 * rnd(4))
+    torch.manual_seed(18)  # the attention's init; the caller's RNG state is restored by seeded()
+    attn = CausalSelfAttention(8, 2)
+    rms8b = RMSNorm(8)
+    return [
+        _PlacementCase("seed token (1, 2, 3), F(v) = 2v, LayerNorm without eps",
+                       torch.tensor([1.0, 2.0, 3.0]), lambda v: 2 * v, LayerNorm(3, eps=0.0)),
+        _PlacementCase("[2, 3, 8], F(v) = tanh(v W + c), RMSNorm with a trained gamma",
+                       rnd(2, 3, 8, scale=2.0, shift=0.5), ToySublayer(8, 1), rms8),
+        _PlacementCase("B = T = D [4, 4, 4], F(v) = tanh(v W + c), LayerNorm with gamma and beta",
+                       rnd(4, 4, 4, scale=3.0, shift=1.0), ToySublayer(4, 2), ln4),
+        _PlacementCase("[2, 5, 8], F = causal self-attention, RMSNorm",
+                       rnd(2, 5, 8, scale=2.0), attn, rms8b),
+    ]
+
+
+def pre_models(x, F, N):
+    """``(fault, output, hint)`` for each Pre-LN misplacement on input ``x``."""
+    yield ("residual_from_normed", N(x) + F(N(x)), None)
+    yield ("pre_post_swapped", N(x + F(x)), "that is Post-LN, Norm(x + F(x)); Pre-LN normalizes "
+           "the sublayer's input and adds x back: x + F(Norm(x)).")
+    yield ("missing_residual", F(N(x)), "the residual add is missing: Pre-LN adds x back, "
+           "x + F(Norm(x)).")
+    yield ("missing_norm", x + F(x), "the norm was not applied: Pre-LN feeds Norm(x) to the "
+           "sublayer, x + F(Norm(x)).")
+    yield ("norm_on_sublayer_output", x + N(F(x)), "the norm went after the sublayer, "
+           "x + Norm(F(x)); Pre-LN normalizes the sublayer's input: x + F(Norm(x)).")
+
+
+def post_models(x, F, N):
+    """``(fault, output, hint)`` for each Post-LN misplacement on input ``x``."""
+    yield ("pre_post_swapped", x + F(N(x)), "that is Pre-LN, x + F(Norm(x)); Post-LN normalizes "
+           "after the residual add: Norm(x + F(x)).")
+    yield ("missing_residual", N(F(x)), "the residual add is missing: Post-LN normalizes the sum "
+           "x + F(x).")
+    yield ("missing_norm", x + F(x), "the norm was not applied: Post-LN returns Norm(x + F(x)).")
+    yield ("norm_on_sublayer_output", x + N(F(x)), "only F(x) was normalized, x + Norm(F(x)); "
+           "Post-LN normalizes the whole sum: Norm(x + F(x)).")
+    yield ("residual_from_normed", N(x) + F(x), "x was normalized before the add, Norm(x) + F(x); "
+           "Post-LN normalizes the sum: Norm(x + F(x)).")
+
+
+def _check_placement(name: str, fn: Callable, reference: Callable, models: Callable) -> CheckResult:
+    import torch
+
+    with seeded():
+        cases = _placement_battery()
+
+    def run_case(case: _PlacementCase) -> CaseResult:
+        with torch.no_grad():
+            want = to_f64(reference(case.x, case.sublayer, case.norm))
+            got, failed = student_call(case.name, fn, (case.x, case.sublayer, case.norm),
+                                       watch=(case.x,))
+            if failed:
+                return failed
+
+            return compare_array(case.name, case.x, got, want, lambda g, rtol, atol: diagnose_by_models(
+                g, want, models(case.x, case.sublayer, case.norm), rtol, atol))
+
+    return run(name, cases, run_case, fn)
+
+
+@single_threaded
+def check_pre_ln(fn: Callable) -> CheckResult:
+    """Check a student's ``pre_ln(x, sublayer, norm)`` = ``x + sublayer(norm(x))``.
+
+    Args:
+        fn: called as ``fn(x, sublayer, norm)`` with ``x`` a torch tensor ``[..., D]`` (the
+            seed token ``(1, 2, 3)``, ``[2, 3, 8]``, ``[4, 4, 4]``, ``[2, 5, 8]``), ``sublayer`` a
+            callable ``[..., D] -> [..., D]`` (``2v``, ``tanh(v W + c)``, causal self-attention)
+            and ``norm`` a :class:`normref.RMSNorm` or :class:`normref.LayerNorm` with a trained
+            gamma (and beta), so every misplacement gives different numbers.
+
+    Returns:
+        :class:`CheckResult` with four cases. Diagnoses residual_from_normed
+        (``norm(x) + sublayer(norm(x))``), pre_post_swapped (``norm(x + sublayer(x))``),
+        missing_residual, missing_norm, norm_on_sublayer_output, mutates_input and the generic
+        faults. Never raises because of what ``fn`` does.
+
+    Raises:
+        Nothing: whatever the student's code does (raising, looping, odd return values)
+        becomes a failing case with a message.
+
+    Source: the seed, "Pre-LN, as depicted: Y = X + F(Norm(X))"; Xiong et al. 2020, Fig. 1(b).
+    """
+    from ..blocks import pre_ln
+
+    return _check_placement("pre_ln", fn, pre_ln, pre_models)
+
+
+@single_threaded
+def check_post_ln(fn: Callable) -> CheckResult:
+    """Check a student's ``post_ln(x, sublayer, norm)`` = ``norm(x + sublayer(x))``.
+
+    Args:
+        fn: called as ``fn(x, sublayer, norm)``, on the same four cases as :func:`check_pre_ln`
+            (``x``: ``(1, 2, 3)``, ``[2, 3, 8]``, ``[4, 4, 4]``, ``[2, 5, 8]`` float32 tensors).
+
+    Returns:
+        :class:`CheckResult` with four cases. Diagnoses pre_post_swapped
+        (``x + sublayer(norm(x))``), missing_residual, missing_norm, norm_on_sublayer_output
+        (``x + norm(sublayer(x))``), residual_from_normed (``norm(x) + sublayer(x)``),
+        mutates_input and the generic faults. On the seed token with ``F(v) = 2v`` a missing
+        residual is invisible (LN(2x) = LN(3x)); the other cases catch it.
+
+    Raises:
+        Nothing: whatever the student's code does (raising, looping, odd return values)
+        becomes a failing case with a message.
+
+    Source: the seed, "Original Post-LN: Y = Norm(X + F(X))"; Vaswani et al. 2017.
+    """
+    from ..blocks import post_ln
+
+    return _check_placement("post_ln", fn, post_ln, post_models)
