@@ -33,6 +33,7 @@ __all__ = [
     "plot_residual_norms",
     "plot_grad_norms",
     "plot_training",
+    "trend",
 ]
 
 #: Okabe and Ito (2008), "Color Universal Design": safe for protan, deutan and tritan viewers.
@@ -100,6 +101,19 @@ class Plot:
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         return {"text/html": self.to_html(), "text/plain": f"{self.alt}\nTakeaway: {self.takeaway}"}
+
+
+def trend(first: float, last: float, *, rel_tol: float = 0.005) -> str:
+    """Words for how a quantity went from ``first`` to ``last``, as a caption states it.
+
+    ``"stays at 5.66"`` when the two agree within ``rel_tol`` (relative; Post-LN's residual
+    norm is sqrt(D) after every layer), else ``"grows from 5.66 to 11.02"`` or ``"shrinks from
+    ... to ..."``; two decimals.
+    """
+    first, last = float(first), float(last)
+    if abs(last - first) <= rel_tol * max(abs(first), abs(last)):
+        return f"stays at {last:.2f}"
+    return f"{'grows' if last > first else 'shrinks'} from {first:.2f} to {last:.2f}"
 
 
 def _figure(w: float, h: float):
@@ -422,7 +436,7 @@ def plot_residual_norms(norms: dict) -> Plot:
                title="Residual stream size after each layer, at initialisation")
     pre, post = np.asarray(norms["pre"], float), np.asarray(norms["post"], float)
     take = (f"Pre-LN's stream grows layer by layer ({pre[0]:.1f} -> {pre[-1]:.1f}); Post-LN "
-            f"renormalises it after every layer ({post[0]:.2f} -> {post[-1]:.2f} = sqrt(d)).")
+            f"renormalises it after every layer (its norm {trend(post[0], post[-1])}; sqrt(d) for LayerNorm).")
     _takeaway(fig, take)
     alt = ("Line chart of the mean L2 norm of a token of the residual stream after each layer, "
            "Pre-LN (blue circles, solid) and Post-LN (vermillion squares, dashed).")
@@ -526,7 +540,8 @@ def plot_training(curves: dict) -> Plot:
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     take = (f"without warmup Post-LN stalls at {final[('post', False)]:.2f} nats, Pre-LN reaches "
-            f"{final[('pre', False)]:.2f}; with warmup Post-LN gets to {final[('post', True)]:.2f}.")
+            f"{final[('pre', False)]:.2f}; with warmup Post-LN gets to {final[('post', True)]:.2f} "
+            f"(each the mean loss of the last 10 steps).")
     _takeaway(fig, take)
     alt = ("Line chart of training loss against step for Pre-LN (blue circles) and Post-LN "
            "(vermillion squares), solid with learning-rate warmup and dotted without.")

@@ -25,7 +25,7 @@ import html
 
 import numpy as np
 
-from .plots import draw_token_bars, normalize_token
+from .plots import draw_token_bars, normalize_token, trend
 
 __all__ = ["NormExplorer", "PlacementExplorer", "fmt_vector", "fmt_number", "parse_readout", "trend"]
 
@@ -88,18 +88,6 @@ def _output_widgets(W, width: int):
 
 FEATURE_LIMIT = 8.0  # NormExplorer's feature sliders run from -8 to 8
 
-
-def trend(first: float, last: float, *, rel_tol: float = 0.005) -> str:
-    """Words for how a quantity went from ``first`` to ``last``, as a caption states it.
-
-    ``"stays at 5.66"`` when the two agree within ``rel_tol`` (relative; Post-LN's residual
-    norm is sqrt(D) after every layer), else ``"grows from 5.66 to 11.02"`` or ``"shrinks from
-    ... to ..."``; two decimals.
-    """
-    first, last = float(first), float(last)
-    if abs(last - first) <= rel_tol * max(abs(first), abs(last)):
-        return f"stays at {last:.2f}"
-    return f"{'grows' if last > first else 'shrinks'} from {first:.2f} to {last:.2f}"
 
 
 class NormExplorer:

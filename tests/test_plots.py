@@ -149,12 +149,14 @@ def test_placement_plots_compute_their_takeaways():
     assert p.fig.axes[0].get_yscale() == "log"
     r = plots.plot_residual_norms({"pre": [5.0, 7.0, 9.0], "post": [5.7, 5.7, 5.7]})
     assert_readable(r)
-    assert "(5.0 -> 9.0)" in r.takeaway
+    assert "(5.0 -> 9.0)" in r.takeaway and "its norm stays at 5.70" in r.takeaway
     curves = {("pre", False): np.linspace(4, 2, 30), ("post", False): np.linspace(4, 3.5, 30),
               ("pre", True): np.linspace(4, 2.2, 30), ("post", True): np.linspace(4, 2.1, 30)}
     t = plots.plot_training(curves)
     assert_readable(t)
     assert t.data["final"][("post", False)] == pytest.approx(np.linspace(4, 3.5, 30)[-10:].mean())
+    # 3.5 + 0.5 * 4.5 / 29 = 3.578: what "stalls at" measures is said
+    assert "Post-LN stalls at 3.58 nats" in t.takeaway and "mean loss of the last 10 steps" in t.takeaway
     assert len(t.fig.axes[0].get_lines()) == 4
 
 

@@ -160,7 +160,7 @@ def test_sliders_reach_the_lessons_add_3_to_every_feature(ex):
 
 
 def test_trend_words():
-    from normref.widgets import trend
+    from normref.plots import trend
 
     assert trend(5.657, 5.657) == "stays at 5.66"
     assert trend(5.66, 11.02) == "grows from 5.66 to 11.02"
