@@ -20,81 +20,21 @@ from pathlib import Path
 
 import nbformat
 
-from normref.answers import ANSWER_FAULTS
-from normref.checks import FAULT_KINDS
+from normref.faults import ALIASES, FAULTS, parse_tags
 
-KNOWN_FAULTS = {**FAULT_KINDS, **ANSWER_FAULTS}
-
-_TAG = re.compile(r"\[fault: ([a-z0-9_]+)\]")
+#: Every fault kind the checkers name, with its description (normref.faults is the registry).
+KNOWN_FAULTS = {k: f.message for k, f in FAULTS.items()}
 
 # Okabe-Ito: readable for colour-blind readers.
 _BLUE, _ORANGE, _GREEN, _VERMILION, _GREY = "#0072B2", "#E69F00", "#009E73", "#D55E00", "#999999"
 
-#: Fault kinds that name the same mistake as another kind (one from the code checkers in
-#: ``normref.checks``, one from the written-answer checkers in ``normref.answers``): the report
-#: shows them as one mistake, under the kind on the right, and counts a student once.
-FAULT_ALIASES: dict[str, str] = {
-    "dropped_keepdim": "missing_keepdim",
-    "norm_after_sublayer": "norm_on_sublayer_output",
-    "post_ln_formula": "pre_post_swapped",
-}
+#: Earlier names of a fault kind (notebooks graded before the checkers used one name for one
+#: mistake): the report shows them under the kind on the right and counts a student once.
+FAULT_ALIASES: dict[str, str] = dict(ALIASES)
 
-#: A short phrase per fault kind, for bar labels and the text summary ("3 of 20 <phrase>").
-#: Kinds missing here get a phrase cut from their ``KNOWN_FAULTS`` description.
-FAULT_LABELS: dict[str, str] = {
-    # normref.checks.FAULT_KINDS
-    "unbiased_variance": "used the n-1 (unbiased) variance",
-    "eps_outside_sqrt": "put eps outside the square root",
-    "no_eps": "left eps out",
-    "wrong_axis": "reduced over the wrong axis",
-    "missing_keepdim": "dropped keepdim=True",
-    "low_precision_stats": "computed statistics in float16/bfloat16",
-    "wrong_dtype": "returned the wrong dtype",
-    "subtracts_mean": "subtracted the mean in RMSNorm",
-    "not_centered": "did not subtract the mean in LayerNorm",
-    "nan_on_constant_row": "produced NaN on a constant row",
-    "mutates_input": "modified the input in place",
-    "wrong_shape": "returned the wrong shape",
-    "wrong_type": "returned numpy for torch or the reverse",
-    "returns_nan": "returned NaN or inf",
-    "raises": "had code that raised (often: not implemented)",
-    "timeout": "had code that did not finish",
-    "ignores_weight": "did not apply the weight (gamma)",
-    "ignores_bias": "did not add the bias (beta)",
-    "wrong_values": "returned wrong values (no specific diagnosis)",
-    "residual_from_normed": "added Norm(x) instead of x on the residual path",
-    "pre_post_swapped": "confused Pre-LN and Post-LN",
-    "missing_residual": "left out the residual add",
-    "missing_norm": "left out the norm",
-    "norm_on_sublayer_output": "normalized the sublayer's output",
-    "norms_swapped": "swapped the block's two norms",
-    "shared_norm": "used one norm for both sublayers",
-    "mlp_reads_x": "fed the MLP x instead of x + attention",
-    "missing_attribute": "block lacks MiniMind's attribute names",
-    "module_weight": "RMSNorm module lacks weight = ones(dim)",
-    "wrong_eps": "wrong default eps (RMSNorm: 1e-6)",
-    "bwd_no_mean_term": "backward: dx misses the mean term",
-    "bwd_no_variance_term": "backward: dx misses the variance term",
-    "bwd_constant_stats": "backward: mean and variance taken as constants",
-    "bwd_dweight_dbias_swapped": "backward: swapped dweight and dbias",
-    "bwd_not_summed": "backward: dweight/dbias not summed to [D]",
-    # normref.answers.ANSWER_FAULTS
-    "not_answered": "left a question unanswered",
-    "bad_format": "wrote an answer that could not be read",
-    "sum_not_mean": "took a sum instead of a mean",
-    "uncentered_variance": "squared without subtracting the mean",
-    "sum_of_squares": "did not divide the squared deviations by d",
-    "missing_sqrt": "left out the square root of the RMS",
-    "l2_norm_not_rms": "gave the L2 norm instead of the RMS",
-    "mean_abs_not_rms": "gave the mean instead of the RMS",
-    "divided_outside_sqrt": "divided by d outside the square root",
-    "not_scaled": "centered but did not divide by the std",
-    "divided_by_variance": "divided by the variance, not the std",
-    "says_shape_changes": "thought normalization changes the shape",
-    "output_shape_not_statistic": "gave x's shape for the per-token statistic",
-    "batch_axis": "normalized over the batch axis",
-    "sequence_axis": "normalized over the sequence axis",
-}
+#: A short phrase per fault kind, for bar labels and the text summary ("3 of 20 <phrase>"),
+#: from the registry. Kinds missing here get a phrase cut from their ``KNOWN_FAULTS`` description.
+FAULT_LABELS: dict[str, str] = {k: f.label for k, f in FAULTS.items()}
 
 #: Where the instructor grades the questions marked for manual grading.
 FORMGRADER_HINT = ("open formgrader (JupyterLab > Nbgrader > Manage Assignments) or run "
@@ -291,15 +231,9 @@ def faults_in_notebook(path: Path) -> list[str]:
     for cell in nb.cells:
         if not cell.get("metadata", {}).get("nbgrader", {}).get("grade"):
             continue
-        for out in cell.get("outputs", []):
-            text = out.get("text", "") if out.get("output_type") == "stream" else ""
-            if out.get("output_type") in ("execute_result", "display_data"):
-                text = out.get("data", {}).get("text/plain", "")
-            if isinstance(text, list):
-                text = "".join(text)
-            for kind in _TAG.findall(text):
-                if kind in KNOWN_FAULTS and kind not in found:
-                    found.append(kind)
+        for kind in parse_tags(cell):  # output metadata, or [fault: kind] in older outputs
+            if kind not in found:
+                found.append(kind)
     return found
 
 

@@ -7,7 +7,6 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from normref.answers import ANSWER_FAULTS
 from normref.checks import FAULT_KINDS
 from grader.report import (FAULT_ALIASES, FAULT_LABELS, KNOWN_FAULTS, ManualGrading,
                                     build_report, canonical_fault, fault_description, fault_label,
@@ -21,11 +20,13 @@ pytestmark = pytest.mark.filterwarnings("ignore:Object of type:sqlalchemy.exc.SA
 # ------------------------------------------------------------------ fault kinds and labels
 
 def test_aliases_join_a_code_fault_and_an_answer_fault_that_name_the_same_mistake():
+    # the answer checkers' former names for three code faults (normref.faults: one name now)
     assert canonical_fault("dropped_keepdim") == "missing_keepdim"
     assert canonical_fault("missing_keepdim") == "missing_keepdim"
     assert canonical_fault("raises") == "raises"
+    assert set(FAULT_ALIASES) == {"dropped_keepdim", "norm_after_sublayer", "post_ln_formula"}
     for alias, target in FAULT_ALIASES.items():
-        assert alias in ANSWER_FAULTS and target in FAULT_KINDS, (alias, target)
+        assert alias not in KNOWN_FAULTS and target in FAULT_KINDS, (alias, target)
         assert target not in FAULT_ALIASES  # one step: no chains
         assert fault_label(alias) == fault_label(target)
 
@@ -61,8 +62,8 @@ def test_label_of_an_unlisted_kind_is_cut_from_its_description(monkeypatch):
 
 
 def test_description_of_a_merged_kind_names_both_texts_once():
-    d = fault_description("dropped_keepdim")
-    assert d == f"{FAULT_KINDS['missing_keepdim']} / {ANSWER_FAULTS['dropped_keepdim']}"
+    d = fault_description("dropped_keepdim")  # one kind, one text in the registry now
+    assert d == FAULT_KINDS["missing_keepdim"]
     assert fault_description("raises") == FAULT_KINDS["raises"]
 
 
@@ -193,7 +194,7 @@ def test_written_report_has_the_manual_box_labels_and_json(course):
     page = path.read_text()
     assert "<div class='manual'><b>hw: graded by hand.</b> 3 points in 2 questions" in page
     assert "waiting: ana" in page
-    assert FAULT_KINDS["missing_keepdim"] in page and ANSWER_FAULTS["dropped_keepdim"] in page
+    assert FAULT_KINDS["missing_keepdim"] in page
     assert "<td>1 of 3</td>" in page
     data = json.loads((course / "reports" / "report.json").read_text())
     assert data["manual_grading"]["hw"]["submissions_waiting"] == 1
