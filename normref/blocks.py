@@ -49,7 +49,6 @@ __all__ = [
     "layer_grad_norms",
 ]
 
-NORMS = ("rms", "layer")
 PLACEMENTS = ("pre", "post")
 
 
@@ -274,7 +273,6 @@ class TransformerStack(nn.Module):
         super().__init__()
         if depth < 1:
             raise ValueError(f"depth must be >= 1, got {depth}")
-        self.placement = placement
         self.layers = nn.ModuleList(
             TransformerBlock(dim, n_heads, norm, placement, ffn_hidden) for _ in range(depth)
         )

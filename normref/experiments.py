@@ -5,8 +5,9 @@
 - :func:`float16_overflow_demo`: why statistics are computed in float32 (the seed's
   Engineering bridge): ``x**2`` overflows float16 and the output collapses to zero.
 - :func:`time_norms`: what LayerNorm and RMSNorm cost on the machine running the notebook.
-- :func:`residual_norms`, :func:`grad_norms`, :func:`train_placements`: Pre-LN vs Post-LN at
-  initialisation and in a tiny training run (Xiong et al. 2020).
+- :func:`probe_stack`, :func:`placement_profiles`, :func:`last_layer_grad_vs_depth`,
+  :func:`train_placements`: Pre-LN vs Post-LN at initialisation (the residual stream's norm
+  and each layer's gradient) and in a tiny training run (Xiong et al. 2020).
 
 Everything is seeded and CPU-sized (seconds).
 """
@@ -287,8 +288,9 @@ def probe_stack(placement: str, *, depth: int = 8, dim: int = 32, n_heads: int =
                 vocab: int = 32) -> dict:
     """One forward and backward pass of a freshly initialised :class:`normref.TransformerStack`.
 
-    The stack (PyTorch's default init, seeded) reads a ``[batch, seq, dim]`` standard-normal
-    input; a linear head maps its output to ``vocab`` logits and the loss is the cross-entropy
+    The stack (its linear layers Xavier-initialised as in :class:`normref.TransformerBlock`,
+    seeded) reads a ``[batch, seq, dim]`` standard-normal input; a linear head (PyTorch's
+    default init) maps its output to ``vocab`` logits and the loss is the cross-entropy
     against random targets, as at the first step of training.
 
     Args:
