@@ -1,0 +1,143 @@
+"""Diagnosis by search: name mistakes nobody listed.
+
+Each checker has a *grammar* (:mod:`.norms`, :mod:`.wiring`, :mod:`.gradients`) that
+generates implementation variants of its reference along the reference's natural dimensions,
+single changes and pairs. :func:`refine` is what a checker calls once its cases are run: for
+the cases that only got the generic diagnosis ("the values differ from the reference"), it
+looks for variants that reproduce the student's output on every failing case of the battery
+(:func:`.search.search`) and names the variant in the student's words; when none does, it
+adds what was measured (:func:`.measure.describe`). The known fault kinds are untouched.
+
+Tags: a named variant is tagged ``[fault: found_variant] [variant: <id>]`` (``<id>`` like
+``stat=max_abs`` or ``eps_place=outside+divisor=1``), so the class report can count and group it.
+"""
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+import numpy as np
+
+from .gradients import BackwardCase, backward_grammar
+from .measure import describe
+from .norms import NormCase, norm_case, norm_grammar
+from .search import Choice, Finding, Grammar, Observation, close, count_variants, reproduces, search, variant_id
+from .wiring import BlockCase, PlacementCase, block_grammar, placement_grammar
+
+__all__ = ["DIAGNOSIS_FAULTS", "GENERIC_FAULTS", "Choice", "Finding", "Grammar", "Observation",
+           "close", "count_variants", "describe", "grammar_for", "observation_case", "refine",
+           "reproduces", "search", "variant_id", "VARIANT_TAG"]
+
+#: The fault kind of a mistake found by the search, with its generic description.
+DIAGNOSIS_FAULTS = {
+    "found_variant": "a mistake outside the list of known fault kinds, found by trying "
+    "variants of the reference: the message names it.",
+}
+
+#: Fault kinds the search may refine: the checkers' generic fallbacks.
+GENERIC_FAULTS = ("wrong_values", "returns_nan")
+
+VARIANT_TAG = re.compile(r"\[variant: ([A-Za-z0-9_=.+\-]+)\]")
+
+_GRAMMARS = {
+    "rms_norm": lambda: norm_grammar("rms", "rms_norm"),
+    "layer_norm": lambda: norm_grammar("layer", "layer_norm"),
+    "RMSNorm module": lambda: norm_grammar("rms", "RMSNorm module", module=True),
+    "pre_ln": lambda: placement_grammar("pre_ln"),
+    "post_ln": lambda: placement_grammar("post_ln"),
+    "pre-LN block": block_grammar,
+    "layer_norm_backward": backward_grammar,
+}
+
+
+def grammar_for(checker: str) -> Grammar | None:
+    """The grammar of the checker named ``checker`` (``CheckResult.name``), or None."""
+    make = _GRAMMARS.get(checker)
+    return None if make is None else make()
+
+
+def observation_case(checker: str, case) -> object | None:
+    """The grammar's form of one battery case of ``checker`` (the checker's own case object,
+    read by attribute), or None for a case the grammar cannot evaluate (a build or parameter
+    case, the block run with the student's own submodules)."""
+    if checker in ("rms_norm", "layer_norm"):
+        return norm_case(case.x, case.weight, getattr(case, "bias", None), case.eps)
+    if checker == "RMSNorm module":
+        if getattr(case, "x", None) is None:
+            return None
+        import torch
+
+        from ..functional import RMS_NORM_EPS
+
+        w = case.weight if case.weight is not None else torch.ones(case.dim)
+        return norm_case(case.x, w, None, RMS_NORM_EPS if case.eps is None else case.eps)
+    if checker in ("pre_ln", "post_ln"):
+        return PlacementCase(case.x, case.sublayer, case.norm)
+    if checker == "pre-LN block":
+        if getattr(case, "x", None) is None or isinstance(case.parts, str):
+            return None
+        A, M, N1, N2 = case.parts
+        return BlockCase(case.x, A, M, N1, N2)
+    if checker == "layer_norm_backward":
+        return BackwardCase(np.asarray(case.dy, np.float64), np.asarray(case.x, np.float64),
+                            np.asarray(case.weight, np.float64), float(case.eps))
+    return None
+
+
+def _x64(case) -> np.ndarray | None:
+    x = getattr(case, "x", None)
+    if isinstance(x, np.ndarray):
+        return x.astype(np.float64)
+    return None
+
+
+def refine(checker: str, battery: Sequence[object], results: Sequence[object]) -> Finding | None:
+    """Rewrite the generic diagnoses of one check run in place; return what the search found.
+
+    Args:
+        checker: ``CheckResult.name``.
+        battery: the checker's case objects, in order.
+        results: the ``CaseResult`` of each case; a result carries ``observed = (got, want,
+            rtol, atol)`` (float64 arrays) when the student's output could be compared.
+
+    Returns:
+        The :class:`Finding` whose best variant now names the generic cases, or None (then each
+        generic case got what was measured, if anything regular was).
+    """
+    generic = [r for r in results if not r.passed and r.fault in GENERIC_FAULTS
+               and getattr(r, "observed", None) is not None]
+    grammar = grammar_for(checker)
+    if not generic or grammar is None:
+        return None
+    obs: list[Observation] = []
+    for case, r in zip(battery, results):
+        seen = getattr(r, "observed", None)
+        gcase = observation_case(checker, case)
+        if gcase is None or seen is None:
+            continue
+        got, want, rtol, atol = seen
+        obs.append(Observation(gcase, got, want, rtol, atol, r.passed))
+    found = search(grammar, obs)
+    for case, r in zip(battery, results):
+        if r not in generic:
+            continue
+        head = r.message.rsplit("; ", 1)[0] if "; " in r.message else r.message.split(" [fault:")[0]
+        if found is not None:
+            r.fault = "found_variant"
+            r.message = (f"{head}; {found.sentence()} [fault: found_variant] "
+                         f"[variant: {variant_id(found.best)}]")
+        else:
+            got, want = r.observed[0], r.observed[1]
+            x = getattr(case, "x", None)
+            x64 = None
+            if x is not None:
+                try:
+                    from .norms import _np
+
+                    x64 = _np(x)[0].astype(np.float64)
+                except Exception:  # noqa: BLE001 - a description is optional
+                    x64 = None
+            text = describe(x64, got, want)
+            if text:
+                r.message = r.message.replace(f" [fault: {r.fault}]", f"; {text} [fault: {r.fault}]")
+    return found
