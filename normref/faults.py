@@ -119,6 +119,9 @@ _TABLE = [
     Fault("ignores_bias", "the bias (beta) was not added.", "did not add the bias (beta)"),
     Fault("wrong_values", "the values differ from the reference.",
           "returned wrong values (no specific diagnosis)"),
+    Fault("found_variant", "a mistake outside this list, found by trying variants of the "
+          "reference (normref.diagnosis): the message names it.",
+          "made a mistake the search named (see groups)"),
     # ------------------------------------------------------------ placement and the block
     Fault("residual_from_normed", "the residual path must carry x itself: Pre-LN is "
           "x + F(Norm(x)), not Norm(x) + F(Norm(x)).",

@@ -150,17 +150,21 @@ def check_layer_norm_backward(fn: Callable) -> CheckResult:
         max_abs = max(e[0] for e in errs.values())
         max_rel = max(e[1] for e in errs.values())
         bad = [label for label, a, w in zip(_BWD_NAMES, g, want) if not close(a, w, rtol, atol)]
-        if not bad:
-            return CaseResult(case.name, True, f"case '{case.name}': ok", None, max_abs, max_rel)
-        where = "; ".join(f"{label} max abs error {fmt(errs[label][0])} (rel {fmt(errs[label][1])})"
-                          for label in bad)
 
         def flat(triple):  # the three gradients as one vector, so one model explains them all
             return np.concatenate([np.ravel(a) for a in triple])
 
+        observed = (flat(g), flat(want), rtol, atol)  # for normref.diagnosis.refine
+        if not bad:
+            return CaseResult(case.name, True, f"case '{case.name}': ok", None, max_abs, max_rel, observed)
+        where = "; ".join(f"{label} max abs error {fmt(errs[label][0])} (rel {fmt(errs[label][1])})"
+                          for label in bad)
+
         models = ((fault, flat(out), hint) for fault, out, hint in _backward_models(case)
                   if out is not None and all(o.shape == w.shape for o, w in zip(out, want)))
         fault, hint = diagnose_by_models(flat(g), flat(want), models, rtol, atol, backend="numpy")
-        return fail(case.name, f"{where}; {hint}", fault, max_abs, max_rel)
+        failed = fail(case.name, f"{where}; {hint}", fault, max_abs, max_rel)
+        failed.observed = observed
+        return failed
 
     return run("layer_norm_backward", _backward_battery(), run_case, fn)

@@ -49,6 +49,9 @@ class CaseResult:
     fault: str | None = None
     max_abs_err: float = float("nan")
     max_rel_err: float = float("nan")
+    #: ``(got, want, rtol, atol)``, float64, when the student's output was compared by value
+    #: (read by :func:`normref.diagnosis.refine`, the search behind the generic diagnosis).
+    observed: tuple | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -237,6 +240,12 @@ def run(name: str, cases: list, run_case: Callable, fn=None, what: str = "a func
             result.cases.append(CaseResult(case.name, False, f"case '{case.name}': could not be "
                                            f"checked ({type(e).__name__}: {e}) "
                                            f"{_faults.format_tag('wrong_values')}", "wrong_values"))
+    try:  # name what the generic diagnosis could not (normref.diagnosis: variants of the reference)
+        from ..diagnosis import refine
+
+        refine(name, cases, result.cases)
+    except Exception:  # noqa: BLE001 - the search only adds to a diagnosis, never breaks a check
+        pass
     return result
 
 
@@ -385,10 +394,12 @@ def compare_array(case: str, x, got, want: np.ndarray, diagnose: Callable,
     dtype_ok = got.dtype == x.dtype or not check_dtype
     values_ok = close(g, want, rtol, atol)
     if values_ok and dtype_ok:
-        return CaseResult(case, True, f"case '{case}': ok", None, max_abs, max_rel)
+        return CaseResult(case, True, f"case '{case}': ok", None, max_abs, max_rel, (g, want, rtol, atol))
     if values_ok:
         return fail(case, f"values right but dtype {dtype_name(got)}, expected {dtype_name(x)}; "
                     f"{msg('wrong_dtype', backend)}", "wrong_dtype", max_abs, max_rel)
     where = f"max abs error {fmt(max_abs)} (rel {fmt(max_rel)}) at index {idx}"
     fault, hint = diagnose(g, rtol, atol)
-    return fail(case, f"{where}; {hint}", fault, max_abs, max_rel)
+    failed = fail(case, f"{where}; {hint}", fault, max_abs, max_rel)
+    failed.observed = (g, want, rtol, atol)
+    return failed
