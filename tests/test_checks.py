@@ -1,4 +1,12 @@
-"""Checkers: the reference scores 1.0; each purpose-made wrong implementation gets its diagnosis."""
+"""Checkers: the reference scores 1.0; each purpose-made wrong implementation gets its diagnosis.
+
+The wrong implementations a synthetic student submits come from the answer bank
+(``grader/demo/answer_bank.py``, the demo class's submissions), run here as the assignment
+notebook runs them, so each lives once; the ones defined in this file are not in the bank
+(torch LayerNorm variants, extra RMSNorm modules, the Post-LN ``Norm(x) + F(x)``, a Post-LN
+block, the n-1 backward). The expected scores are derived from the battery cases by hand, in
+the comments beside them.
+"""
 import math
 
 import numpy as np
@@ -6,7 +14,32 @@ import pytest
 import torch
 
 import normref
+from grader.demo.answer_bank import ANSWERS
 from normref import check_layer_norm, check_rms_norm
+
+# What each answer cell defines: (assignment, grade_id of the answer cell).
+_BANK_CELLS = {
+    "rms_norm": ("rmsnorm", "rms_norm_impl"),
+    "layer_norm": ("layernorm", "layer_norm_impl"),
+    "layer_norm_backward": ("layernorm_backward", "layer_norm_backward_impl"),
+    "RMSNorm": ("block", "rms_module_impl"),
+    "pre_ln": ("block", "pre_ln_impl"),
+    "post_ln": ("block", "post_ln_impl"),
+    "PreNormBlock": ("block", "block_impl"),
+}
+
+
+def bank(name: str, variant: str):
+    """The answer bank's ``variant`` of the student's ``name`` (a function or class), defined by
+    running the bank's cells the way the assignment notebook does (its imports first)."""
+    assignment, cell = _BANK_CELLS[name]
+    answers = ANSWERS[assignment][variant]
+    ns = {"np": np, "torch": torch, "nn": torch.nn, "CausalSelfAttention": normref.CausalSelfAttention,
+          "FeedForward": normref.FeedForward}
+    if name == "PreNormBlock":  # the block builds the notebook's own RMSNorm
+        exec(answers["rms_module_impl"], ns)
+    exec(answers[cell], ns)
+    return ns[name]
 
 
 def seed_rms_norm(x, weight, eps=1e-6):  # the seed's "standard answer", verbatim
@@ -14,51 +47,12 @@ def seed_rms_norm(x, weight, eps=1e-6):  # the seed's "standard answer", verbati
     return (x.float() * rms * weight).to(x.dtype)
 
 
-def rms_n_minus_1(x, weight, eps=1e-6):
-    ms = x.float().pow(2).sum(dim=-1, keepdim=True) / (x.shape[-1] - 1)
-    return (x.float() * (ms + eps).rsqrt() * weight).to(x.dtype)
-
-
-def rms_low_precision(x, weight, eps=1e-6):
-    return (x * x.pow(2).mean(dim=-1, keepdim=True).add(eps).rsqrt() * weight).to(x.dtype)
-
-
-def rms_axis_0(x, weight, eps=1e-6):
-    rms = x.float().pow(2).mean(dim=0, keepdim=True).add(eps).rsqrt()
-    return (x.float() * rms * weight).to(x.dtype)
-
-
-def rms_no_keepdim(x, weight, eps=1e-6):
-    rms = x.float().pow(2).mean(dim=-1).add(eps).rsqrt()
-    return (x.float() * rms * weight).to(x.dtype)
-
-
-def rms_eps_outside(x, weight, eps=1e-6):
-    rms = 1 / (x.float().pow(2).mean(dim=-1, keepdim=True).sqrt() + eps)
-    return (x.float() * rms * weight).to(x.dtype)
-
-
-def rms_centred(x, weight, eps=1e-6):
-    h = x.float() - x.float().mean(dim=-1, keepdim=True)
-    return (h * h.pow(2).mean(dim=-1, keepdim=True).add(eps).rsqrt() * weight).to(x.dtype)
-
-
-def rms_float32_out(x, weight, eps=1e-6):
-    return x.float() * x.float().pow(2).mean(dim=-1, keepdim=True).add(eps).rsqrt() * weight
-
-
-def rms_in_place(x, weight, eps=1e-6):
-    rms = x.float().pow(2).mean(dim=-1, keepdim=True).add(eps).rsqrt()
-    x.mul_(rms.to(x.dtype))
-    return (x.float() * weight).to(x.dtype)
-
-
 def rms_blank(x, weight, eps=1e-6):
     raise NotImplementedError()
 
 
 def test_reference_and_seed_answer_pass_with_full_score():
-    for fn in (normref.rms_norm, seed_rms_norm):
+    for fn in (normref.rms_norm, seed_rms_norm, bank("rms_norm", "correct")):
         r = check_rms_norm(fn)
         assert r.passed and r.score == 1.0 and r.faults == []
 
@@ -67,20 +61,20 @@ def test_reference_and_seed_answer_pass_with_full_score():
     "fn, fault, score",
     [
         # n-1 changes every case (d >= 3 everywhere): 0 of 6.
-        (rms_n_minus_1, "unbiased_variance", 0.0),
+        (bank("rms_norm", "unbiased_variance"), "unbiased_variance", 0.0),
         # float16 statistics only break the float16 overflow row: 5 of 6.
-        (rms_low_precision, "low_precision_stats", 5 / 6),
+        (bank("rms_norm", "low_precision_stats"), "low_precision_stats", 5 / 6),
         # dim=0 is the last axis only for the 1-D seed case: 1 of 6.
-        (rms_axis_0, "wrong_axis", 1 / 6),
+        (bank("rms_norm", "wrong_axis"), "wrong_axis", 1 / 6),
         # without keepdim, only the 1-D case (a scalar statistic) is right: 1 of 6.
-        (rms_no_keepdim, "missing_keepdim", 1 / 6),
+        (bank("rms_norm", "missing_keepdim"), "missing_keepdim", 1 / 6),
         # eps=1e-6 outside the sqrt is invisible except on the tiny-values eps=1e-4 case: 5 of 6.
-        (rms_eps_outside, "eps_outside_sqrt", 5 / 6),
+        (bank("rms_norm", "eps_outside_sqrt"), "eps_outside_sqrt", 5 / 6),
         # subtracting the mean changes every case (no case has a zero-mean row): 0 of 6.
-        (rms_centred, "subtracts_mean", 0.0),
+        (bank("rms_norm", "subtracts_mean"), "subtracts_mean", 0.0),
         # float32 out is only wrong for the float16 and bfloat16 inputs: 4 of 6.
-        (rms_float32_out, "wrong_dtype", 4 / 6),
-        (rms_in_place, "mutates_input", 0.0),
+        (bank("rms_norm", "wrong_dtype"), "wrong_dtype", 4 / 6),
+        (bank("rms_norm", "mutates_input"), "mutates_input", 0.0),
         (rms_blank, "raises", 0.0),
     ],
 )
@@ -93,7 +87,7 @@ def test_each_rms_fault_is_diagnosed(fn, fault, score):
 
 
 def test_n_minus_1_message_names_the_factor():
-    msg = check_rms_norm(rms_n_minus_1).messages[1]  # the [2, 3, 8] case, d = 8
+    msg = check_rms_norm(bank("rms_norm", "unbiased_variance")).messages[1]  # the [2, 3, 8] case, d = 8
     assert "0.935 = sqrt(7/8)" in msg and "n-1" in msg and "max abs error" in msg
 
 
@@ -116,21 +110,9 @@ def test_checker_never_raises_on_garbage():
 
 
 def test_numpy_layer_norm_checker():
-    def ln(x, w, b, eps=1e-5):
-        h = x.astype(np.float32)
-        m = h.mean(-1, keepdims=True)
-        v = ((h - m) ** 2).mean(-1, keepdims=True)
-        return ((h - m) / np.sqrt(v + eps) * w + b).astype(x.dtype)
-
-    def ln_ddof1(x, w, b, eps=1e-5):
-        h = x.astype(np.float32)
-        m = h.mean(-1, keepdims=True)
-        v = h.var(-1, ddof=1, keepdims=True)
-        return ((h - m) / np.sqrt(v + eps) * w + b).astype(x.dtype)
-
-    assert check_layer_norm(ln).score == 1.0
+    assert check_layer_norm(bank("layer_norm", "correct")).score == 1.0
     assert check_layer_norm(normref.layer_norm, backend="torch").score == 1.0
-    r = check_layer_norm(ln_ddof1)
+    r = check_layer_norm(bank("layer_norm", "unbiased_variance"))
     assert r.faults[0] == "unbiased_variance"
 
 
@@ -175,15 +157,6 @@ def test_every_reference_passes_its_checker_with_full_score():
 
 # ----------------------------------------------------------------- LayerNorm faults, numpy and torch
 
-def _np_ln(x, w, b, eps, *, ddof=0, eps_at="inside", axis=-1, keepdims=True, stats_dtype=np.float32,
-           out_dtype=None, center=True):
-    h = x.astype(stats_dtype) if stats_dtype is not None else x
-    m = h.mean(axis, keepdims=keepdims) if center else 0.0
-    v = ((h - m) ** 2).sum(axis, keepdims=keepdims) / (h.shape[axis] - ddof)
-    den = {"inside": np.sqrt(v + eps), "outside": np.sqrt(v) + eps, "none": np.sqrt(v)}[eps_at]
-    return ((h - m) / den * w + b).astype(out_dtype or x.dtype)
-
-
 def _t_ln(x, w, b, eps, *, ddof=0, eps_at="inside", axis=-1, keepdim=True, f32=True, cast=True,
           center=True):
     h = x.float() if f32 else x
@@ -194,24 +167,26 @@ def _t_ln(x, w, b, eps, *, ddof=0, eps_at="inside", axis=-1, keepdim=True, f32=T
     return y.to(x.dtype) if cast else y
 
 
-# (fault options, expected fault, the purpose-made case that must show it)
+# (the bank's numpy variant, the same fault as torch options, expected fault, the purpose-made
+# case that must show it)
 LN_FAULTS = [
-    ({"ddof": 1}, "unbiased_variance", "seed (1, 2, 3)"),
-    ({"eps_at": "outside"}, "eps_outside_sqrt", "tiny values"),
-    ({"eps_at": "none"}, "no_eps", "tiny values"),
-    ({"eps_at": "none"}, "nan_on_constant_row", "constant row"),
-    ({"axis": 0}, "wrong_axis", "B = T = D"),  # [4, 4, 4]: axis 0 broadcasts and runs
-    ({"center": False}, "not_centered", "seed shape [2, 3, 8]"),
+    ("unbiased_variance", {"ddof": 1}, "unbiased_variance", "seed (1, 2, 3)"),
+    ("eps_outside_sqrt", {"eps_at": "outside"}, "eps_outside_sqrt", "tiny values"),
+    ("no_eps", {"eps_at": "none"}, "no_eps", "tiny values"),
+    ("no_eps", {"eps_at": "none"}, "nan_on_constant_row", "constant row"),
+    ("wrong_axis", {"axis": 0}, "wrong_axis", "B = T = D"),  # [4, 4, 4]: axis 0 broadcasts and runs
+    ("not_centered", {"center": False}, "not_centered", "seed shape [2, 3, 8]"),
 ]
 
 
 @pytest.mark.parametrize("backend", ["numpy", "torch"])
-@pytest.mark.parametrize("options, fault, case", LN_FAULTS)
-def test_each_layer_norm_fault_is_diagnosed_on_its_case(backend, options, fault, case):
-    impl = _np_ln if backend == "numpy" else _t_ln
-
-    def student(x, w, b, eps=1e-5):
-        return impl(x, w, b, eps, **options)
+@pytest.mark.parametrize("variant, options, fault, case", LN_FAULTS)
+def test_each_layer_norm_fault_is_diagnosed_on_its_case(backend, variant, options, fault, case):
+    if backend == "numpy":
+        student = bank("layer_norm", variant)
+    else:
+        def student(x, w, b, eps=1e-5):
+            return _t_ln(x, w, b, eps, **options)
 
     r = check_layer_norm(student, backend=backend)
     c = _case(r, case)
@@ -222,7 +197,7 @@ def test_each_layer_norm_fault_is_diagnosed_on_its_case(backend, options, fault,
 def test_layer_norm_missing_keepdim_on_B_T_D_runs_and_is_named():
     # [4, 4, 4]: mean(-1) has shape [4, 4], which broadcasts against the last two axes.
     for student, backend in [
-        (lambda x, w, b, eps=1e-5: _np_ln(x, w, b, eps, keepdims=False), "numpy"),
+        (bank("layer_norm", "missing_keepdim"), "numpy"),
         (lambda x, w, b, eps=1e-5: _t_ln(x, w, b, eps, keepdim=False), "torch"),
     ]:
         r = check_layer_norm(student, backend=backend)
@@ -233,7 +208,7 @@ def test_layer_norm_missing_keepdim_on_B_T_D_runs_and_is_named():
 
 def test_layer_norm_low_precision_fails_only_the_float16_overflow_row():
     # numpy battery: seed, [2,3,8], [4,4,4], tiny, float16, constant: only float16 differs -> 5/6.
-    r = check_layer_norm(lambda x, w, b, eps=1e-5: _np_ln(x, w, b, eps, stats_dtype=None))
+    r = check_layer_norm(bank("layer_norm", "low_precision_stats"))
     assert r.score == pytest.approx(5 / 6) and r.faults == ["low_precision_stats"]
     assert not _case(r, "float16 row").passed
     # torch battery adds bfloat16 (7 cases); bf16 statistics of N(0,1) values stay within tolerance.
@@ -250,33 +225,26 @@ def test_layer_norm_float32_output_is_a_dtype_fault_on_low_precision_inputs_only
 
 
 def test_layer_norm_in_place_is_caught_on_every_case():
-    def in_place(x, w, b, eps=1e-5):
-        x -= x.mean(-1, keepdims=True)
-        return (x / np.sqrt((x.astype(np.float32) ** 2).mean(-1, keepdims=True) + eps) * w + b).astype(x.dtype)
-
-    r = check_layer_norm(in_place)
+    r = check_layer_norm(bank("layer_norm", "mutates_input"))
     assert r.score == 0 and r.faults == ["mutates_input"]
 
 
 def test_n_minus_1_factor_is_stated_only_where_the_output_shows_it():
-    r = check_layer_norm(lambda x, w, b, eps=1e-5: _np_ln(x, w, b, eps, ddof=1))
+    r = check_layer_norm(bank("layer_norm", "unbiased_variance"))
     assert "0.816 = sqrt(2/3)" in _case(r, "seed (1, 2, 3)").message  # d = 3
     # tiny values with eps=1e-4 >> var: the ratio is not sqrt(4/5), so no factor is claimed
     assert "sqrt(4/5)" not in _case(r, "tiny values").message
 
 
 def test_rms_norm_without_eps_is_named_no_eps():
-    def rms_no_eps(x, weight, eps=1e-6):
-        return (x.float() * x.float().pow(2).mean(dim=-1, keepdim=True).rsqrt() * weight).to(x.dtype)
-
-    r = check_rms_norm(rms_no_eps)
+    r = check_rms_norm(bank("rms_norm", "no_eps"))
     # eps=1e-6 is below tolerance except on the tiny-values case (mean square 1e-6, eps 1e-4): 5 of 6.
     assert r.score == pytest.approx(5 / 6) and r.faults == ["no_eps"]
 
 
 def test_relative_error_is_not_blown_up_by_a_zero_reference_value():
     # LN(1, 2, 3) = (-1.22, 0, 1.22): the middle zero must not produce "rel 1e12".
-    r = check_layer_norm(lambda x, w, b, eps=1e-5: _np_ln(x, w, b, eps, ddof=1), quick=True)
+    r = check_layer_norm(bank("layer_norm", "unbiased_variance"), quick=True)
     assert r.cases[0].max_rel_err < 1
 
 
@@ -323,11 +291,6 @@ class HasABias(SeedRMSNorm):
         self.bias = torch.nn.Parameter(torch.zeros(width))
 
 
-class Float16Statistics(SeedRMSNorm):
-    def forward(self, x):
-        return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight).to(x.dtype)
-
-
 class SubtractsMean(SeedRMSNorm):
     def forward(self, x):
         h = x.float() - x.float().mean(-1, keepdim=True)
@@ -335,7 +298,7 @@ class SubtractsMean(SeedRMSNorm):
 
 
 def test_rms_norm_module_accepts_the_seed_and_hugging_face_orders():
-    for cls in (SeedRMSNorm, HFStyleRMSNorm):
+    for cls in (SeedRMSNorm, HFStyleRMSNorm, bank("RMSNorm", "correct")):
         assert normref.check_rms_norm_module(cls).score == 1.0
 
 
@@ -345,7 +308,9 @@ def test_rms_norm_module_accepts_the_seed_and_hugging_face_orders():
     (IgnoresEpsArgument, "wrong_eps", 6 / 7),  # only RMSNorm(5, eps=1e-4) feels it
     (WeightIsABuffer, "module_weight", 6 / 7),  # forward is right; the parameter case fails
     (HasABias, "module_weight", 6 / 7),
-    (Float16Statistics, "low_precision_stats", 6 / 7),  # only the float16 overflow row
+    (bank("RMSNorm", "low_precision_stats"), "low_precision_stats", 6 / 7),  # only the float16 row
+    (bank("RMSNorm", "wrong_dtype"), "wrong_dtype", 5 / 7),  # float32 out: the float16 and bf16 cases
+    (bank("RMSNorm", "module_weight"), "module_weight", 6 / 7),  # a plain tensor, not a parameter
     (SubtractsMean, "subtracts_mean", 1 / 7),  # every forward case has rows with mean != 0
 ])
 def test_each_rms_norm_module_fault_is_diagnosed(cls, fault, score):
@@ -356,14 +321,10 @@ def test_each_rms_norm_module_fault_is_diagnosed(cls, fault, score):
 
 # ----------------------------------------------------------------- placement
 
-@pytest.mark.parametrize("student, fault", [
-    (lambda x, F, N: N(x) + F(N(x)), "residual_from_normed"),
-    (lambda x, F, N: N(x + F(x)), "pre_post_swapped"),
-    (lambda x, F, N: F(N(x)), "missing_residual"),
-    (lambda x, F, N: x + F(x), "missing_norm"),
-    (lambda x, F, N: x + N(F(x)), "norm_on_sublayer_output"),
-])
-def test_each_pre_ln_fault_is_diagnosed_on_every_case(student, fault):
+@pytest.mark.parametrize("fault", ["residual_from_normed", "pre_post_swapped", "missing_residual",
+                                   "missing_norm", "norm_on_sublayer_output"])
+def test_each_pre_ln_fault_is_diagnosed_on_every_case(fault):
+    student = bank("pre_ln", fault)  # e.g. residual_from_normed: norm(x) + sublayer(norm(x))
     # Every case has x != Norm(x) (trained gamma/beta or a non-unit token) and a sublayer that
     # is not scale-equivariant, so each misplacement changes all four outputs.
     r = normref.check_pre_ln(student)
@@ -380,11 +341,12 @@ def test_pre_ln_seed_token_by_hand():
 
 
 @pytest.mark.parametrize("student, fault, score", [
-    (lambda x, F, N: x + F(N(x)), "pre_post_swapped", 0.0),
-    # LN(2x) = LN(3x) on the seed token with F(v) = 2v: the missing residual hides there, 1 of 4.
-    (lambda x, F, N: N(F(x)), "missing_residual", 0.25),
-    (lambda x, F, N: x + F(x), "missing_norm", 0.0),
-    (lambda x, F, N: x + N(F(x)), "norm_on_sublayer_output", 0.0),
+    (bank("post_ln", "pre_post_swapped"), "pre_post_swapped", 0.0),  # x + F(N(x))
+    # N(F(x)): LN(2x) = LN(3x) on the seed token with F(v) = 2v: the missing residual hides
+    # there, 1 of 4.
+    (bank("post_ln", "missing_residual"), "missing_residual", 0.25),
+    (bank("post_ln", "missing_norm"), "missing_norm", 0.0),  # x + F(x)
+    (bank("post_ln", "norm_on_sublayer_output"), "norm_on_sublayer_output", 0.0),  # x + N(F(x))
     (lambda x, F, N: N(x) + F(x), "residual_from_normed", 0.0),
 ])
 def test_each_post_ln_fault_is_diagnosed(student, fault, score):
@@ -430,40 +392,25 @@ class Block(torch.nn.Module):
         if w == "pre":
             h = x + A(N1(x))
             return h + M(N2(h))
-        if w == "normed":
-            h = N1(x) + A(N1(x))
-            return N2(h) + M(N2(h))
-        if w == "post":
+        if w == "post":  # not in the answer bank
             h = N1(x + A(x))
             return N2(h + M(h))
-        if w == "norms_swapped":
-            h = x + A(N2(x))
-            return h + M(N1(h))
-        if w == "no_first_residual":
-            h = A(N1(x))
-            return h + M(N2(h))
-        if w == "mlp_reads_x":
-            h = x + A(N1(x))
-            return h + M(N2(x))
-        if w == "ln1_twice":
-            h = x + A(N1(x))
-            return h + M(N1(h))
         raise ValueError(w)
 
 
-@pytest.mark.parametrize("wiring, fault, score", [
+@pytest.mark.parametrize("student, fault, score", [
     # 4 cases: build, wiring with RMSNorms, wiring with LayerNorms, the student's own modules.
     # The student's own two RMSNorms both start at gamma = 1, so a norm swap or reuse is
     # invisible on the last case: build + own pass, 2 of 4.
-    ("normed", "residual_from_normed", 0.25),
-    ("post", "pre_post_swapped", 0.25),
-    ("norms_swapped", "norms_swapped", 0.5),
-    ("no_first_residual", "missing_residual", 0.25),
-    ("mlp_reads_x", "mlp_reads_x", 0.25),
-    ("ln1_twice", "shared_norm", 0.5),
+    (bank("PreNormBlock", "residual_from_normed"), "residual_from_normed", 0.25),
+    (lambda dim, n_heads: Block(dim, n_heads, "post"), "pre_post_swapped", 0.25),
+    (bank("PreNormBlock", "norms_swapped"), "norms_swapped", 0.5),
+    (bank("PreNormBlock", "missing_residual"), "missing_residual", 0.25),  # the first add
+    (bank("PreNormBlock", "mlp_reads_x"), "mlp_reads_x", 0.25),
+    (bank("PreNormBlock", "shared_norm"), "shared_norm", 0.5),  # input_layernorm twice
 ])
-def test_each_block_wiring_fault_is_diagnosed(wiring, fault, score):
-    r = normref.check_pre_ln_block(lambda dim, n_heads: Block(dim, n_heads, wiring))
+def test_each_block_wiring_fault_is_diagnosed(student, fault, score):
+    r = normref.check_pre_ln_block(student)
     assert r.faults == [fault] and r.score == pytest.approx(score), r.report()
 
 
@@ -488,17 +435,6 @@ def test_block_contract_faults_missing_names_and_one_shared_norm():
 
 # ----------------------------------------------------------------- LayerNorm backward
 
-def _ln_bwd(dy, x, w, eps, mean_term=True, var_term=True, use_weight=True):
-    m = x.mean(-1, keepdims=True)
-    r = 1 / np.sqrt(((x - m) ** 2).mean(-1, keepdims=True) + eps)
-    xhat = (x - m) * r
-    g = dy * w if use_weight else dy
-    dx = g - (g.mean(-1, keepdims=True) if mean_term else 0)
-    dx = dx - (xhat * (g * xhat).mean(-1, keepdims=True) if var_term else 0)
-    lead = tuple(range(x.ndim - 1))
-    return r * dx, (dy * xhat).sum(lead), dy.sum(lead)
-
-
 def _ln_bwd_unbiased(dy, x, w, eps):
     d = x.shape[-1]
     m = x.mean(-1, keepdims=True)
@@ -510,26 +446,15 @@ def _ln_bwd_unbiased(dy, x, w, eps):
     return dx, (dy * xhat).sum(lead), dy.sum(lead)
 
 
-def _ln_bwd_swapped(dy, x, w, eps):
-    dx, dw, db = _ln_bwd(dy, x, w, eps)
-    return dx, db, dw
-
-
-def _ln_bwd_not_summed(dy, x, w, eps):
-    dx, _, _ = _ln_bwd(dy, x, w, eps)
-    xhat = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + eps)
-    return dx, dy * xhat, dy
-
-
 @pytest.mark.parametrize("student, fault, score", [
     # 4 cases: seed (1,2,3) with gamma = 1, [2,3,8], [4,4,4], tiny values (all with gamma != 1 but the first).
-    (lambda dy, x, w, eps: _ln_bwd(dy, x, w, eps, mean_term=False), "bwd_no_mean_term", 0.0),
-    (lambda dy, x, w, eps: _ln_bwd(dy, x, w, eps, var_term=False), "bwd_no_variance_term", 0.0),
-    (lambda dy, x, w, eps: _ln_bwd(dy, x, w, eps, False, False), "bwd_constant_stats", 0.0),
-    (lambda dy, x, w, eps: _ln_bwd(dy, x, w, eps, use_weight=False), "ignores_weight", 0.25),  # gamma = 1 hides it
+    (bank("layer_norm_backward", "bwd_no_mean_term"), "bwd_no_mean_term", 0.0),
+    (bank("layer_norm_backward", "bwd_no_variance_term"), "bwd_no_variance_term", 0.0),
+    (bank("layer_norm_backward", "bwd_constant_stats"), "bwd_constant_stats", 0.0),
+    (bank("layer_norm_backward", "ignores_weight"), "ignores_weight", 0.25),  # gamma = 1 hides it
     (_ln_bwd_unbiased, "unbiased_variance", 0.0),
-    (_ln_bwd_swapped, "bwd_dweight_dbias_swapped", 0.0),
-    (_ln_bwd_not_summed, "bwd_not_summed", 0.25),  # 1-D: nothing to sum over
+    (bank("layer_norm_backward", "bwd_dweight_dbias_swapped"), "bwd_dweight_dbias_swapped", 0.0),
+    (bank("layer_norm_backward", "bwd_not_summed"), "bwd_not_summed", 0.25),  # 1-D: nothing to sum
 ])
 def test_each_layer_norm_backward_fault_is_diagnosed(student, fault, score):
     r = normref.check_layer_norm_backward(student)
@@ -537,7 +462,7 @@ def test_each_layer_norm_backward_fault_is_diagnosed(student, fault, score):
 
 
 def test_backward_message_names_the_wrong_gradient():
-    r = normref.check_layer_norm_backward(_ln_bwd_swapped)
+    r = normref.check_layer_norm_backward(bank("layer_norm_backward", "bwd_dweight_dbias_swapped"))
     msg = r.messages[0]
     assert "dweight max abs error" in msg and "dbias max abs error" in msg and "dx max abs" not in msg
 
