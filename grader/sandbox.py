@@ -3,12 +3,16 @@
 ``python -m grader.sandbox -f CONNECTION_FILE [ipykernel args]`` is the ``argv`` of
 the ``normref-sandbox`` kernelspec that ``make grade`` hands nbgrader. It
 
-* sets per-kernel limits (address space ``NORMREF_KERNEL_MEM_MB``, default 3072 MiB; largest
-  file written 64 MiB), so a memory bomb raises ``MemoryError`` in the student's cell instead
-  of taking the machine down;
-* copies the kernel's working directory (the student's own submitted folder) into a private
-  scratch directory and mounts that copy in its place, so the student's files are where the
-  notebook expects them and every write lands in the throw-away copy;
+* sets per-kernel limits: address space ``NORMREF_KERNEL_MEM_MB`` (default 3072 MiB), so a
+  memory bomb raises ``MemoryError`` in the student's cell instead of taking the machine down;
+  at most :data:`MAX_PROCS` processes (a cgroup v1 ``pids`` controller when this machine lets
+  us create one, else ``RLIMIT_NPROC``, which the kernel counts per user namespace, i.e. per
+  sandbox, but does not apply to root); everything the kernel writes (its folder, ``/tmp``,
+  its home) lives in one tmpfs of :data:`MAX_WRITE_BYTES` (bubblewrap's ``--size``), and
+  ``/dev`` is read-only; the largest single file is 64 MiB;
+* copies the kernel's working directory (the student's own submitted folder) into that tmpfs
+  (bubblewrap's ``--file``) and puts it where the notebook expects it, so every write lands
+  in the throw-away copy and nothing the kernel writes reaches the course's disk;
 * starts ipykernel with `bwrap <https://github.com/containers/bubblewrap>`_: new user, PID,
   IPC, UTS and network namespaces (no network: the kernel talks to nbgrader over Unix sockets,
   ``KernelManager.transport = "ipc"``), all capabilities dropped, uid 65534, and a file system
@@ -22,6 +26,7 @@ What it does not prevent is written in the README ("What the grader protects aga
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -37,6 +42,16 @@ KERNEL_NAME = "normref-sandbox"
 DEFAULT_MEM_MB = 3072
 MAX_FILE_BYTES = 64 * 2**20
 MAX_SCRATCH_COPY_BYTES = 64 * 2**20
+MAX_SCRATCH_COPY_FILES = 256
+#: Processes (and threads) one grading kernel may run at once, itself included.
+MAX_PROCS = 64
+#: Bytes one grading kernel may write: its folder, /tmp and its home share one tmpfs this size.
+MAX_WRITE_BYTES = 256 * 2**20
+#: cgroup v1 ``pids`` hierarchy (``make grade`` makes one child per kernel when it may).
+PIDS_CGROUP_ROOT = Path("/sys/fs/cgroup/pids")
+#: Inside the sandbox: the tmpfs, the student's folder in it, and the cgroup's event counter.
+SANDBOX_WORK = "/tmp/work"
+SANDBOX_PIDS_EVENTS = "/run/normref/pids.events"
 _ETC = ("/etc/ld.so.cache", "/etc/localtime", "/etc/nsswitch.conf", "/etc/hosts", "/etc/mime.types")
 
 
@@ -74,33 +89,142 @@ class SandboxSession:
     """Everything ``make grade`` needs to run nbgrader's kernels in the sandbox.
 
     Use as a context manager; :meth:`worker` gives one autograde process its nbgrader options
-    and environment (its own kernel-socket and scratch directories).
+    and environment (its own kernel-socket and record directories). :meth:`limits_hit` says,
+    from outside the kernels, which ones ran into the process cap.
     """
 
     def __init__(self, course_root: Path, mem_mb: int = DEFAULT_MEM_MB):
         self.course_root = Path(course_root)
         self.mem_mb = mem_mb
         self.jupyter_dir = self.course_root / "logs" / "jupyter"
+        self.records = self.course_root / "logs" / "scratch"
+        self.pids_cgroup: Path | None = None
         self._tmp: list[str] = []
+        self._mounts: list[str] = []
 
     def __enter__(self) -> "SandboxSession":
         write_kernelspec(self.jupyter_dir, self.mem_mb)
+        self.pids_cgroup = _make_pids_cgroup(f"normref-{os.getpid()}-{os.urandom(3).hex()}")
         return self
 
     def __exit__(self, *exc) -> None:
+        for m in self._mounts:
+            import subprocess
+
+            subprocess.run(["umount", "-l", m], capture_output=True)
         for d in self._tmp:
             shutil.rmtree(d, ignore_errors=True)
-        shutil.rmtree(self.course_root / "logs" / "scratch", ignore_errors=True)
+        if self.pids_cgroup is not None:
+            for child in sorted(self.pids_cgroup.glob("*/"), reverse=True):
+                with contextlib.suppress(OSError):
+                    child.rmdir()
+            with contextlib.suppress(OSError):
+                self.pids_cgroup.rmdir()
+        shutil.rmtree(self.records, ignore_errors=True)
 
     def worker(self, i: int) -> tuple[list[str], dict[str, str]]:
         # Unix socket paths are limited to ~107 bytes: keep them short, under /tmp.
         ipc = tempfile.mkdtemp(prefix="nr-ipc-", dir="/tmp")
         self._tmp.append(ipc)
+        # The kernel must create its sockets here, so it can write here: as root, this folder
+        # is a tiny tmpfs of its own (1 MiB, 64 files), so it cannot fill the disk through it.
+        if os.geteuid() == 0 and shutil.which("mount"):
+            import subprocess
+
+            if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,nr_inodes=64,mode=0700", "tmpfs", ipc],
+                              capture_output=True).returncode == 0:
+                self._mounts.append(ipc)
         args = [f"--Execute.kernel_name={KERNEL_NAME}", "--KernelManager.transport=ipc",
                 f"--KernelManager.ip={ipc}/k"]
         env = {"JUPYTER_PATH": os.pathsep.join([str(self.jupyter_dir), os.environ.get("JUPYTER_PATH", "")]),
-               "NORMREF_SCRATCH_ROOT": str(self.course_root / "logs" / "scratch" / f"w{i}")}
+               "NORMREF_SCRATCH_ROOT": str(self.records / f"w{i}")}
+        if self.pids_cgroup is not None:
+            env["NORMREF_PIDS_CGROUP"] = str(self.pids_cgroup)
         return args, env
+
+    def limits_hit(self) -> dict[Path, list[str]]:
+        """``{kernel working directory: [what it ran into]}``, read outside the sandbox.
+
+        The process cap is read from each kernel's cgroup (``pids.events``), which the
+        student's code cannot change; kernels without a cgroup (no ``pids`` controller here)
+        are not listed. The write cap is reported by the kernel itself (see
+        :mod:`grader.kernel_guard`), in the cell that hit it.
+        """
+        out: dict[Path, list[str]] = {}
+        for rec in sorted(self.records.glob("w*/kernel-*/record.json")):
+            try:
+                info = json.loads(rec.read_text())
+                events = Path(info["cgroup"], "pids.events").read_text() if info.get("cgroup") else ""
+            except (OSError, ValueError, KeyError):
+                continue
+            fields = dict(line.split() for line in events.splitlines() if len(line.split()) == 2)
+            if int(fields.get("max", 0)) > 0:
+                out.setdefault(Path(info["cwd"]), []).append(
+                    f"hit the grading sandbox's process cap ({info.get('max_procs', MAX_PROCS)} per kernel): "
+                    f"{fields['max']} process starts were refused")
+        return out
+
+
+def limit_flags(course_root: Path, session: "SandboxSession | None", pairs) -> dict[tuple[str, str], list[str]]:
+    """Report flags for every ``(assignment, student)`` in ``pairs`` whose kernel hit a cap.
+
+    Two sources: the kernels' cgroups (read outside the sandbox; the process cap), and the
+    :class:`~grader.kernel_guard.GradingSandboxLimit` error that the guard put in the
+    autograded notebook's cell (either cap; names the answer cell).
+    """
+    flags: dict[tuple[str, str], list[str]] = {}
+    root = Path(course_root).resolve()
+    if session is not None:
+        for cwd, hits in session.limits_hit().items():
+            try:
+                st, a = Path(cwd).resolve().relative_to(root / "autograded").parts[:2]
+            except ValueError:
+                continue
+            flags.setdefault((a, st), []).extend(dict.fromkeys(hits))
+    import nbformat
+
+    for a, st in pairs:
+        for nb_path in sorted((root / "autograded" / st / a).glob("*.ipynb")):
+            try:
+                nb = nbformat.read(nb_path, as_version=4)
+            except Exception:  # noqa: BLE001 - an unreadable notebook is reported elsewhere
+                continue
+            for cell in nb.cells:
+                for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
+                    if out.get("output_type") == "error" and out.get("ename") == "GradingSandboxLimit":
+                        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+                        where = f"cell {gid!r}" if gid else "a cell the student added"
+                        flags.setdefault((a, st), []).append(f"{where}: {out.get('evalue', '')}")
+    return flags
+
+
+def _make_pids_cgroup(name: str) -> Path | None:
+    """A new child of the cgroup v1 ``pids`` hierarchy for this grading run, or None when this
+    machine has none or will not let us write to it (then :data:`MAX_PROCS` is enforced with
+    ``RLIMIT_NPROC``, which holds for a non-root instructor only)."""
+    root = Path(os.environ.get("NORMREF_PIDS_CGROUP_ROOT", PIDS_CGROUP_ROOT))
+    if not (root / "cgroup.procs").exists() or not os.access(root, os.W_OK):
+        return None
+    try:
+        (root / name).mkdir()
+    except OSError:
+        return None
+    return root / name
+
+
+def _join_pids_cgroup(parent: Path, kernel: str, max_procs: int) -> Path | None:
+    """Move this process (and so the sandbox it becomes) into a new ``parent/kernel`` cgroup
+    that allows ``max_procs`` processes; None if that fails."""
+    cg = parent / kernel
+    try:
+        cg.mkdir()
+        (cg / "pids.max").write_text(str(max_procs))
+        (cg / "cgroup.procs").write_text(str(os.getpid()))
+    except OSError:
+        with contextlib.suppress(OSError):
+            cg.rmdir()
+        return None
+    return cg
 
 
 def _normref_dir() -> str:
@@ -128,24 +252,36 @@ def _ro_paths() -> list[str]:
     return out
 
 
-def _copy_limited(src: Path, dst: Path) -> None:
-    total = 0
+def _student_files(src: Path) -> list[tuple[Path, Path]]:
+    """``(relative path, absolute path)`` of the student's folder to copy into the sandbox:
+    regular files only, at most :data:`MAX_SCRATCH_COPY_FILES` and
+    :data:`MAX_SCRATCH_COPY_BYTES` in all (the rest is left out)."""
+    out, total = [], 0
     for p in sorted(src.rglob("*")):
-        rel = p.relative_to(src)
-        if p.is_symlink():
+        if p.is_symlink() or not p.is_file():
             continue
-        if p.is_dir():
-            (dst / rel).mkdir(parents=True, exist_ok=True)
-        elif p.is_file():
-            total += p.stat().st_size
-            if total > MAX_SCRATCH_COPY_BYTES:
-                break
-            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(p, dst / rel)
+        total += p.stat().st_size
+        if total > MAX_SCRATCH_COPY_BYTES or len(out) >= MAX_SCRATCH_COPY_FILES:
+            break
+        out.append((p.relative_to(src), p))
+    return out
 
 
-def bwrap_argv(connection_file: str, cwd: str, scratch: str, home: str, kernel_args: list[str]) -> list[str]:
-    """The full ``bwrap ... python -m grader.kernel_guard ...`` command.
+def bwrap_argv(connection_file: str, cwd: str, kernel_args: list[str], *,
+               files: list[tuple[Path, int]] = (), connection_fd: int | None = None,
+               pids_events: str | None = None, max_write_bytes: int = MAX_WRITE_BYTES,
+               max_procs: int = MAX_PROCS) -> list[str]:
+    """The full ``bwrap ... python kernel_guard.py ...`` command.
+
+    Args:
+        connection_file: the kernel's connection file (``ipc`` transport).
+        cwd: the student's folder, as nbgrader sees it; inside, a link to the tmpfs copy.
+        kernel_args: more ipykernel arguments.
+        files: ``(path relative to cwd, open file descriptor)`` copied into the tmpfs.
+        connection_fd: an open descriptor of the connection file (else it is opened here).
+        pids_events: the kernel's cgroup ``pids.events``, shown read-only to the guard.
+        max_write_bytes: size of the kernel's one writable tmpfs.
+        max_procs: the process cap, told to the guard for its message.
 
     Raises:
         ValueError: the connection file does not use the ``ipc`` transport with an absolute
@@ -156,11 +292,15 @@ def bwrap_argv(connection_file: str, cwd: str, scratch: str, home: str, kernel_a
         raise ValueError("the grading sandbox needs KernelManager.transport='ipc' and an absolute "
                          f"KernelManager.ip; got transport={info.get('transport')!r} ip={info.get('ip')!r}")
     ipc_dir = str(Path(info["ip"]).parent)
-    conn_copy = Path(home).parent / "connection.json"
-    conn_copy.write_text(json.dumps(info))
+    if connection_fd is None:
+        connection_fd = os.open(connection_file, os.O_RDONLY)
+        os.set_inheritable(connection_fd, True)
     argv = [BWRAP, "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534",
             "--cap-drop", "ALL", "--die-with-parent", "--new-session",
-            "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+            "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev",
+            # everything the kernel may write, in one size-limited tmpfs
+            "--size", str(max_write_bytes), "--tmpfs", "/tmp",
+            "--dir", SANDBOX_WORK, "--dir", "/tmp/home"]
     for top in ("usr", "bin", "lib", "lib64", "sbin"):
         p = Path("/") / top
         if p.is_symlink():
@@ -174,14 +314,24 @@ def bwrap_argv(connection_file: str, cwd: str, scratch: str, home: str, kernel_a
         argv += ["--ro-bind", p, p]
     guard = str(Path(__file__).resolve().with_name("kernel_guard.py"))
     argv += ["--ro-bind", guard, guard,  # the grader's only file inside the sandbox
-             "--ro-bind", str(conn_copy), "/tmp/connection.json",
-             "--bind", ipc_dir, ipc_dir,  # this worker's kernel sockets
-             "--bind", scratch, cwd,  # the student's folder: a private, writable copy
-             "--bind", home, "/tmp/home",
+             "--file", str(connection_fd), "/tmp/connection.json",
+             "--bind", ipc_dir, ipc_dir]  # this worker's kernel sockets
+    for rel, fd in files:
+        for parent in reversed(rel.parents[:-1]):
+            argv += ["--dir", f"{SANDBOX_WORK}/{parent}"]
+        argv += ["--file", str(fd), f"{SANDBOX_WORK}/{rel}"]
+    if pids_events:
+        argv += ["--ro-bind", pids_events, SANDBOX_PIDS_EVENTS]
+    argv += ["--symlink", SANDBOX_WORK, cwd,  # the student's folder: a private, writable copy
              "--chdir", cwd,
              "--setenv", "HOME", "/tmp/home", "--setenv", "MPLCONFIGDIR", "/tmp/home/mpl",
              "--setenv", "IPYTHONDIR", "/tmp/home/ipython", "--setenv", "NORMREF_GRADING", "1",
              "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
+             "--setenv", "NORMREF_MAX_PROCS", str(max_procs),
+             "--setenv", "NORMREF_MAX_WRITE_BYTES", str(max_write_bytes),
+             # without a cgroup, the guard sets RLIMIT_NPROC inside: counted per (user
+             # namespace, uid), i.e. per sandbox (set outside, it would count all our processes)
+             "--setenv", "NORMREF_NPROC_RLIMIT", "0" if pids_events else "1",
              # ipykernel would see its parent as PID 1 in the new PID namespace and exit;
              # bwrap's --die-with-parent already ends the kernel with its parent.
              "--unsetenv", "JPY_PARENT_PID",
@@ -199,6 +349,18 @@ def _set_limits(mem_mb: int) -> None:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a too-large write fails instead of killing
 
 
+def _clear_stale_sockets(info: dict) -> None:
+    """Remove what earlier kernels of this worker left in its socket folder (one kernel runs
+    at a time per worker), so a kernel that filled it cannot stop the next from starting."""
+    ipc = Path(info["ip"])
+    for p in ipc.parent.iterdir():
+        with contextlib.suppress(OSError):
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if "-f" not in args:
@@ -208,17 +370,33 @@ def main(argv: list[str] | None = None) -> int:
     connection_file = args[i + 1]
     kernel_args = args[:i] + args[i + 2:]
     cwd = os.getcwd()
-    # Scratch copies live under NORMREF_SCRATCH_ROOT, which make grade removes after the run
-    # (the kernel process is bwrap itself, so nothing of ours outlives it to clean up).
+    max_procs = int(os.environ.get("NORMREF_MAX_PROCS", MAX_PROCS))
+    max_write = int(os.environ.get("NORMREF_MAX_WRITE_BYTES", MAX_WRITE_BYTES))
+    # A record of this kernel (its folder, its cgroup) for make grade, outside the sandbox
+    # (NORMREF_SCRATCH_ROOT is removed after the run; nothing of ours outlives bwrap).
     root = os.environ.get("NORMREF_SCRATCH_ROOT") or tempfile.gettempdir()
     os.makedirs(root, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="kernel-", dir=root))
-    scratch, home = work / "scratch", work / "home"
-    scratch.mkdir()
-    home.mkdir()
-    _copy_limited(Path(cwd), scratch)
+    cgroup = None
+    if os.environ.get("NORMREF_PIDS_CGROUP"):
+        cgroup = _join_pids_cgroup(Path(os.environ["NORMREF_PIDS_CGROUP"]), work.name, max_procs)
+    (work / "record.json").write_text(json.dumps({"cwd": cwd, "cgroup": str(cgroup) if cgroup else None,
+                                                  "max_procs": max_procs}))
+    if cgroup is None and os.geteuid() == 0:
+        print(f"grading sandbox: no pids cgroup here, and RLIMIT_NPROC does not bind root: this kernel "
+              f"is not limited to {max_procs} processes", file=sys.stderr)
+    info = json.loads(Path(connection_file).read_text())
+    if info.get("transport") == "ipc" and os.path.isabs(info.get("ip", "")):
+        _clear_stale_sockets(info)
+    files = []
+    for rel, path in _student_files(Path(cwd)):
+        fd = os.open(path, os.O_RDONLY)
+        os.set_inheritable(fd, True)
+        files.append((rel, fd))
     _set_limits(int(os.environ.get("NORMREF_KERNEL_MEM_MB", DEFAULT_MEM_MB)))
-    cmd = bwrap_argv(connection_file, cwd, str(scratch), str(home), kernel_args)
+    cmd = bwrap_argv(connection_file, cwd, kernel_args, files=files,
+                     pids_events=str(cgroup / "pids.events") if cgroup else None,
+                     max_write_bytes=max_write, max_procs=max_procs)
     os.execv(cmd[0], cmd)
     return 127  # pragma: no cover - execv does not return
 

@@ -22,7 +22,10 @@ false alarm costs one question and is visible to the instructor, who can regrade
 from __future__ import annotations
 
 import ast
+import importlib.util
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 MODULE_NAMES = {"normref", "np", "numpy", "torch", "F", "nn", "math", "sys", "os", "builtins",
                 "IPython", "ipykernel", "nbgrader", "unittest", "pytest", "functools", "operator"}
@@ -164,3 +167,44 @@ def scan(source: str, protected: dict[str, str | None] | None = None) -> list[Fi
                 findings.append(Finding("reference", line, f"calls the reference {fn.id}"))
     # one finding per (kind, line, what)
     return sorted(set(findings), key=lambda f: (f.line, f.kind, f.what))
+
+
+def shadowing_modules(folder: Path) -> list[str]:
+    """What in a submission's folder has the name of a module the grading kernel can import.
+
+    nbgrader copies the student's whole folder next to the notebook, and IPython puts that
+    folder first on ``sys.path``: a ``torch.py`` or a ``normref/`` package there would be
+    imported instead of the course's. The grading kernel moves the folder to the end of
+    ``sys.path`` (:mod:`grader.kernel_guard`), so such files are ignored; this names them for
+    the report.
+
+    Args:
+        folder: ``submitted/<student>/<assignment>/``.
+
+    Returns:
+        One line per ``.py`` file, package (a folder with ``__init__.py``) or extension module
+        whose name is a standard-library or installed module, e.g. ``"torch.py shadows the
+        installed module 'torch'"``; ``[]`` when there is none.
+    """
+    out = []
+    for p in sorted(Path(folder).iterdir()):
+        if p.is_file() and p.suffix in (".py", ".pyc", ".so", ".pyd"):
+            name = p.name.split(".")[0]
+        elif p.is_dir() and (p / "__init__.py").is_file():
+            name = p.name
+        else:
+            continue
+        if not name.isidentifier():
+            continue
+        if name in sys.stdlib_module_names or name in sys.builtin_module_names:
+            out.append(f"{p.name}{'/' if p.is_dir() else ''} shadows the standard-library module {name!r}")
+            continue
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        origin = getattr(spec, "origin", None) or ""
+        inside = spec is not None and str(Path(folder).resolve()) in str(Path(origin).resolve())
+        if spec is not None and not inside:
+            out.append(f"{p.name}{'/' if p.is_dir() else ''} shadows the installed module {name!r}")
+    return out

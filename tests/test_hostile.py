@@ -239,3 +239,57 @@ def test_hostile_corpus(bubblewrap, course_copy, tmp_path):
     # the flood was truncated, not stored
     flood = (course_copy / "autograded" / "print_flood" / "hostile" / "hostile.ipynb").stat().st_size
     assert flood < 3 * 2**20
+
+
+PROCESS_FLOOD = ("import subprocess\nkids = [subprocess.Popen(['sleep', '10']) for _ in range(300)]\n"
+                 + RMS_CORRECT)
+WRITE_FLOOD = ("i = 0\nwhile True:  # 32 MiB files until the disk is full\n"
+               "    open(f'junk{i}.bin', 'wb').write(b'0' * 2**25)\n    i += 1\n" + RMS_CORRECT)
+# A torch.py beside the notebook whose rms_norm-free "torch" would make the checker pass
+# everything; and a normref/ package that replaces the checkers outright.
+FAKE_TORCH = "# a stand-in for torch: without the fix, the test cells would import this\n"
+FAKE_NORMREF = ("class _R:\n    passed, score = True, 1.0\n    def __str__(self):\n        return 'all correct'\n"
+                "def check_rms_norm(fn, **kw):\n    return _R()\n")
+
+
+@pytest.mark.slow
+def test_caps_and_shadowing_through_make_grade(bubblewrap, course_copy, tmp_path):
+    """Issue 14 items 3 and 5 through grade_class: a process flood and a write flood in the
+    answer cell cost that question (the rest keeps its points) and are flagged; a module
+    beside the notebook shadows nothing, and is flagged; the honest student is unaffected."""
+    from grader.sandbox import MAX_PROCS, MAX_WRITE_BYTES
+
+    if not sandbox_available():
+        pytest.fail(f"{bubblewrap} is installed but cannot create namespaces on this machine")
+    release = make_hostile_assignment(course_copy)
+    w = lambda nb: nbformat.writes(nb).encode()  # noqa: E731
+    corpus = {
+        "honest": ({"hostile.ipynb": w(answered(release))}, FULL),
+        "process_flood": ({"hostile.ipynb": w(answered(release, q1=PROCESS_FLOOD))}, Q1_ZERO),
+        "write_flood": ({"hostile.ipynb": w(answered(release, q1=WRITE_FLOOD))}, Q1_ZERO),
+        "shadows_course": ({"hostile.ipynb": w(answered(release, q1=RMS_N_MINUS_1)),
+                            "torch.py": FAKE_TORCH.encode(), "normref/__init__.py": FAKE_NORMREF.encode()},
+                           Q1_ZERO),
+    }
+    tree = tmp_path / "submitted"
+    for sid, (files, _) in corpus.items():
+        for name, data in files.items():
+            (tree / sid / "hostile" / name).parent.mkdir(parents=True, exist_ok=True)
+            (tree / sid / "hostile" / name).write_bytes(data)
+    log = []
+    run = grade_class(course_root=course_copy, submissions=tree, jobs=2, cell_timeout=30,
+                      use_sandbox=True, log=log.append)
+    assert run.sandboxed
+    assert {sid: run.scores.get(("hostile", sid)) for sid in corpus} == {sid: exp for sid, (_, exp) in corpus.items()}
+    flags = json.loads((course_copy / "reports" / "report.json").read_text())["flags"]
+    assert not flags.get("honest"), flags.get("honest")
+    assert any(f"more than {MAX_PROCS} processes" in f for f in flags["process_flood"]), flags["process_flood"]
+    assert any(f"more than the {MAX_WRITE_BYTES // 2**20} MiB" in f for f in flags["write_flood"]), flags["write_flood"]
+    shadow = " ".join(flags["shadows_course"])
+    assert "torch.py" in shadow and "normref" in shadow, shadow
+    # the floods' error is the guard's clear message, in the answer cell that caused it
+    nb = nbformat.read(course_copy / "autograded" / "process_flood" / "hostile" / "hostile.ipynb", 4)
+    errors = [o for o in _cells(nb, "rms_norm_impl")[0].outputs if o.output_type == "error"]
+    assert [o.ename for o in errors][-1] == "GradingSandboxLimit"
+    # nothing the flood wrote reached the course's disk
+    assert not list(course_copy.rglob("junk*.bin"))
