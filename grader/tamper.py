@@ -140,7 +140,8 @@ def scan(source: str, protected: dict[str, str | None] | None = None) -> list[Fi
                     root = _root(t)
                     if root in MODULE_NAMES or root in protected:
                         findings.append(Finding("tamper", line, f"modifies {_dotted(t) or root}"))
-                    elif isinstance(t, ast.Subscript) and isinstance(t.value, ast.Call) and _root(t.value) in DENY_NAMES:
+                    elif (isinstance(t, ast.Subscript) and isinstance(t.value, ast.Call)
+                          and _root(t.value) in DENY_NAMES):
                         findings.append(Finding("tamper", line, f"writes into {_root(t.value)}()"))
         elif isinstance(node, ast.Name) and node.id in DENY_NAMES:
             findings.append(Finding("tamper", line, f"uses {node.id}"))

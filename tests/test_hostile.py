@@ -102,7 +102,8 @@ def build_corpus(release, root, port):
     md = new_markdown_cell(cell.source, metadata=cell.metadata)
     nb.cells[nb.cells.index(cell)] = md
     c["markdown_answer"] = ({"hostile.ipynb": w(nb)}, FULL, "had been turned into markdown")
-    nb = insert_after(answered(release), "rms_norm_impl", "print('my own check:', rms_norm(torch.ones(2, 4), torch.ones(4)))")
+    nb = insert_after(answered(release), "rms_norm_impl",
+                      "print('my own check:', rms_norm(torch.ones(2, 4), torch.ones(4)))")
     c["inserted_cell"] = ({"hostile.ipynb": w(nb)}, FULL, None)
     nb = answered(release)
     nb.metadata["kernelspec"] = {"name": "python2-gone", "display_name": "Python 2", "language": "python"}
@@ -120,22 +121,27 @@ def build_corpus(release, root, port):
             cell.metadata["nbgrader"]["schema_version"] = 1
     c["old_schema"] = ({"hostile.ipynb": w(nb)}, FULL, None)
     # --- runaway code
-    c["infinite_loop"] = ({"hostile.ipynb": w(answered(release, q1="while True:\n    pass\n" + RMS_CORRECT))}, Q1_ZERO, None)
-    c["sleeper"] = ({"hostile.ipynb": w(answered(release, q1="import time\ntime.sleep(10**6)\n" + RMS_CORRECT))}, Q1_ZERO, None)
-    c["memory_bomb"] = ({"hostile.ipynb": w(answered(release, q1="hog = bytearray(64 * 2**30)\n" + RMS_CORRECT))}, Q1_ZERO, None)
-    c["sys_exit"] = ({"hostile.ipynb": w(answered(release, q1="import sys\ndef rms_norm(x, weight, eps=1e-6):\n    sys.exit(0)"))}, Q1_ZERO, None)
-    c["os_exit"] = ({"hostile.ipynb": w(answered(release, q1="import os\nos._exit(1)\n" + RMS_CORRECT))}, Q1_ZERO, None)
-    c["killed_kernel"] = ({"hostile.ipynb": w(answered(release, q1="import faulthandler\nfaulthandler._sigsegv()\n" + RMS_CORRECT))},
+    def q1(code):
+        return {"hostile.ipynb": w(answered(release, q1=code))}
+
+    c["infinite_loop"] = (q1("while True:\n    pass\n" + RMS_CORRECT), Q1_ZERO, None)
+    c["sleeper"] = (q1("import time\ntime.sleep(10**6)\n" + RMS_CORRECT), Q1_ZERO, None)
+    c["memory_bomb"] = (q1("hog = bytearray(64 * 2**30)\n" + RMS_CORRECT), Q1_ZERO, None)
+    c["sys_exit"] = (q1("import sys\ndef rms_norm(x, weight, eps=1e-6):\n    sys.exit(0)"), Q1_ZERO, None)
+    c["os_exit"] = (q1("import os\nos._exit(1)\n" + RMS_CORRECT), Q1_ZERO, None)
+    c["killed_kernel"] = (q1("import faulthandler\nfaulthandler._sigsegv()\n" + RMS_CORRECT),
                           Q1_ZERO, "the grading kernel died or hung in answer cell 'rms_norm_impl'")
-    c["input_call"] = ({"hostile.ipynb": w(answered(release, q1="name = input('name? ')\n" + RMS_CORRECT))}, Q1_ZERO, None)
-    c["print_flood"] = ({"hostile.ipynb": w(answered(release, q1="print('x' * 300_000_000)\n" + RMS_CORRECT))}, FULL, None)
+    c["input_call"] = (q1("name = input('name? ')\n" + RMS_CORRECT), Q1_ZERO, None)
+    c["print_flood"] = (q1("print('x' * 300_000_000)\n" + RMS_CORRECT), FULL, None)
     # --- tampering (q1 is the n-1 answer, which honestly earns 0)
     tamper = {
-        "patch_checker": "import normref\nnormref.check_rms_norm = lambda fn, **k: type('R', (), {'passed': True, 'score': 1.0})()",
+        "patch_checker": "import normref\n"
+                         "normref.check_rms_norm = lambda fn, **k: type('R', (), {'passed': True, 'score': 1.0})()",
         "patch_allclose": "torch.allclose = lambda *a, **k: True\nnp.allclose = lambda *a, **k: True",
         "redefine_checker": "class _R:\n    passed, score = True, 1.0\ndef check_rms_norm(fn, **kw):\n    return _R()",
         "silence_traceback": "get_ipython().showtraceback = lambda *a, **k: None",
-        "forge_display": "ip = get_ipython()\nip.display_formatter.formatters['text/plain'].for_type(float, lambda o, p, c: p.text('4.0'))",
+        "forge_display": "ip = get_ipython()\n"
+                         "ip.display_formatter.formatters['text/plain'].for_type(float, lambda o, p, c: p.text('4.0'))",
         "obfuscated": "exec(bytes.fromhex('696d706f7274206e6f726d726566').decode())",
     }
     for sid, code in tamper.items():
@@ -145,7 +151,8 @@ def build_corpus(release, root, port):
     for cell in _cells(nb, "rms_norm_shape"):
         cell.source = "print('all good')"
     c["edited_locked"] = ({"hostile.ipynb": w(nb)}, Q1_ZERO, "locked cell 'rms_norm_shape' had been edited")
-    ref = "import torch.nn.functional as F\ndef rms_norm(x, weight, eps=1e-6):\n    return F.rms_norm(x, (x.shape[-1],), weight, eps)"
+    ref = ("import torch.nn.functional as F\ndef rms_norm(x, weight, eps=1e-6):\n"
+           "    return F.rms_norm(x, (x.shape[-1],), weight, eps)")
     c["calls_reference"] = ({"hostile.ipynb": w(answered(release, q1=ref))}, Q1_ZERO, "calls the reference")
     # --- isolation: honest answers plus an inserted cell that tries to escape
     escape = f"""
