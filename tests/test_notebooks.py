@@ -27,7 +27,8 @@ SEED_NUMBERS = {
                          "output [1.0, -1.0, 1.0, -1.0] torch.float16", "x**2 = [inf, inf, inf, inf]",
                          "7%~64%"],
     "03_placement.ipynb": ["Pre-LN  Y = X + F(Norm(X))", "Post-LN Y = Norm(X + F(X))", "[2, 3, 8] -> [2, 3, 8]",
-                           "std of each token after Post-LN: 1.000 to 1.000", "Adam, lr 0.015, 60 steps"],
+                           "std of each token after Post-LN: 1.000 to 1.000", "Adam, lr 0.015, 60 steps",
+                           "Post-LN block: [2, 3, 8] -> [2, 3, 8], std of each output token 1.000 to 1.000"],
 }
 # How many widgets and captioned figures each lesson shows.
 WIDGETS = {"00_start.ipynb": 0, "01_layernorm.ipynb": 1, "02_rmsnorm.ipynb": 3, "03_placement.ipynb": 7}
@@ -106,6 +107,40 @@ def test_placement_notebook_shows_the_warmup_trend(executed):
     assert post_cold > pre_cold + 1.0  # measured 2.40 vs 0.75
     assert post_cold > post_warm + 0.8  # measured 2.40 vs 0.95
     assert post_warm < 1.3
+
+
+@pytest.mark.slow
+def test_placement_notebook_says_what_the_stalled_curve_measures(executed):
+    """Post-LN without warmup stalls (its loss stops falling), it does not diverge: the printed
+    range after step 10 stays well under the first step's loss and well above ln 2."""
+    path, nb, _ = executed
+    if path.name != "03_placement.ipynb":
+        pytest.skip("the training run is in 03_placement")
+    m = re.search(r"Post-LN without warmup: loss (\d+\.\d+) nats at step 1, down to (\d+\.\d+) within 5 steps, "
+                  r"then between (\d+\.\d+) and (\d+\.\d+) from step 11 to step 60", _text(nb))
+    assert m, "the stalled curve's numbers are missing"
+    first, early, low, high = map(float, m.groups())
+    assert early < first and high < first  # it never comes back to where it started
+    assert low > 0.693 + 1.0  # stays far above ln 2 = 0.693 (measured 2.25-2.64)
+    source = "\n".join(c.source for c in nb.cells)
+    assert "never recovers" not in source and "falls\napart" not in source and "falls apart" not in source
+
+
+def test_no_lesson_prints_code_that_answers_a_graded_cell():
+    """Lesson 03 printed inspect.getsource(TransformerBlock.forward), the answer to the block
+    assignment's pre_ln, post_ln and PreNormBlock cells: no lesson prints normref's source."""
+    for path in NOTEBOOKS:
+        code = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
+        assert "getsource" not in code and "inspect" not in code, path.name
+        assert "??" not in code, path.name  # IPython's source display
+
+
+def test_placement_notebook_reports_this_model_before_comparing_with_xiong():
+    """Section (b): what this small model shows comes before what Xiong et al. report."""
+    text = "\n".join(c.source for c in nbformat.read(REPO / "notebooks" / "03_placement.ipynb", as_version=4).cells)
+    b = text[text.index("## (b)"):text.index("## (c)")]
+    assert b.index("What this small model shows") < b.index("How it relates to Xiong et al.")
+    assert b.index("plot_grad_norms") < b.index("Fig. 3") and b.index("plot_grad_norms") < b.index("Theorem 1")
 
 
 @pytest.mark.slow
