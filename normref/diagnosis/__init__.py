@@ -24,8 +24,9 @@ from .norms import NormCase, norm_case, norm_grammar
 from .search import Choice, Finding, Grammar, Observation, close, count_variants, reproduces, search, variant_id
 from .wiring import BlockCase, PlacementCase, block_grammar, placement_grammar
 
-__all__ = ["DIAGNOSIS_FAULTS", "GENERIC_FAULTS", "Choice", "Finding", "Grammar", "Observation",
-           "close", "count_variants", "describe", "grammar_for", "observation_case", "refine",
+__all__ = ["BackwardCase", "BlockCase", "NormCase", "PlacementCase", "DIAGNOSIS_FAULTS",
+           "GENERIC_FAULTS", "Choice", "Finding", "Grammar", "Observation", "close",
+           "count_variants", "describe", "grammar_for", "observation_case", "refine",
            "reproduces", "search", "variant_id", "VARIANT_TAG"]
 
 #: The fault kind of a mistake found by the search, with its generic description.

@@ -46,7 +46,7 @@ def evaluate_backward(ch: dict, c: BackwardCase) -> np.ndarray | None:
     if n - ddof <= 0:
         return None
     center = ch.get("center", True)
-    eps = 0.0 if ch.get("eps_place") == "none" else c.eps
+    eps = 0.0 if ch.get("eps_place") == "none" else ch.get("eps_value", c.eps)
     xc = x - x.mean(axis, keepdims=True) if center else x
     var = (xc**2).sum(axis, keepdims=True) / (n - ddof)
     if ch.get("eps_place") == "outside":
@@ -87,6 +87,8 @@ _DIMS = [
     ("ddof", 1, "differentiated the n-1 (unbiased) variance", "unbiased_variance"),
     ("eps_place", "outside", "differentiated sqrt(var) + eps (eps outside the root)", "eps_outside_sqrt"),
     ("eps_place", "none", "left eps out", "no_eps"),
+    ("eps_value", 1e-5, "used eps = 1e-05 instead of the eps you were given", None),
+    ("eps_value", 1e-8, "used eps = 1e-08 instead of the eps you were given", None),
     ("center", False, "differentiated a LayerNorm that does not subtract the mean", "not_centered"),
     ("axis", 0, "took the statistics over axis 0 instead of the last axis", "wrong_axis"),
     ("axis", 1, "took the statistics over axis 1 instead of the last axis", "wrong_axis"),
@@ -105,6 +107,8 @@ _DIMS = [
 def _compatible(a: Choice, b: Choice) -> bool:
     pair = {a.dim: a.value, b.dim: b.value}
     if "swap" in pair and ("dweight" in pair or "dbias" in pair):
+        return False
+    if "eps_value" in pair and pair.get("eps_place") == "none":
         return False
     if pair.get("center") is False and "mean_term" in pair:
         return False

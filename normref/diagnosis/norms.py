@@ -227,10 +227,9 @@ def _dims(kind: str, module: bool = False):
         out.append([Choice("eps_place", "outside", "added eps outside the square root, sqrt(.) + eps",
                            "eps_outside_sqrt"),
                     Choice("eps_place", "none", "left eps out", "no_eps")])
-        other = 1e-5 if kind == "rms" else 1e-6
         known_eps = "wrong_eps" if module else None
         out.append([Choice("eps_value", v, f"used eps = {v:g} instead of the eps you were given",
-                           known_eps) for v in (other, 1e-8, 1e-3)])
+                           known_eps) for v in (1e-5, 1e-6, 1e-8, 1e-3)])
         out.append([Choice("apply", "multiply", f"multiplied by the {stat_word} instead of "
                            "dividing by it")])
         if has_w:

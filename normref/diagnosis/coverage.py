@@ -1,0 +1,229 @@
+"""How much of its grammar a checker names: every variant played as a student's code.
+
+:func:`student_from_variant` turns a variant into something the checker accepts (a function,
+an ``nn.Module`` class, a block class) that computes the variant on whatever input it is
+given. :func:`coverage` runs the real checker on each variant and counts: the variants the
+battery cannot tell from the reference, those the known fault kinds diagnose, those the
+search names (and whether the name it gives is the variant or one that the battery cannot
+tell from it), and the slowest checker call. ``make bench`` prints it.
+"""
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import grammar_for, observation_case, variant_id
+from .gradients import BackwardCase
+from .norms import evaluate_norm, norm_case
+from .search import Variant
+from .wiring import BlockCase, PlacementCase
+
+__all__ = ["CHECKERS", "Coverage", "student_from_variant", "coverage", "battery_of", "run_checker"]
+
+#: The checkers with a grammar: name -> (module path of the check function, its name, args).
+CHECKERS = {
+    "rms_norm": ("check_rms_norm", ()),
+    "layer_norm": ("check_layer_norm", ("numpy",)),
+    "RMSNorm module": ("check_rms_norm_module", ()),
+    "pre_ln": ("check_pre_ln", ()),
+    "post_ln": ("check_post_ln", ()),
+    "pre-LN block": ("check_pre_ln_block", ()),
+    "layer_norm_backward": ("check_layer_norm_backward", ()),
+}
+
+
+def run_checker(checker: str, student):
+    """``check_*(student)`` for the checker named ``checker``."""
+    from .. import checks
+
+    fn_name, args = CHECKERS[checker]
+    return getattr(checks, fn_name)(student, *args)
+
+
+def battery_of(checker: str) -> list:
+    """The grammar's form of the checker's battery cases it can evaluate."""
+    from ..checks import backward, block, module, norms, placement
+    from ..checks.core import seeded
+
+    with seeded():
+        raw = {
+            "rms_norm": lambda: norms.battery("rms", "torch"),
+            "layer_norm": lambda: norms.battery("layer", "numpy"),
+            "RMSNorm module": module._module_battery,
+            "pre_ln": placement._placement_battery,
+            "post_ln": placement._placement_battery,
+            "pre-LN block": block._block_battery,
+            "layer_norm_backward": backward._backward_battery,
+        }[checker]()
+    cases = [observation_case(checker, c) for c in raw]
+    return [c for c in cases if c is not None]
+
+
+def _tensor_like(out: np.ndarray, x):
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return torch.from_numpy(np.ascontiguousarray(out)).to(torch.float32).to(x.dtype)
+    return out.astype(x.dtype)
+
+
+def student_from_variant(checker: str, v: Variant):
+    """A student's answer that computes variant ``v`` of ``checker``'s reference on any input
+    (raises where the variant would)."""
+    import torch
+    from torch import nn
+
+    ch = {c.dim: c.value for c in v}
+
+    def fail():
+        raise RuntimeError("this variant cannot be computed on this input (shapes do not broadcast)")
+
+    if checker in ("rms_norm", "layer_norm"):
+        kind = "rms" if checker == "rms_norm" else "layer"
+
+        def norm_fn(x, weight, *rest, eps=1e-6 if kind == "rms" else 1e-5):
+            bias = rest[0] if rest else None
+            with np.errstate(all="ignore"):
+                try:
+                    out = evaluate_norm(kind, ch, norm_case(x, weight, bias, eps))
+                except (ValueError, IndexError):
+                    out = None
+            return fail() if out is None else _tensor_like(out, x)
+
+        return norm_fn
+    if checker == "RMSNorm module":
+        class VariantRMSNorm(nn.Module):
+            def __init__(self, dim, eps=1e-6):
+                super().__init__()
+                self.eps = eps
+                self.weight = nn.Parameter(torch.ones(dim))
+
+            def forward(self, x):
+                with np.errstate(all="ignore"):
+                    try:
+                        out = evaluate_norm("rms", ch, norm_case(x, self.weight, None, self.eps))
+                    except (ValueError, IndexError):
+                        out = None
+                return fail() if out is None else _tensor_like(out, x)
+
+        return VariantRMSNorm
+    if checker in ("pre_ln", "post_ln"):
+        def placement_fn(x, sublayer, norm):
+            g = grammar_for(checker)  # fresh: its memo is keyed by case object
+            out = g.evaluate(ch, PlacementCase(x, sublayer, norm))
+            return torch.from_numpy(out).to(x.dtype)
+
+        return placement_fn
+    if checker == "pre-LN block":
+        from ..blocks import CausalSelfAttention, FeedForward
+        from ..modules import RMSNorm
+
+        class VariantBlock(nn.Module):
+            def __init__(self, dim, n_heads):
+                super().__init__()
+                self.input_layernorm = RMSNorm(dim)
+                self.self_attn = CausalSelfAttention(dim, n_heads)
+                self.post_attention_layernorm = RMSNorm(dim)
+                self.mlp = FeedForward(dim)
+
+            def forward(self, x):
+                g = grammar_for(checker)
+                out = g.evaluate(ch, BlockCase(x, self.self_attn, self.mlp, self.input_layernorm,
+                                               self.post_attention_layernorm))
+                return torch.from_numpy(out).to(x.dtype)
+
+        return VariantBlock
+    if checker == "layer_norm_backward":
+        def backward_fn(dy, x, weight, eps=1e-5):
+            out = grammar_for(checker).evaluate(ch, BackwardCase(dy, x, weight, eps))
+            if out is None:
+                fail()
+            n, d = x.size, weight.size
+            return out[:n].reshape(x.shape), out[n:n + d], out[n + d:]
+
+        return backward_fn
+    raise KeyError(checker)
+
+
+@dataclass
+class Coverage:
+    """What :func:`coverage` counted for one checker."""
+
+    checker: str
+    singles: int = 0
+    pairs: int = 0
+    invisible: list[str] = field(default_factory=list)  # the battery cannot tell it from the reference
+    known: list[str] = field(default_factory=list)  # a known fault kind diagnoses it
+    named: list[str] = field(default_factory=list)  # the search names exactly it
+    named_equivalent: list[str] = field(default_factory=list)  # named as a battery-equivalent variant
+    unnamed: list[str] = field(default_factory=list)  # generic diagnosis only
+    slowest_s: float = 0.0
+    slowest: str = ""
+
+    @property
+    def total(self) -> int:
+        return self.singles + self.pairs
+
+    @property
+    def played(self) -> int:
+        """Variants run through the checker (all, or the sample)."""
+        return len(self.invisible) + len(self.known) + len(self.named) + len(self.named_equivalent) \
+            + len(self.unnamed)
+
+    @property
+    def visible(self) -> int:
+        """Played variants the battery tells from the reference."""
+        return self.played - len(self.invisible)
+
+    def share_named(self) -> float:
+        """Named (exactly or as an equivalent) or diagnosed by a known kind, of the visible ones."""
+        good = len(self.named) + len(self.named_equivalent) + len(self.known)
+        return good / self.visible if self.visible else 1.0
+
+    def line(self) -> str:
+        return (f"{self.checker}: {self.total} variants ({self.singles} single, {self.pairs} pairs), "
+                f"{self.played} played, {self.visible} visible on the battery: "
+                f"{len(self.known)} by a known fault kind, "
+                f"{len(self.named)} named by the search, {len(self.named_equivalent)} named as an "
+                f"equivalent variant, {len(self.unnamed)} unnamed ({100 * self.share_named():.0f}% "
+                f"named); slowest checker call {self.slowest_s:.2f} s ({self.slowest})")
+
+
+def coverage(checker: str, *, sample: int | None = None, seed: int = 0) -> Coverage:
+    """Play every variant (or a seeded sample of ``sample``) of ``checker``'s grammar through
+    the real checker and count what it says.
+
+    Returns:
+        :class:`Coverage`; a variant counts as named when its ``[variant: id]`` is the variant's
+        id, or as an equivalent when the named variant's id differs (the battery does not tell
+        the two apart: the search only names variants that reproduce every output).
+    """
+    g = grammar_for(checker)
+    cases = battery_of(checker)
+    singles, pairs = g.singles(cases), g.pairs(cases)
+    cov = Coverage(checker, len(singles), len(pairs))
+    variants = singles + pairs
+    if sample is not None and sample < len(variants):
+        variants = random.Random(seed).sample(variants, sample)
+    for v in variants:
+        vid = variant_id(v)
+        student = student_from_variant(checker, v)
+        t0 = time.perf_counter()
+        r = run_checker(checker, student)
+        dt = time.perf_counter() - t0
+        if dt > cov.slowest_s:
+            cov.slowest_s, cov.slowest = dt, vid
+        faults = set(r.faults)
+        if r.passed:
+            cov.invisible.append(vid)
+        elif "found_variant" in faults:
+            tags = {m.split("[variant: ")[1].split("]")[0] for m in r.messages if "[variant: " in m}
+            (cov.named if vid in tags else cov.named_equivalent).append(vid)
+        elif faults - {"wrong_values", "returns_nan"}:
+            cov.known.append(vid)
+        else:
+            cov.unnamed.append(vid)
+    return cov
