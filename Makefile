@@ -10,6 +10,7 @@ SUBMISSIONS ?=
 JOBS ?=
 DUEDATE ?=
 FRESH ?=
+YES ?=
 
 .PHONY: install lab lab-instructor test grade release bench clean student-repo screenshots notebooks
 
@@ -39,7 +40,7 @@ test: $(STAMP)
 
 grade: $(STAMP)
 	$(BIN)/python -m grader $(if $(SUBMISSIONS),--submissions "$(SUBMISSIONS)") $(if $(JOBS),--jobs $(JOBS)) \
-		$(if $(DUEDATE),--duedate "$(DUEDATE)") $(if $(FRESH),--fresh)
+		$(if $(DUEDATE),--duedate "$(DUEDATE)") $(if $(FRESH),--fresh) $(if $(YES),--yes)
 
 # Figures, not a test: make grade vs plain sequential nbgrader on the demo class.
 bench: $(STAMP)
@@ -69,7 +70,7 @@ screenshots: $(STAMP)
 	@mkdir -p docs/screenshots
 	cp $(foreach s,$(SCREENSHOTS),build/browser/$(s).png) docs/screenshots/
 
-# nbgrader's grading state (the list is grader.pipeline.GRADING_STATE; a test checks).
-clean:
-	rm -rf submitted autograded/* feedback downloaded reports logs gradebook.db grades.csv \
-		grades_by_question.csv .demo-class
+# All grading state (grader.pipeline.GRADING_STATE), after a backup under logs/backups/ (kept, with
+# logs/runs.jsonl); with real students graded here it asks first, or needs YES=1.
+clean: $(STAMP)
+	$(BIN)/python -m grader clean $(if $(YES),--yes)

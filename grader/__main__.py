@@ -1,21 +1,35 @@
-"""Command line for ``make grade``: ``python -m grader [--submissions PATH] [--jobs N]``."""
+"""Command line for ``make grade``, ``make clean`` and restoring a backup:
+
+    python -m grader [--submissions PATH] [--jobs N] ...   # grade (no PATH: the demo class)
+    python -m grader restore [--backup FILE]               # put a gradebook backup back
+    python -m grader clean [--yes]                         # remove grading state, after a backup
+
+Each is a thin layer over a keyword-only function (:func:`grader.pipeline.grade_class`,
+:func:`grader.state.restore_gradebook`, :func:`grader.pipeline.start_over`).
+"""
 from __future__ import annotations
 
 import argparse
+import errno
+import signal
 import sys
 from pathlib import Path
 
 from .pipeline import REPO_ROOT, GradingError, format_table, grade_class, parse_duedates, summary_text
 
+ERRORS_THAT_END_A_RUN = (GradingError, FileNotFoundError, ValueError)
 
-def main(argv: list[str] | None = None) -> int:
+
+def _grade_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m grader",
         description="Grade a class with nbgrader in one command: generate (release/ if stale), "
         "collect, autograde in parallel, feedback, grades.csv, class report. With no "
-        "--submissions, grades the embedded demo class. Real submissions are graded in "
-        "batches: each run adds its students to the gradebook (a student's new submission "
-        "replaces the earlier one) and autogrades only them; --fresh starts over.",
+        "--submissions, grades the embedded demo class in a course folder of its own "
+        "(build/demo-course/). Real submissions are graded in batches: each run adds its students "
+        "to the gradebook (a student's new submission replaces the earlier one) and autogrades "
+        "only them; --fresh starts over. Other commands: `python -m grader restore` (a gradebook "
+        "backup), `python -m grader clean` (remove grading state, after a backup).",
     )
     p.add_argument("--submissions", type=Path, default=None, metavar="PATH",
                    help="an nbgrader submitted/<student>/<assignment>/ tree, or a folder or .zip of "
@@ -24,8 +38,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="concurrent autograde processes (default: all cores)")
     p.add_argument("--fresh", action="store_true", default=None,
                    help="remove earlier grading state (submitted/, autograded/, feedback/, gradebook.db, "
-                   "reports/, ...) first; always done for the demo class, and before real "
-                   "submissions when the state is the demo class's")
+                   "reports/, ...) first, after a backup under logs/backups/; with real students "
+                   "there this needs --yes or a yes at the terminal")
+    p.add_argument("--yes", action="store_true", help="consent to --fresh removing real students' state")
     p.add_argument("--duedate", action="append", default=[], metavar="[ASSIGNMENT=]DATE",
                    help="record a due date, e.g. '2026-11-21 09:00 UTC' (every assignment) or "
                    "'rmsnorm=2026-11-21 09:00 UTC'; repeatable. A submission whose timestamp "
@@ -37,6 +52,33 @@ def main(argv: list[str] | None = None) -> int:
                    "in nbgrader_config.py, 60)")
     p.add_argument("--course-root", type=Path, default=REPO_ROOT,
                    help="the nbgrader course root (default: this repository)")
+    return p
+
+
+def _stop_on_signals() -> None:
+    """SIGTERM ends the run like Ctrl-C (KeyboardInterrupt), so that every ``finally`` runs:
+    autograde workers are stopped and the run lock is released."""
+    def handler(signum, _frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGHUP, handler)
+
+
+def _os_error_line(e: OSError) -> str:
+    """One line for a failed write: what, where, what to do."""
+    where = e.filename or "the course folder"
+    if e.errno == errno.ENOSPC:
+        return f"the disk is full (writing {where}): free some space and run again"
+    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"no permission to write {where}: fix its permissions (or run as its owner) and run again"
+    return f"{e.strerror or e} ({where})"
+
+
+def grade(argv: list[str]) -> int:
+    from .state import CourseStateError
+
+    p = _grade_parser()
     args = p.parse_args(argv)
     if args.jobs is not None and args.jobs < 1:
         p.error("--jobs must be at least 1")
@@ -44,14 +86,29 @@ def main(argv: list[str] | None = None) -> int:
         duedates = parse_duedates(args.duedate)
     except ValueError as e:
         p.error(f"--duedate: {e}")
+    course_root = args.course_root
+    if args.submissions is None:
+        from .demo import demo_course
+
+        course_root = demo_course(args.course_root)
+        print(f"demo class: graded in its own course folder {course_root} "
+              f"(nothing in {args.course_root.resolve()} is read or written)")
+    _stop_on_signals()
     try:
-        run = grade_class(course_root=args.course_root, submissions=args.submissions, jobs=args.jobs,
+        run = grade_class(course_root=course_root, submissions=args.submissions, jobs=args.jobs,
                           fresh=args.fresh, progress=True, cell_timeout=args.cell_timeout,
-                          duedates=duedates,
+                          duedates=duedates, yes=args.yes, command=" ".join(["python -m grader", *argv]),
                           use_sandbox=False if args.no_sandbox else None)
-    except (GradingError, FileNotFoundError, ValueError) as e:
+    except (*ERRORS_THAT_END_A_RUN, CourseStateError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except OSError as e:
+        print(f"error: {_os_error_line(e)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt as e:
+        print(f"stopped ({e or 'SIGINT'}): the autograde workers were stopped; run the same command "
+              "again to finish the batch", file=sys.stderr)
+        return 130
     print()
     print(format_table(run))
     print()
@@ -61,8 +118,61 @@ def main(argv: list[str] | None = None) -> int:
     print(f"per question: {run.questions_csv}")
     print(f"feedback:     {run.feedback_dir}/<student>/<assignment>/<notebook>.html")
     print(f"class report: {run.report_html}")
+    print(f"run log:      {run.course_root / 'logs' / 'runs.jsonl'} (backups: {run.course_root / 'logs' / 'backups'})")
     print(f"done in {run.seconds:.1f} s")
     return 0
+
+
+def restore(argv: list[str]) -> int:
+    from .course import CourseTree
+    from .state import CourseStateError, restore_gradebook, run_lock
+
+    p = argparse.ArgumentParser(prog="python -m grader restore",
+                                description="Put a gradebook backup (logs/backups/) back as gradebook.db; "
+                                "the gradebook it replaces is kept beside the backups.")
+    p.add_argument("--backup", type=Path, default=None, help="the backup file (default: the newest)")
+    p.add_argument("--course-root", type=Path, default=REPO_ROOT)
+    args = p.parse_args(argv)
+    tree = CourseTree(args.course_root)
+    try:
+        with run_lock(tree, " ".join(["python -m grader restore", *argv])):
+            restore_gradebook(tree, args.backup)
+    except CourseStateError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def clean(argv: list[str]) -> int:
+    from .course import CourseTree
+    from .pipeline import start_over
+    from .state import CourseStateError, run_id, run_lock
+
+    p = argparse.ArgumentParser(prog="python -m grader clean",
+                                description="Remove all grading state (submitted/, autograded/, feedback/, "
+                                "gradebook.db, reports/, ...), keeping logs/backups/ and logs/runs.jsonl. With "
+                                "real students graded here, the gradebook and the rest are backed up first and "
+                                "a yes is needed (--yes, or typed at the terminal).")
+    p.add_argument("--yes", action="store_true")
+    p.add_argument("--course-root", type=Path, default=REPO_ROOT)
+    args = p.parse_args(argv)
+    tree = CourseTree(args.course_root)
+    try:
+        with run_lock(tree, " ".join(["python -m grader clean", *argv])):
+            start_over(tree, yes=args.yes, tag=run_id())
+    except CourseStateError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"clean: the grading state of {tree.root} is removed (backups and the run log are kept in {tree.logs})")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = {"restore": restore, "clean": clean}
+    if argv and argv[0] in commands:
+        return commands[argv[0]](argv[1:])
+    return grade(argv)
 
 
 if __name__ == "__main__":

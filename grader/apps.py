@@ -15,6 +15,7 @@ from multiprocessing import get_context
 from pathlib import Path
 
 from .course import CourseTree, put_interpreter_on_path, split_round_robin
+from .parallel import die_with_parent
 
 
 class AppError(RuntimeError):
@@ -172,6 +173,6 @@ def generate_feedback_parallel(course: Course, assignments: list[str], jobs: int
         for a in assignments:
             course.generate_feedback(a)
         return
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("fork")) as pool:
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("fork"), initializer=die_with_parent) as pool:
         for _ in pool.map(_feedback_worker, [(course.tree, g) for g in split_round_robin(assignments, jobs)]):
             pass

@@ -12,6 +12,8 @@ collected as case 1.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -104,14 +106,69 @@ class Collected:
         students: the students in this input (this batch), sorted.
         skipped: ``{file name: reason}`` for files that were not collected.
         replaced: ``(assignment, student)`` pairs whose earlier submission this batch replaced.
+        unchanged: ``(assignment, student)`` pairs handed in again byte for byte (a rerun of the
+            same download): kept as they are, not a resubmission.
         flags: ``{student: [notes]}`` for the report (e.g. the LMS marked a file late).
+        hand_grades: the hand grades of each replaced submission, with the answers they graded
+            (:func:`grader.handgrades.capture`), to carry over where the answer is unchanged.
     """
 
     source: str
     students: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     replaced: list[tuple[str, str]] = field(default_factory=list)
+    unchanged: list[tuple[str, str]] = field(default_factory=list)
     flags: dict[str, list[str]] = field(default_factory=dict)
+    hand_grades: list = field(default_factory=list)
+
+    @property
+    def pairs(self) -> list[tuple[str, str]]:
+        """The ``(assignment, student)`` submissions this batch brought in new or changed."""
+        return sorted(set(self._pairs) - set(self.unchanged))
+
+    _pairs: list[tuple[str, str]] = field(default_factory=list, repr=False)
+
+
+#: ``{"<student>/<assignment>": sha256}`` of what was last received for each submission.
+RECEIVED = "received.json"
+
+
+def _received(tree: CourseTree) -> dict[str, str]:
+    path = tree.logs / RECEIVED
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _remember(tree: CourseTree, hashes: dict[str, str]) -> None:
+    tree.logs.mkdir(parents=True, exist_ok=True)
+    path = tree.logs / RECEIVED
+    part = path.with_suffix(".part")
+    part.write_text(json.dumps({**_received(tree), **hashes}, indent=1, sort_keys=True))
+    os.replace(part, path)
+
+
+def _hash(files: list[Path]) -> str:
+    h = hashlib.sha256()
+    for f in sorted(files, key=lambda p: p.name):
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def _sort_out(course: Course, out: Collected, incoming: dict[tuple[str, str], list[Path]]) -> dict[str, str]:
+    """Which incoming submissions are unchanged (same bytes as last received, still there), which
+    replace an earlier one (moved aside, hand grades captured); returns their new hashes."""
+    tree, seen = course.tree, _received(course.tree)
+    hashes = {}
+    for (a, st), files in sorted(incoming.items()):
+        key, h = f"{st}/{a}", _hash(files)
+        out._pairs.append((a, st))
+        if tree.has_notebook("submitted", st, a):
+            if seen.get(key) == h:
+                out.unchanged.append((a, st))
+                continue
+            out.replaced.append((a, st))
+            _drop_earlier(course, a, st, out)
+        hashes[key] = h
+    return hashes
 
 
 def is_submitted_tree(path: Path, assignments: list[str]) -> bool:
@@ -229,25 +286,31 @@ def collect_lms(course: Course, path: Path, assignments: list[str]) -> Collected
             if info.get("late"):
                 out.flags.setdefault(st, []).append(f"{a}: the LMS marked the download {f.name!r} late")
         batch = set(candidates)
-        out.replaced = sorted((a, st) for a, st in batch if tree.has_notebook("submitted", st, a))
-        for a, st in out.replaced:
-            _drop_earlier(course, a, st)
+        chosen = {pr: [sorted(found, key=lambda c: _newest_first(c[0]))[-1][1]] for pr, found in candidates.items()}
+        hashes = _sort_out(course, out, chosen)
         for a, fs in by_assignment.items():
+            fs = [f for f in fs if not any(chosen[pr] == [f] for pr in out.unchanged)]
             archive = tree.downloaded(a)
             if archive.exists():
                 shutil.rmtree(archive)
+            if not fs:
+                continue
             archive.mkdir(parents=True)
             for f in fs:
                 shutil.copy(f, archive / f.name)
             course.zip_collect(a, "grader.collect.LmsFileNameCollector")
+        _remember(tree, hashes)
     out.students = sorted({st for _, st in batch})
     return out
 
 
-def _drop_earlier(course: Course, assignment: str, student: str) -> None:
-    """Before a resubmission: the earlier one moves from ``submitted/`` to
-    ``logs/replaced/<student>/<assignment>/`` and leaves the gradebook (so that its timestamp,
-    and lateness, do not stay with the new one)."""
+def _drop_earlier(course: Course, assignment: str, student: str, out: Collected) -> None:
+    """Before a resubmission: the earlier one's hand grades are captured, it moves from
+    ``submitted/`` to ``logs/replaced/<student>/<assignment>/`` and leaves the gradebook (so that
+    its timestamp, and lateness, do not stay with the new one)."""
+    from .handgrades import capture
+
+    out.hand_grades += capture(course.tree, assignment, student)
     keep = course.tree.logs / "replaced" / student / assignment
     shutil.rmtree(keep, ignore_errors=True)
     keep.parent.mkdir(parents=True, exist_ok=True)
@@ -270,12 +333,14 @@ def collect(course: Course, submissions: Path, assignments: list[str]) -> Collec
         return collect_lms(course, submissions, assignments)
     out = Collected(source=f"nbgrader submitted/ tree {submissions}")
     pairs = _tree_pairs(submissions, assignments)
-    if submissions != tree.submitted().resolve():
-        out.replaced = [(a, st) for a, st in pairs if tree.has_notebook("submitted", st, a)]
-        for a, st in out.replaced:  # a resubmission replaces the earlier one whole
-            _drop_earlier(course, a, st)
-        for a, st in pairs:
+    if submissions == tree.submitted().resolve():
+        out._pairs = pairs
+    else:  # a resubmission replaces the earlier one whole
+        hashes = _sort_out(course, out, {(a, st): sorted((submissions / st / a).glob("*.ipynb"))
+                                         for a, st in pairs})
+        for a, st in out.pairs:
             shutil.rmtree(tree.submitted(st, a), ignore_errors=True)
             shutil.copytree(submissions / st / a, tree.submitted(st, a))
+        _remember(tree, hashes)
     out.students = sorted({st for _, st in pairs})
     return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import hashlib
+import os
 import shutil
 import sys
 import time
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import nbformat
 
-from . import sandbox
+from . import sandbox, state
 from .apps import AppError, Course, generate_feedback_parallel
 from .collect import Collected, check_input, collect
 from .course import CourseTree
@@ -32,6 +33,8 @@ DEMO_MARKER = ".demo-class"
 #: What a fresh run removes (nbgrader's grading state; never source/ or release/).
 GRADING_STATE = ("submitted", "autograded", "feedback", "downloaded", "reports", "logs", "gradebook.db",
                  "grades.csv", "grades_by_question.csv", DEMO_MARKER)
+#: What :func:`clean` keeps of ``logs/``: the backups and the run history.
+KEPT_LOGS = ("backups", "runs.jsonl")
 
 
 class GradingError(RuntimeError):
@@ -166,15 +169,69 @@ def _progress_bar():
 
 
 def clean(course_root: Path) -> None:
-    """Remove nbgrader's grading state (``GRADING_STATE``) from a course root."""
+    """Remove nbgrader's grading state (``GRADING_STATE``) from a course root, except what
+    protects it: ``logs/backups/`` and the run history ``logs/runs.jsonl``. No questions asked:
+    :func:`start_over` is the careful way."""
+    root = Path(course_root)
     for name in GRADING_STATE:
-        p = Path(course_root) / name
-        if p.is_dir():
+        p = root / name
+        if name == "logs" and p.is_dir():
+            for child in p.iterdir():
+                if child.name not in KEPT_LOGS:
+                    shutil.rmtree(child) if child.is_dir() else child.unlink()
+        elif p.is_dir():
             shutil.rmtree(p)
         elif p.exists():
             p.unlink()
-    (Path(course_root) / "autograded").mkdir(exist_ok=True)
-    (Path(course_root) / "autograded" / ".gitkeep").touch()
+    (root / "autograded").mkdir(exist_ok=True)
+    (root / "autograded" / ".gitkeep").touch()
+
+
+def start_over(tree: CourseTree, *, yes: bool, tag: str, log=print) -> None:
+    """:func:`clean`, after a backup, and only with a yes when real students are graded here.
+
+    The gradebook is backed up with SQLite's backup API and every other piece of grading state
+    (``submitted/``, ``autograded/``, ``feedback/``, the CSVs, ``reports/``) is archived as
+    ``logs/backups/state-<tag>.tar.gz`` before anything is removed.
+
+    Raises:
+        CourseStateError: real students are here and nobody said yes (``--yes``, or ``yes`` typed
+            at the terminal); nothing was removed.
+    """
+    real = state.has_grading_state(tree) and not (tree.root / DEMO_MARKER).exists()
+    if real:
+        gb = state.backup_gradebook(tree, tag, log=log)
+        archive = _archive_state(tree, tag)
+        log(f"backup: {', '.join(str(p) for p in (gb, archive) if p)}")
+        n = len(tree.students())
+        if not state.confirm(f"This removes the grading state of {n} students in {tree.root} "
+                             f"(backed up under {tree.logs / 'backups'}).", yes):
+            raise state.CourseStateError(
+                f"{tree.root} holds the grading state of {n} students: starting over needs --yes "
+                f"(make ... YES=1) or a yes at the terminal; nothing was removed (a backup is in "
+                f"{tree.logs / 'backups'})")
+    clean(tree.root)
+
+
+def _archive_state(tree: CourseTree, tag: str) -> Path | None:
+    import tarfile
+
+    names = [n for n in GRADING_STATE if n not in ("logs", "gradebook.db") and (tree.root / n).exists()]
+    if not names:
+        return None
+    dest = tree.logs / "backups" / f"state-{tag}.tar.gz"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".part")
+    try:
+        with tarfile.open(part, "w:gz") as tf:
+            for n in names:
+                tf.add(tree.root / n, arcname=n)
+        os.replace(part, dest)
+    finally:
+        part.unlink(missing_ok=True)
+    for old in sorted(dest.parent.glob("state-*.tar.gz"))[:-state.KEEP_BACKUPS]:
+        old.unlink()
+    return dest
 
 
 @dataclass
@@ -192,26 +249,39 @@ class Batch:
     cell_timeout: int | None
     duedates: dict[str, str]
     log: object
+    yes: bool = False
+    run_id: str = ""
     course: Course | None = None
     collected: Collected | None = None
+    to_grade: list[tuple[str, str]] | None = None  # None: every submission here
 
 
 def prepare(b: Batch) -> None:
-    """Refuse bad input before anything is touched; start over (``fresh``) if asked."""
+    """Refuse bad input and an untrustworthy gradebook before anything is touched; back the
+    gradebook up; start over (``fresh``) if asked, carefully (:func:`start_over`)."""
+    tree = b.tree
     parse_duedates([f"{k}={v}" for k, v in b.duedates.items()])  # each date readable
     unknown = sorted(set(b.duedates) - set(b.run.assignments) - {"*"})
     if unknown:
         raise ValueError(f"due date for unknown assignment {', '.join(unknown)} "
                          f"(assignments: {', '.join(b.run.assignments)})")
     if b.submissions is not None:
-        check_input(b.tree, b.submissions, b.run.assignments)
+        check_input(tree, b.submissions, b.run.assignments)
+    demo_state = (tree.root / DEMO_MARKER).exists()
+    if b.submissions is None and state.has_grading_state(tree) and not demo_state:
+        raise state.CourseStateError(
+            f"{tree.root} holds a real class: the demo class is graded in a course folder of its own "
+            "(`python -m grader` with no --submissions uses build/demo-course/); nothing was written")
     if b.fresh is None:
         b.fresh = b.submissions is None
-    if not b.fresh and (b.tree.root / DEMO_MARKER).exists():
+    if not b.fresh and demo_state:
         b.fresh = True
         b.log("the grading state here was the demo class's: removed before grading your submissions")
     if b.fresh:
-        clean(b.tree.root)
+        start_over(tree, yes=b.yes, tag=b.run_id, log=b.log)
+    else:
+        state.check_gradebook(tree)
+        state.backup_gradebook(tree, b.run_id, log=b.log)
 
 
 def generate(b: Batch) -> None:
@@ -242,10 +312,12 @@ def collect_submissions(b: Batch) -> None:
             from .demo import apply_due_dates, write_demo_submissions
 
             students = write_demo_submissions(tree.root, tree.submitted())
-            b.collected = Collected(source="embedded demo class", students=sorted(students))
+            b.collected = Collected(source="embedded demo class", students=sorted(students),
+                                    _pairs=tree.pairs(run.assignments))
             apply_due_dates(tree.root, b.course.set_due_date)
             (tree.root / DEMO_MARKER).write_text("the grading state here is the embedded demo class\n")
         else:
+            _keep_as_received(b)
             b.collected = collect(b.course, b.submissions, run.assignments)
         for a, date in b.duedates.items():
             for name in run.assignments if a == "*" else [a]:
@@ -260,14 +332,35 @@ def collect_submissions(b: Batch) -> None:
         log(f"collect: skipped {name}: {why}")
     for a, st in got.replaced:
         log(f"collect: {st} ({a}) replaces that student's earlier submission")
+    for a, st in got.unchanged:
+        log(f"collect: {st} ({a}) is unchanged since it was last received: not a resubmission")
     for st, notes in sorted(got.flags.items()):
         for note in notes:
             log(f"collect: {st}: {note}")
+    # a batch grades what it brought in new or changed, and whatever an earlier run left ungraded
+    graded = set(tree.pairs(run.assignments, "autograded"))
+    b.to_grade = None if b.fresh else sorted(set(got.pairs) | (set(tree.pairs(run.assignments)) - graded))
+
+
+def _keep_as_received(b: Batch) -> None:
+    """The batch's input, byte for byte, under ``logs/batches/<run id>/received/`` (never
+    overwritten: every run has its own folder)."""
+    dest = b.tree.logs / "batches" / b.run_id / "received"
+    dest.mkdir(parents=True, exist_ok=True)
+    src = Path(b.submissions)
+    if src.is_file():
+        shutil.copy2(src, dest / src.name)
+    else:
+        shutil.copytree(src, dest / src.name, dirs_exist_ok=True)
 
 
 def repair(b: Batch) -> None:
-    """Structural repair and the tamper scan of every submission (:mod:`grader.repair`)."""
-    b.run.repairs = repair_all(b.tree, b.run.assignments)
+    """Structural repair and the tamper scan of the submissions to grade (:mod:`grader.repair`);
+    the files as they were before repair go to ``logs/batches/<run id>/originals/``."""
+    only = None if b.to_grade is None else sorted({s for _, s in b.to_grade})
+    b.run.repairs = {k: v for k, v in repair_all(
+        b.tree, b.run.assignments, only=only, keep=b.tree.logs / "batches" / b.run_id / "originals").items()
+        if b.to_grade is None or k in set(b.to_grade)}
     for (a, st), rep in sorted(b.run.repairs.items()):
         for line in rep.notes + rep.flags:
             b.log(f"repair: {st} ({a}): {line}")
@@ -288,15 +381,13 @@ def autograde_stage(b: Batch) -> None:
     extra = [f"--Execute.timeout={b.cell_timeout}"] if b.cell_timeout else []
     log(f"autograde: {b.jobs} parallel nbgrader process{'es' if b.jobs > 1 else ''}"
         f"{', sandboxed' if run.sandboxed else ''}")
-    graded_before = {s for _, s in tree.pairs(run.assignments, "autograded")}
-    only = None if b.fresh else sorted(set(run.batch) | (set(run.students) - graded_before))
     session = sandbox.SandboxSession(tree.root) if run.sandboxed else contextlib.nullcontext()
     with session as sb:
         setup = sb.worker if run.sandboxed else None
         try:
             run.autograde = autograde(tree, run.assignments, jobs=b.jobs, log=log, extra_args=extra,
                                       progress=_progress_bar() if b.progress else None,
-                                      worker_setup=setup, only=only)
+                                      worker_setup=setup, pairs=b.to_grade)
             _regrade_dead_kernels(tree, run, extra, setup, log)
         except RuntimeError as e:
             raise GradingError(str(e)) from e
@@ -306,6 +397,25 @@ def autograde_stage(b: Batch) -> None:
                 for note in notes:
                     log(f"autograde: {st} ({a}): {note}")
     log(f"autograde: {len(run.autograde.graded)} notebooks in {run.autograde.seconds:.1f} s")
+    _carry_hand_grades(b)
+
+
+def _carry_hand_grades(b: Batch) -> None:
+    """Hand grades of replaced submissions go back where the answer is unchanged; the others are
+    named (log and report) as hand grades to redo."""
+    from .handgrades import carry_over
+
+    if not b.collected.hand_grades:
+        return
+    kept, redo = carry_over(b.tree, b.collected.hand_grades)
+    for hg in kept:
+        b.log(f"hand grade kept: {hg.student} ({hg.assignment}) {hg.grade_id} = {hg.manual_score:g}: "
+              "the answer is unchanged")
+    for hg in redo:
+        note = (f"{hg.assignment}: hand grade of {hg.grade_id} ({hg.manual_score:g}) must be redone: the "
+                "resubmitted answer changed")
+        b.collected.flags.setdefault(hg.student, []).append(note)
+        b.log(f"hand grade to redo: {hg.student} ({hg.assignment}) {hg.grade_id}: the answer changed")
 
 
 def feedback(b: Batch) -> None:
@@ -365,8 +475,10 @@ STAGES = (("prepare", prepare), ("generate", generate), ("collect", collect_subm
 def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = None,
                 jobs: int | None = None, fresh: bool | None = None, progress: bool = False,
                 use_sandbox: bool | None = None, cell_timeout: int | None = None,
-                duedates: dict[str, str] | None = None, log=print) -> GradeRun:
-    """Grade a class end to end with nbgrader: the :data:`STAGES` in order.
+                duedates: dict[str, str] | None = None, yes: bool = False, command: str | None = None,
+                log=print) -> GradeRun:
+    """Grade a class end to end with nbgrader: the :data:`STAGES` in order, holding the course's
+    run lock, with one record per run appended to ``logs/runs.jsonl``.
 
     Args:
         course_root: the nbgrader course root (holds ``nbgrader_config.py`` and ``source/``).
@@ -386,6 +498,10 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
             here; True makes its absence an error).
         cell_timeout: seconds a cell may run before it is interrupted (default: the
             ``Execute.timeout`` of ``nbgrader_config.py``).
+        yes: consent to remove real students' grading state when ``fresh`` (a backup is written
+            first); without it a terminal is asked, and no terminal means no.
+        command: how this run was started, for the lock and the run log (default: this
+            process's command line).
         log: where progress lines go.
 
     Returns:
@@ -397,19 +513,56 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
         FileNotFoundError: ``submissions`` does not exist.
         ValueError: ``submissions`` is not a recognised kind of input or holds no submission
             of any assignment; a due date nbgrader cannot read.
+        CourseStateError: another run holds the course; the gradebook is missing, empty or
+            corrupt; real students would be removed without a yes; the demo class was asked
+            for in a real course. Nothing was written.
     """
     t0 = time.perf_counter()
     tree = CourseTree(course_root)
     run = GradeRun(course_root=tree.root, assignments=list_assignments(tree.root))
+    command = command or " ".join(sys.argv)
     b = Batch(tree=tree, run=run, submissions=None if submissions is None else Path(submissions),
               jobs=jobs or default_jobs(), fresh=fresh, progress=progress, use_sandbox=use_sandbox,
-              cell_timeout=cell_timeout, duedates=dict(duedates or {}), log=log)
-    for name, stage in STAGES:
-        t = time.perf_counter()
-        stage(b)
-        run.stage_seconds[name] = time.perf_counter() - t
-    run.seconds = time.perf_counter() - t0
+              cell_timeout=cell_timeout, duedates=dict(duedates or {}), log=log, yes=yes,
+              run_id=state.run_id())
+    with state.run_lock(tree, command, log=log):
+        status = "failed"
+        try:
+            for name, stage in STAGES:
+                t = time.perf_counter()
+                stage(b)
+                run.stage_seconds[name] = time.perf_counter() - t
+            status = "ok"
+        except BaseException as e:
+            status = f"failed: {type(e).__name__}: {e}"[:500]
+            raise
+        finally:
+            run.seconds = time.perf_counter() - t0
+            if status == "ok" or run.stage_seconds.get("prepare") is not None:
+                state.record_run(tree, _run_record(b, command, status))
     return run
+
+
+def _run_record(b: Batch, command: str, status: str) -> dict:
+    """The ``logs/runs.jsonl`` line of one run."""
+    got = b.collected
+    return {"run_id": b.run_id, "time": state.now_utc(), "command": command, "status": status,
+            "inputs": _input_hashes(b.submissions), "batch": b.run.batch,
+            "students_in_course": b.run.students,
+            "skipped": dict(got.skipped) if got else {}, "replaced": [list(p) for p in got.replaced] if got else [],
+            "flags": {"jobs": b.jobs, "fresh": b.fresh, "sandbox": b.run.sandboxed,
+                      "cell_timeout": b.cell_timeout, "duedates": b.duedates},
+            "stage_seconds": {k: round(v, 3) for k, v in b.run.stage_seconds.items()},
+            "seconds": round(b.run.seconds, 3)}
+
+
+def _input_hashes(path: Path | None) -> dict[str, str]:
+    """``{file: sha256}`` of what was handed in (the embedded demo class: ``{}``)."""
+    if path is None or not Path(path).exists():
+        return {}
+    path = Path(path)
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    return {str(f): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
 
 
 def _answer_ids(nb) -> list[str]:

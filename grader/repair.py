@@ -223,12 +223,14 @@ def repair_notebook(nb, release_nb, rep: Repair) -> nbformat.NotebookNode:
     return nb
 
 
-def repair_submission(course: CourseTree | Path, student: str, assignment: str) -> Repair:
-    """Repair ``submitted/<student>/<assignment>/`` in place; originals go to ``logs/originals``."""
+def repair_submission(course: CourseTree | Path, student: str, assignment: str,
+                      keep: Path | None = None) -> Repair:
+    """Repair ``submitted/<student>/<assignment>/`` in place; the files as they were go to
+    ``<keep>/<student>/<assignment>/`` (default ``keep``: ``logs/originals``)."""
     tree = course if isinstance(course, CourseTree) else CourseTree(course)
     rep = Repair(student, assignment)
     sub = tree.submitted(student, assignment)
-    keep = tree.logs / "originals" / student / assignment
+    keep = (keep or tree.logs / "originals") / student / assignment
     released = sorted(tree.release(assignment).glob("*.ipynb"))
     files = sorted(p for p in sub.iterdir() if p.is_file() and p.suffix.lower() == ".ipynb")
     rep.flags += [f"{line}: the grading kernel imports the course's own first, so it is ignored"
@@ -274,10 +276,11 @@ def repair_submission(course: CourseTree | Path, student: str, assignment: str) 
     return rep
 
 
-def repair_all(course: CourseTree | Path, assignments: list[str],
-               only: list[str] | None = None) -> dict[tuple[str, str], Repair]:
-    """Repair every submission (of the students in ``only``, if given); returns
-    ``{(assignment, student): Repair}`` for those with notes."""
+def repair_all(course: CourseTree | Path, assignments: list[str], only: list[str] | None = None,
+               keep: Path | None = None) -> dict[tuple[str, str], Repair]:
+    """Repair every submission (of the students in ``only``, if given; originals under ``keep``,
+    see :func:`repair_submission`); returns ``{(assignment, student): Repair}`` for those with
+    notes."""
     tree = course if isinstance(course, CourseTree) else CourseTree(course)
     out = {}
     for st in tree.students():
@@ -285,7 +288,7 @@ def repair_all(course: CourseTree | Path, assignments: list[str],
             continue
         for a in assignments:
             if tree.submitted(st, a).is_dir():
-                rep = repair_submission(tree, st, a)
+                rep = repair_submission(tree, st, a, keep)
                 if rep.notes or rep.flags or rep.unrecoverable:
                     out[(a, st)] = rep
     return out

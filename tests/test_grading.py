@@ -118,13 +118,24 @@ def test_cli_help_and_bad_input(tmp_path):
     assert bad.returncode == 1 and "no submissions at" in bad.stderr
 
 
-def test_make_clean_removes_all_grading_state():
-    from grader.pipeline import GRADING_STATE
+def test_make_clean_removes_all_grading_state_but_backups_and_the_run_log(tmp_path):
+    from grader.pipeline import GRADING_STATE, KEPT_LOGS, clean
 
     makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
     recipe = makefile.split("\nclean:", 1)[1].split("\n\n", 1)[0]
+    assert "-m grader clean" in recipe  # grader.pipeline.start_over: a backup, then clean()
     for name in GRADING_STATE:
-        assert (f"{name}/*" if name == "autograded" else name) in recipe.split(), name
+        p = tmp_path / name
+        if name in ("submitted", "autograded", "feedback", "downloaded", "reports", "logs"):
+            (p / "x").mkdir(parents=True)
+        else:
+            p.write_text("state")
+    for kept in KEPT_LOGS:
+        (tmp_path / "logs" / kept).write_text("kept")
+    clean(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["autograded", "logs"]
+    assert [p.name for p in (tmp_path / "autograded").iterdir()] == [".gitkeep"]
+    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == sorted(KEPT_LOGS)
 
 
 def _tree(root, students, variant="correct"):

@@ -107,3 +107,26 @@ def apply_due_dates(course_root: Path, set_due_date) -> None:
     for a in sorted(ANSWERS):
         if (course_root / "source" / a).is_dir():
             set_due_date(a, DUE_DATE)
+
+
+#: Where ``python -m grader`` with no submissions grades the demo class, under the course root.
+DEMO_COURSE = Path("build") / "demo-course"
+
+
+def demo_course(course_root: Path) -> Path:
+    """A course folder of its own for the demo class, ``<course_root>/build/demo-course/``: the
+    course's ``nbgrader_config.py``, ``source/`` and ``release/`` copied fresh each time, so the
+    demo never reads or writes the real course's grading state.
+
+    Returns:
+        The demo course root.
+    """
+    import shutil
+
+    root = Path(course_root) / DEMO_COURSE
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(Path(course_root) / "nbgrader_config.py", root / "nbgrader_config.py")
+    for name in ("source", "release"):
+        shutil.rmtree(root / name, ignore_errors=True)
+        shutil.copytree(Path(course_root) / name, root / name)
+    return root

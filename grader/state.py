@@ -1,0 +1,234 @@
+"""The course folder is the system of record: one run at a time, backups, a checked gradebook,
+and a history of every run.
+
+* :func:`run_lock`: a lock file in the course root (``.grader.lock``: PID, host, start time,
+  command) held with ``flock`` for the whole run. A second run refuses with a message naming
+  the first; a lock left by a run that died (``kill -9``, a crash) is not held by anyone, so the
+  next run takes it over and says so.
+* :func:`backup_gradebook`: before a run writes, the SQLite gradebook is copied with SQLite's
+  online backup API into ``logs/backups/`` (the last :data:`KEEP_BACKUPS` are kept). A gradebook
+  that is not SQLite (PostgreSQL for a large course) is skipped with a note: back it up with
+  that database's own tools.
+* :func:`check_gradebook`: a gradebook that should exist (grading state is here) but is missing,
+  empty or corrupt stops the run before anything is written, naming the newest backup and the
+  command that restores it (:func:`restore_gradebook`, ``python -m grader restore``).
+* :func:`record_run`: one JSON line per run appended to ``logs/runs.jsonl``.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import json
+import os
+import shutil
+import socket
+import sqlite3
+import sys
+from pathlib import Path
+
+from .course import CourseTree
+
+LOCK_FILE = ".grader.lock"
+KEEP_BACKUPS = 10
+#: Folders whose content means "a class has been graded here" (so a gradebook must exist).
+_STATE_DIRS = ("submitted", "autograded", "feedback")
+
+
+class CourseStateError(RuntimeError):
+    """The course folder is not in a state a run may write to; nothing was written."""
+
+
+def now_utc() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def run_id() -> str:
+    """A sortable id for this run: ``20261201T074512Z-<pid>``."""
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{os.getpid()}"
+
+
+# --------------------------------------------------------------------------- the lock
+
+@contextlib.contextmanager
+def run_lock(tree: CourseTree, command: str, log=print):
+    """Hold the course's run lock for the ``with`` block.
+
+    Raises:
+        CourseStateError: another run holds the lock (the message names its PID, host, start
+            time and command).
+    """
+    path = tree.root / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        other = _read_lock(path)
+        os.close(fd)
+        raise CourseStateError(
+            f"another grading run is in progress in {tree.root}: pid {other.get('pid', '?')} on "
+            f"{other.get('host', '?')}, started {other.get('started', '?')}: {other.get('command', '?')!r}. "
+            "Wait for it to finish (or stop it) and run again.") from None
+    earlier = _read_lock(path)
+    if earlier:
+        log(f"lock: the run of pid {earlier.get('pid')} on {earlier.get('host')} (started "
+            f"{earlier.get('started')}: {earlier.get('command')!r}) did not finish; its lock is taken over")
+    info = {"pid": os.getpid(), "host": socket.gethostname(), "started": now_utc(), "command": command}
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
+    try:
+        yield info
+    finally:
+        os.ftruncate(fd, 0)  # a clean finish leaves an empty (free) lock file
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def _read_lock(path: Path) -> dict:
+    try:
+        text = path.read_text().strip()
+        return json.loads(text) if text else {}
+    except (OSError, ValueError):
+        return {}
+
+
+# --------------------------------------------------------------------------- backups
+
+def backups(tree: CourseTree) -> list[Path]:
+    """The gradebook backups, oldest first."""
+    d = tree.logs / "backups"
+    return sorted(d.glob("gradebook-*.db")) if d.is_dir() else []
+
+
+def backup_gradebook(tree: CourseTree, tag: str, log=print) -> Path | None:
+    """Copy the gradebook to ``logs/backups/gradebook-<tag>.db`` with SQLite's online backup API
+    (consistent even while another process reads it); keep the newest :data:`KEEP_BACKUPS`.
+
+    Returns:
+        The backup's path, or None when there is nothing to back up (no gradebook yet, or not
+        SQLite: said in ``log``).
+    """
+    if not tree.is_sqlite:
+        log(f"backup: skipped, the gradebook is not SQLite ({tree.gradebook_url.split('@')[-1]}): "
+            "back it up with your database's own tools")
+        return None
+    src = tree.gradebook_path
+    if not src.is_file() or src.stat().st_size == 0:
+        return None
+    dest_dir = tree.logs / "backups"
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    dest = dest_dir / f"gradebook-{tag}.db"
+    part = dest.with_suffix(".db.part")
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{src}?mode=ro", uri=True)) as s, \
+                contextlib.closing(sqlite3.connect(part)) as d:
+            s.backup(d)
+    except sqlite3.DatabaseError:  # unreadable as a database: keep its bytes as they are
+        shutil.copy2(src, part)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+    os.replace(part, dest)
+    for old in backups(tree)[:-KEEP_BACKUPS]:
+        old.unlink()
+    return dest
+
+
+def has_grading_state(tree: CourseTree) -> bool:
+    """True if a class has been graded here (student folders, or earlier runs logged)."""
+    return any(tree.students(step) for step in _STATE_DIRS) or (tree.logs / "runs.jsonl").is_file()
+
+
+def gradebook_problem(tree: CourseTree) -> str | None:
+    """Why the gradebook cannot be trusted (missing though expected, empty, corrupt), or None."""
+    if not tree.is_sqlite:
+        return None
+    path = tree.gradebook_path
+    if not path.exists():
+        return f"{path} is missing, but this course has been graded before" if has_grading_state(tree) else None
+    if path.stat().st_size == 0:
+        return f"{path} is empty (0 bytes)"
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            ok = db.execute("PRAGMA integrity_check").fetchone()[0]
+            tables = {r[0] for r in db.execute("select name from sqlite_master where type='table'")}
+    except sqlite3.DatabaseError as e:
+        return f"{path} is not a readable SQLite database ({e})"
+    if ok != "ok":
+        return f"{path} is corrupt (SQLite integrity check: {ok})"
+    if "assignment" not in tables:
+        return f"{path} is not an nbgrader gradebook (no assignment table)"
+    return None
+
+
+def check_gradebook(tree: CourseTree) -> None:
+    """Stop before anything is written when the gradebook cannot be trusted.
+
+    Raises:
+        CourseStateError: what is wrong, the newest backup, and the command that restores it.
+    """
+    problem = gradebook_problem(tree)
+    if problem is None:
+        return
+    found = backups(tree)
+    if found:
+        how = (f"the newest backup is {found[-1]} ({len(found)} kept); restore it with "
+               f"`python -m grader restore --course-root {tree.root}` (or `cp {found[-1]} {tree.gradebook_path}`)")
+    else:
+        how = f"no backup exists under {tree.logs / 'backups'}"
+    raise CourseStateError(f"{problem}: nothing was written. {how}, then run again.")
+
+
+def restore_gradebook(tree: CourseTree, backup: Path | None = None, log=print) -> Path:
+    """Put a backup back as the gradebook (the newest by default); the gradebook it replaces, if
+    any, is kept as ``logs/backups/replaced-<time>.db`` first.
+
+    Raises:
+        CourseStateError: there is no backup.
+    """
+    found = backups(tree)
+    if backup is None:
+        if not found:
+            raise CourseStateError(f"no backup to restore under {tree.logs / 'backups'}")
+        backup = found[-1]
+    dest = tree.gradebook_path
+    if dest.exists() and dest.stat().st_size:
+        keep = tree.logs / "backups" / f"replaced-{run_id()}.db"
+        shutil.copy2(dest, keep)
+        log(f"restore: the gradebook it replaces is kept as {keep}")
+    part = dest.with_suffix(".db.part")
+    shutil.copy2(backup, part)
+    os.replace(part, dest)
+    log(f"restore: {dest} is now {backup}")
+    return dest
+
+
+# --------------------------------------------------------------------------- history
+
+def record_run(tree: CourseTree, record: dict) -> Path:
+    """Append one run's record to ``logs/runs.jsonl`` (one JSON object per line)."""
+    path = tree.logs / "runs.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n")
+    return path
+
+
+def read_runs(tree: CourseTree) -> list[dict]:
+    path = tree.logs / "runs.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(ln) for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+
+
+def confirm(question: str, yes: bool) -> bool:
+    """True when ``yes`` was given, or the person at the terminal types ``yes``; False when there is
+    no terminal to ask."""
+    if yes:
+        return True
+    if not sys.stdin.isatty():
+        return False
+    try:
+        return input(f"{question} Type yes to go on: ").strip().lower() == "yes"
+    except EOFError:
+        return False
