@@ -52,6 +52,8 @@ def _grade_parser() -> argparse.ArgumentParser:
                    "in nbgrader_config.py, 60)")
     p.add_argument("--course-root", type=Path, default=REPO_ROOT,
                    help="the nbgrader course root (default: this repository)")
+    p.add_argument("--demo-students", type=int, default=None, metavar="N",
+                   help="with no --submissions: grade only the first N demo students (default: all 30)")
     return p
 
 
@@ -98,6 +100,7 @@ def grade(argv: list[str]) -> int:
         run = grade_class(course_root=course_root, submissions=args.submissions, jobs=args.jobs,
                           fresh=args.fresh, progress=True, cell_timeout=args.cell_timeout,
                           duedates=duedates, yes=args.yes, command=" ".join(["python -m grader", *argv]),
+                          demo_students=args.demo_students,
                           use_sandbox=False if args.no_sandbox else None)
     except (*ERRORS_THAT_END_A_RUN, CourseStateError) as e:
         print(f"error: {e}", file=sys.stderr)

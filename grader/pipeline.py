@@ -254,6 +254,7 @@ class Batch:
     course: Course | None = None
     collected: Collected | None = None
     to_grade: list[tuple[str, str]] | None = None  # None: every submission here
+    demo_students: int | None = None
 
 
 def prepare(b: Batch) -> None:
@@ -311,7 +312,7 @@ def collect_submissions(b: Batch) -> None:
         if b.submissions is None:
             from .demo import apply_due_dates, write_demo_submissions
 
-            students = write_demo_submissions(tree.root, tree.submitted())
+            students = write_demo_submissions(tree.root, tree.submitted(), b.demo_students)
             b.collected = Collected(source="embedded demo class", students=sorted(students),
                                     _pairs=tree.pairs(run.assignments))
             apply_due_dates(tree.root, b.course.set_due_date)
@@ -476,7 +477,7 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
                 jobs: int | None = None, fresh: bool | None = None, progress: bool = False,
                 use_sandbox: bool | None = None, cell_timeout: int | None = None,
                 duedates: dict[str, str] | None = None, yes: bool = False, command: str | None = None,
-                log=print) -> GradeRun:
+                demo_students: int | None = None, log=print) -> GradeRun:
     """Grade a class end to end with nbgrader: the :data:`STAGES` in order, holding the course's
     run lock, with one record per run appended to ``logs/runs.jsonl``.
 
@@ -502,6 +503,8 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
             first); without it a terminal is asked, and no terminal means no.
         command: how this run was started, for the lock and the run log (default: this
             process's command line).
+        demo_students: with no ``submissions``, grade only the first N students of the demo
+            class (a quick look; default: all 30).
         log: where progress lines go.
 
     Returns:
@@ -524,7 +527,7 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
     b = Batch(tree=tree, run=run, submissions=None if submissions is None else Path(submissions),
               jobs=jobs or default_jobs(), fresh=fresh, progress=progress, use_sandbox=use_sandbox,
               cell_timeout=cell_timeout, duedates=dict(duedates or {}), log=log, yes=yes,
-              run_id=state.run_id())
+              run_id=state.run_id(), demo_students=demo_students)
     with state.run_lock(tree, command, log=log):
         status = "failed"
         try:

@@ -1,0 +1,275 @@
+"""The course folder is the system of record (issue 13), through `python -m grader` on real
+subprocesses: the demo never touches a real course, clean and --fresh back up and ask, an
+untrusted gradebook stops a run before it writes, one run at a time, nothing outlives a killed
+run, resubmissions touch only what changed, and every run is logged.
+
+Each test grades at most 3 students in 1-2 assignments of a throwaway course root.
+"""
+import csv
+import hashlib
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from grader.apps import Course
+from grader.demo import fill_answers
+from grader.demo.answer_bank import ANSWERS
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def only_assignments(root: Path, keep: set[str]) -> None:
+    for sub in ("source", "release"):
+        for d in (root / sub).iterdir():
+            if d.is_dir() and d.name not in keep:
+                shutil.rmtree(d)
+
+
+def grader(*args, course: Path, timeout: int = 600, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "grader", *map(str, args), "--course-root", str(course)],
+                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, **kw)
+
+
+def submitted_tree(root: Path, students: dict[str, str], assignment: str = "rmsnorm",
+                   release: Path = REPO / "release") -> Path:
+    """An nbgrader submitted/ tree: each student's notebook answered as the bank's variant."""
+    nb_path = next((release / assignment).glob("*.ipynb"))
+    for st, variant in students.items():
+        d = root / st / assignment
+        d.mkdir(parents=True)
+        nbformat.write(fill_answers(nb_path, ANSWERS[assignment][variant]), d / nb_path.name)
+        (d / "timestamp.txt").write_text("2026-11-20 10:00:00 UTC\n")
+    return root
+
+
+def real_class(course: Path) -> dict[str, bytes]:
+    """A course where a real class was graded: a gradebook with a student and a hand grade's
+    worth of rows, and submitted/. Returns its files' bytes, to show they are untouched."""
+    only_assignments(course, {"rmsnorm"})
+    Course(course).generate_assignment("rmsnorm")
+    with sqlite3.connect(course / "gradebook.db") as db:
+        db.execute("insert into student (id, first_name, last_name) values ('realstudent', 'Real', 'Student')")
+    submitted_tree(course / "submitted", {"realstudent": "correct"})
+    return snapshot(course)
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and p.name != ".grader.lock" and "build" not in p.relative_to(root).parts}
+
+
+@pytest.mark.slow
+def test_the_demo_is_graded_in_its_own_folder_and_never_touches_a_real_course(course_copy):
+    before = real_class(course_copy)
+    out = grader("--demo-students", 2, "--jobs", 2, course=course_copy)
+    assert out.returncode == 0, out.stdout + out.stderr
+    demo = course_copy / "build" / "demo-course"
+    assert f"graded in its own course folder {demo}" in out.stdout
+    assert snapshot(course_copy) == before  # not one byte of the real course changed
+    with (demo / "grades.csv").open() as f:
+        assert sorted({r["student_id"] for r in csv.DictReader(f)}) == ["ada", "bruno"]
+    # the API refuses the demo in a real course, before writing anything
+    from grader import grade_class
+    from grader.state import CourseStateError
+
+    with pytest.raises(CourseStateError, match="holds a real class"):
+        grade_class(course_root=course_copy, log=lambda *_: None)
+    assert snapshot(course_copy) == before
+
+
+def test_clean_backs_up_asks_and_restore_brings_the_gradebook_back(course_copy):
+    before = real_class(course_copy)
+    refused = grader("clean", course=course_copy)  # no terminal, no --yes: nothing removed
+    assert refused.returncode == 1 and "needs --yes" in refused.stderr, refused.stderr
+    assert {k: v for k, v in snapshot(course_copy).items() if not k.startswith("logs/")} == before
+    (gb_backup,) = (course_copy / "logs" / "backups").glob("gradebook-*.db")
+    with sqlite3.connect(gb_backup) as db:
+        assert db.execute("select id from student").fetchall() == [("realstudent",)]
+    (archive,) = (course_copy / "logs" / "backups").glob("state-*.tar.gz")
+    with tarfile.open(archive) as tf:
+        member = tf.extractfile("submitted/realstudent/rmsnorm/rmsnorm.ipynb").read()
+    assert member == before["submitted/realstudent/rmsnorm/rmsnorm.ipynb"]
+
+    done = grader("clean", "--yes", course=course_copy)
+    assert done.returncode == 0, done.stderr
+    assert not (course_copy / "gradebook.db").exists() and not (course_copy / "submitted").exists()
+    assert len(list((course_copy / "logs" / "backups").glob("gradebook-*.db"))) == 2  # kept
+
+    back = grader("restore", course=course_copy)
+    assert back.returncode == 0, back.stderr
+    with sqlite3.connect(course_copy / "gradebook.db") as db:
+        assert db.execute("select id from student").fetchall() == [("realstudent",)]
+
+
+@pytest.mark.parametrize("damage, problem", [
+    ("empty", "is empty (0 bytes)"),
+    ("corrupt", "is not a readable SQLite database"),
+    ("missing", "is missing, but this course has been graded before"),
+])
+def test_an_untrusted_gradebook_stops_the_run_before_it_writes(course_copy, tmp_path, damage, problem):
+    real_class(course_copy)
+    backup = course_copy / "logs" / "backups" / "gradebook-20261130T090000Z-1.db"
+    backup.parent.mkdir(parents=True)
+    shutil.copy(course_copy / "gradebook.db", backup)
+    gb = course_copy / "gradebook.db"
+    if damage == "empty":
+        gb.write_bytes(b"")
+    elif damage == "corrupt":
+        gb.write_bytes(b"this is not a database, it was overwritten" * 100)
+    else:
+        gb.unlink()
+    before = snapshot(course_copy)
+    out = grader("--submissions", submitted_tree(tmp_path / "in", {"ada": "correct"}), course=course_copy)
+    assert out.returncode == 1
+    assert problem in out.stderr and "nothing was written" in out.stderr, out.stderr
+    assert f"the newest backup is {backup}" in out.stderr and "python -m grader restore" in out.stderr
+    assert snapshot(course_copy) == before
+
+
+def _descendants(pid: int) -> dict[int, str]:
+    """``{pid: start time}`` of every live process below ``pid`` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            children.setdefault(int(fields[1]), []).append(int(d.name))
+    out, todo = {}, [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out[c] = _start_time(c)
+            todo.append(c)
+    return {p: t for p, t in out.items() if t}
+
+
+def _start_time(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[19]
+    except OSError:
+        return ""
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
+def test_a_killed_run_leaves_nothing_behind_and_a_rerun_finishes_the_batch(course_copy, tmp_path, sig):
+    only_assignments(course_copy, {"rmsnorm"})
+    tree = submitted_tree(tmp_path / "in", {"ada": "correct", "bo": "unbiased_variance", "cy": "correct"})
+    cmd = [sys.executable, "-m", "grader", "--submissions", str(tree), "--course-root", str(course_copy),
+           "--jobs", "2"]
+    first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not any("kernel_guard" in _cmdline(p) or "ipykernel" in _cmdline(p)
+                      for p in _descendants(first.pid)):
+            assert first.poll() is None, first.stdout.read()
+            assert time.monotonic() < deadline, "no grading kernel started in 240 s"
+            time.sleep(0.2)
+        if sig == signal.SIGINT:  # a second run in the same course is refused, naming the first
+            second = subprocess.run(cmd, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+            assert second.returncode == 1 and "another grading run is in progress" in second.stderr
+            assert f"pid {first.pid} " in second.stderr and "--submissions" in second.stderr, second.stderr
+        procs = _descendants(first.pid)
+        assert any("nbgrader autograde" in _cmdline(p) for p in procs)
+        t0 = time.monotonic()
+        os.kill(first.pid, sig)
+        alive = procs
+        while time.monotonic() - t0 < 5:
+            alive = {p: t for p, t in procs.items() if _start_time(p) == t}
+            if not alive and first.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert not alive, {p: _cmdline(p) for p in alive}
+        assert first.poll() is not None, "python -m grader still running 5 s after the signal"
+    finally:
+        if first.poll() is None:
+            first.kill()
+        first.wait()
+    rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    out = rerun.stdout + rerun.stderr
+    if sig == signal.SIGKILL:
+        assert "did not finish; its lock is taken over" in out
+    assert "replaces that student's earlier submission" not in out  # the same notebooks again
+    with (course_copy / "grades.csv").open() as f:
+        scores = {r["student_id"]: float(r["score"]) for r in csv.DictReader(f)}
+    assert scores == {"ada": 5.0, "bo": 0.0, "cy": 5.0}
+
+
+def _practice(variant_changes: dict[str, str]) -> dict[str, str]:
+    return {**ANSWERS["practice"]["correct"], **variant_changes}
+
+
+@pytest.mark.slow
+def test_a_resubmission_regrades_only_its_assignment_and_keeps_an_unchanged_hand_grade(course_copy, tmp_path):
+    from nbgrader.api import Gradebook
+
+    only_assignments(course_copy, {"rmsnorm", "practice"})
+    rel = course_copy / "release" / "practice" / "practice.ipynb"
+
+    def batch(name, answers_by_student, rmsnorm=()):
+        root = tmp_path / name
+        for st, answers in answers_by_student.items():
+            (root / st / "practice").mkdir(parents=True)
+            nbformat.write(fill_answers(rel, answers), root / st / "practice" / "practice.ipynb")
+        if rmsnorm:
+            submitted_tree(root, {st: "correct" for st in rmsnorm}, release=course_copy / "release")
+        return root
+
+    first = batch("b1", {"ada": _practice({}), "bo": _practice({})}, rmsnorm=("ada",))
+    out = grader("--submissions", first, "--jobs", 2, course=course_copy)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    url = f"sqlite:///{course_copy / 'gradebook.db'}"
+    with Gradebook(url) as gb:  # what formgrader does when a person grades the written answers
+        for st in ("ada", "bo"):
+            g = gb.find_grade("practice_shape_why", "practice", "practice", st)
+            g.manual_score, g.needs_manual_grade = 1.0, False
+        gb.db.commit()
+    rms_graded = course_copy / "autograded" / "ada" / "rmsnorm" / "rmsnorm.ipynb"
+    rms_mtime = rms_graded.stat().st_mtime_ns
+
+    # ada resubmits practice with a changed code answer and the same written answer; bo rewrites it
+    second = batch("b2", {"ada": _practice({"practice_rms_answer": "rms_34 = 5.0"}),
+                          "bo": _practice({"practice_shape_why": "It keeps the shape, I think."})})
+    out = grader("--submissions", second, course=course_copy)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-3000:]
+    assert "hand grade kept: ada (practice) practice_shape_why = 1" in text
+    assert "hand grade to redo: bo (practice) practice_shape_why" in text
+    with Gradebook(url) as gb:
+        ada = gb.find_grade("practice_shape_why", "practice", "practice", "ada")
+        bo = gb.find_grade("practice_shape_why", "practice", "practice", "bo")
+        assert (ada.manual_score, ada.needs_manual_grade) == (1.0, False)
+        assert bo.manual_score is None and bo.needs_manual_grade
+        assert gb.find_grade("practice_rms", "practice", "practice", "ada").score == 0.0  # regraded
+    assert rms_graded.stat().st_mtime_ns == rms_mtime  # ada's rmsnorm was not autograded again
+
+    runs = [json.loads(ln) for ln in (course_copy / "logs" / "runs.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in runs] == ["ok", "ok"] and runs[1]["batch"] == ["ada", "bo"]
+    sent = second / "ada" / "practice" / "practice.ipynb"
+    assert runs[1]["inputs"][str(sent)] == hashlib.sha256(sent.read_bytes()).hexdigest()
+    assert [tuple(p) for p in runs[1]["replaced"]] == [("practice", "ada"), ("practice", "bo")]
+    assert set(runs[1]["stage_seconds"]) == {"prepare", "generate", "collect", "repair", "autograde",
+                                             "feedback", "export", "score", "report"}
+    kept = course_copy / "logs" / "batches" / runs[1]["run_id"] / "received" / "b2" / "ada" / "practice"
+    assert (kept / "practice.ipynb").read_bytes() == sent.read_bytes()  # as received, per batch
+    assert (course_copy / "logs" / "batches" / runs[0]["run_id"] / "received" / "b1").is_dir()
