@@ -345,7 +345,7 @@ def _msg(fault: str) -> str:
 def _case(name: str, passed: bool, message: str = "", fault: str | None = None) -> CaseResult:
     if passed:
         return CaseResult(name, True, f"{name}: ok")
-    return CaseResult(name, False, f"{name}: {message} {_faults.format_tag(fault)}", fault)
+    return CaseResult(name, False, f"{name}: {message}", fault)
 
 
 def _fault_case(name: str, fault: str, got_text: str = "", hint: str | None = None) -> CaseResult:

@@ -29,7 +29,9 @@ __all__ = [
     "canonical",
     "kinds",
     "format_tag",
+    "split_tags",
     "parse_tags",
+    "parse_variants",
     "output_metadata",
 ]
 
@@ -239,6 +241,8 @@ def kinds(source: str | None = None) -> list[str]:
 # --------------------------------------------------------------------------- the tag
 
 _TAG_RE = re.compile(r"\[fault: ([a-z0-9_]+)\]")
+_VARIANT_RE = re.compile(r"\[variant: ([^\]]+)\]")
+_ANY_TAG_RE = re.compile(r"\s*\[(?:fault|variant): [^\]]+\]")
 
 
 def format_tag(kind: str) -> str:
@@ -247,10 +251,20 @@ def format_tag(kind: str) -> str:
     return f"[fault: {kind}]"
 
 
-def output_metadata(faults) -> dict:
-    """The output metadata that carries a checker's fault kinds:
-    ``{"normref": {"faults": [kind, ...]}}``."""
-    return {METADATA_KEY: {"faults": list(faults)}}
+def split_tags(text: str) -> tuple[str, list[str], list[str]]:
+    """``(text without tags, fault kinds, variant ids)`` of a message that carries
+    ``[fault: <kind>]`` / ``[variant: <id>]`` tags (the search of :mod:`normref.diagnosis` tags
+    what it names; :func:`normref.checks.core.run` moves the tags out of the student's text)."""
+    return _ANY_TAG_RE.sub("", text).rstrip(), _TAG_RE.findall(text), _VARIANT_RE.findall(text)
+
+
+def output_metadata(faults, variants=()) -> dict:
+    """The output metadata that carries a checker's fault kinds (and the variant ids the
+    search named): ``{"normref": {"faults": [kind, ...], "variants": [id, ...]}}``."""
+    meta = {"faults": list(faults)}
+    if variants:
+        meta["variants"] = list(variants)
+    return {METADATA_KEY: meta}
 
 
 def _output_text(out) -> str:
@@ -259,6 +273,25 @@ def _output_text(out) -> str:
     else:
         text = out.get("data", {}).get("text/plain", "")
     return "".join(text) if isinstance(text, list) else text
+
+
+def _outputs(source) -> list:
+    if isinstance(source, dict):
+        return source.get("outputs", [source])
+    return list(source)
+
+
+def parse_variants(source) -> list[str]:
+    """The variant ids (:mod:`normref.diagnosis`) named in a cell, its outputs or one output:
+    from the metadata ``{"normref": {"variants": [...]}}`` and ``[variant: <id>]`` text tags."""
+    found: list[str] = []
+    for out in ([] if isinstance(source, str) else _outputs(source)):
+        meta = (out.get("metadata") or {}).get(METADATA_KEY) or {}
+        found += [v for v in meta.get("variants", []) if isinstance(v, str)]
+        found += _VARIANT_RE.findall(_output_text(out))
+    if isinstance(source, str):
+        found = _VARIANT_RE.findall(source)
+    return list(dict.fromkeys(found))
 
 
 def parse_tags(source) -> list[str]:
@@ -276,9 +309,8 @@ def parse_tags(source) -> list[str]:
     if isinstance(source, str):
         found = _TAG_RE.findall(source)
     else:
-        outputs = source.get("outputs", [source]) if isinstance(source, dict) else list(source)
         found = []
-        for out in outputs:
+        for out in _outputs(source):
             meta = (out.get("metadata") or {}).get(METADATA_KEY) or {}
             found += [k for k in meta.get("faults", []) if isinstance(k, str)]
             found += _TAG_RE.findall(_output_text(out))

@@ -29,7 +29,6 @@ import numpy as np
 
 from . import answers as A
 from .checks import CaseResult, CheckResult
-from .faults import format_tag
 from .functional import layer_norm
 
 __all__ = ["Question", "Feedback", "QUESTIONS", "check", "reveal", "quiz", "attempted", "reset"]
@@ -247,7 +246,7 @@ def check(qid: str, answer) -> Feedback:
     faults = tuple(result.faults)
     if faults and set(faults) <= _NOT_AN_ATTEMPT and "not_answered" in faults:
         return Feedback(qid, None, f"replace the ... with your answer ({q.hint}), then run again.", faults)
-    messages = [c.message.replace(" " + format_tag(c.fault), "") for c in result.cases if not c.passed]
+    messages = result.messages
     if faults and set(faults) <= _NOT_AN_ATTEMPT:  # unreadable: not an attempt
         return Feedback(qid, False, " ".join(messages) + f" ({q.hint}).", faults)
     _ATTEMPTED.add(qid)

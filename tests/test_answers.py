@@ -41,7 +41,9 @@ def assert_fault(result, fault, score=0.0):
     assert result.faults and result.faults[0] == fault, result.report()
     assert fault in answers.ANSWER_FAULTS or fault in answers.FAULT_KINDS  # a sentence exists
     assert result.score == pytest.approx(score)
-    assert all(f"[fault: {result.faults[0]}]" in m for m in result.messages[:1])
+    shown, meta = result._repr_mimebundle_()  # what display(result) shows, and its metadata
+    assert meta == {"normref": {"faults": result.faults}}
+    assert "[fault:" not in shown["text/plain"] and f" {fault} " not in shown["text/plain"]
     for m in result.messages:
         for s in SOLUTION_TEXT:
             assert s not in m, (s, m)

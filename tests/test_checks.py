@@ -83,7 +83,9 @@ def test_each_rms_fault_is_diagnosed(fn, fault, score):
     assert not r.passed
     assert r.faults[0] == fault
     assert r.score == pytest.approx(score)
-    assert all(f"[fault: {fault}]" in m for m in r.messages)
+    # every failing case names the fault, in metadata only: the text shows no tag
+    assert all(c.fault == fault for c in r.cases if not c.passed)
+    assert "[fault:" not in r.report() and fault not in r.report()
 
 
 def test_n_minus_1_message_names_the_factor():
@@ -191,7 +193,7 @@ def test_each_layer_norm_fault_is_diagnosed_on_its_case(backend, variant, option
     r = check_layer_norm(student, backend=backend)
     c = _case(r, case)
     assert not c.passed and c.fault == fault, r.report()
-    assert f"[fault: {fault}]" in c.message and "max abs error" in c.message
+    assert "[fault:" not in c.message and "max abs error" in c.message
 
 
 def test_layer_norm_missing_keepdim_on_B_T_D_runs_and_is_named():
@@ -379,9 +381,9 @@ class Block(torch.nn.Module):
 
     def __init__(self, dim, n_heads, wiring="pre"):
         super().__init__()
-        self.input_layernorm = normref.RMSNorm(dim)
+        self.input_layernorm = SeedRMSNorm(dim)  # its own norm: normref's would break the rule
         self.self_attn = normref.CausalSelfAttention(dim, n_heads)
-        self.post_attention_layernorm = normref.RMSNorm(dim)
+        self.post_attention_layernorm = SeedRMSNorm(dim)
         self.mlp = normref.FeedForward(dim)
         self.wiring = wiring
 
@@ -418,7 +420,7 @@ def test_block_contract_faults_missing_names_and_one_shared_norm():
     class Renamed(torch.nn.Module):
         def __init__(self, dim, n_heads):
             super().__init__()
-            self.ln_1 = normref.RMSNorm(dim)
+            self.ln_1 = SeedRMSNorm(dim)
 
     r = normref.check_pre_ln_block(Renamed)
     assert r.score == 0 and r.faults == ["missing_attribute"]
@@ -513,3 +515,127 @@ def test_backward_fault_models_are_the_autograd_gradients_of_the_faulty_forwards
     if not options:
         for got, want in zip(_bwd_model(dy, x, w, eps), normref.layer_norm_backward(dy, x, w, eps)):
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+
+
+# ----------------------------------------------------------------- what the student reads
+
+# Checker, the answer cells it reads (in order) and the name it checks, per assignment.
+_CHECKED = {
+    "rmsnorm": [(check_rms_norm, "rms_norm")],
+    "layernorm": [(check_layer_norm, "layer_norm")],
+    "layernorm_backward": [(normref.check_layer_norm_backward, "layer_norm_backward")],
+    "block": [(normref.check_rms_norm_module, "RMSNorm"), (normref.check_pre_ln, "pre_ln"),
+              (normref.check_post_ln, "post_ln"), (normref.check_pre_ln_block, "PreNormBlock")],
+}
+_BANK_RESULTS = [(a, v, checker, name) for a, checks in _CHECKED.items() for v in ANSWERS[a]
+                 for checker, name in checks if v != "blank" and _BANK_CELLS[name][1] in ANSWERS[a][v]]
+_KINDS_WITH_UNDERSCORE = [k for k in normref.faults.FAULTS if "_" in k]
+
+
+def _visible_text(result) -> str:
+    shown, _ = result._repr_mimebundle_()
+    return "\n".join([shown["text/plain"], str(result), *result.messages,
+                      *(c.message for c in result.cases)])
+
+
+def test_no_student_visible_text_carries_a_fault_tag():
+    # every wrong answer in the bank, every checker that grades it: the text shown has no
+    # tag and no internal kind name; the kinds are in the display's metadata
+    import re
+
+    assert len(_BANK_RESULTS) > 40
+    for assignment, variant, checker, name in _BANK_RESULTS:
+        r = checker(bank(name, variant))
+        text = _visible_text(r)
+        assert "[fault:" not in text and "[variant:" not in text, (assignment, variant, text)
+        leaked = [k for k in _KINDS_WITH_UNDERSCORE if re.search(rf"\b{k}\b", text)]
+        assert not leaked, (assignment, variant, leaked, text)
+        assert r._repr_mimebundle_()[1]["normref"]["faults"] == r.faults, (assignment, variant)
+        if variant != "correct" and not r.passed:
+            assert r.faults, (assignment, variant)
+
+
+#: torch's names, which a numpy answer must not be told
+TORCH_WORDS = [r"\btorch\b", r"\btensors?\b", r"\bkeepdim\b", r"\bdim=", r"\.float\(\)", r"\.to\("]
+#: every fault a numpy checker (layer_norm numpy, rms_norm numpy, layer_norm_backward) can name
+NUMPY_FAULTS = ["unbiased_variance", "eps_outside_sqrt", "no_eps", "wrong_axis", "missing_keepdim",
+                "low_precision_stats", "wrong_dtype", "subtracts_mean", "not_centered",
+                "nan_on_constant_row", "mutates_input", "wrong_shape", "wrong_type", "returns_nan",
+                "raises", "timeout", "ignores_weight", "ignores_bias", "wrong_values",
+                "bwd_no_mean_term", "bwd_no_variance_term", "bwd_constant_stats",
+                "bwd_dweight_dbias_swapped", "bwd_not_summed", "reference_call"]
+
+
+def _torch_words(text: str) -> list[str]:
+    import re
+
+    return [w for w in TORCH_WORDS if re.search(w, text)]
+
+
+def test_numpy_feedback_for_every_numpy_fault_has_no_torch_vocabulary():
+    for kind in NUMPY_FAULTS:
+        assert not _torch_words(normref.faults.message(kind, "numpy")), kind
+    # the words that differ, side by side
+    assert "keepdims=True" in normref.faults.message("missing_keepdim", "numpy")
+    assert "keepdim=True" in normref.faults.message("missing_keepdim", "torch")
+    assert "axis=-1" in normref.faults.message("wrong_axis", "numpy")
+    assert "x.astype(np.float32)" in normref.faults.message("low_precision_stats", "numpy")
+    assert "new array" in normref.faults.message("mutates_input", "numpy")
+    # and what the numpy assignments' checkers actually say to every bank answer
+    for assignment, variant, checker, name in _BANK_RESULTS:
+        if assignment in ("layernorm", "layernorm_backward"):
+            text = _visible_text(checker(bank(name, variant)))
+            assert not _torch_words(text), (assignment, variant, _torch_words(text), text)
+
+
+def test_a_missing_keepdim_is_named_by_the_quick_check_not_raised():
+    # torch: [2, 3] against [2, 3, 8] raises "The size of tensor a (8) must match ..."; numpy:
+    # "operands could not be broadcast together". The quick check catches and names it.
+    for fn, check in [(bank("rms_norm", "missing_keepdim"), check_rms_norm),
+                      (bank("layer_norm", "missing_keepdim"), check_layer_norm)]:
+        r = check(fn, quick=True)
+        case = _case(r, "seed shape [2, 3, 8]")
+        assert not case.passed and case.fault == "missing_keepdim", r.report()
+        assert "raised" in case.message and "keepdim" in case.message
+
+
+@pytest.mark.slow
+def test_in_a_notebook_the_faults_ride_in_output_metadata_not_in_the_text(tmp_path):
+    # run a displayed result in a real kernel, then read the notebook as the class report does
+    # and as nbconvert's HTML (nbgrader's feedback) shows it
+    import nbformat
+    from nbclient import NotebookClient
+    from nbconvert import HTMLExporter
+
+    from normref.faults import parse_tags
+
+    source = ANSWERS["rmsnorm"]["eps_outside_sqrt"]["rms_norm_impl"]
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("import torch\nfrom normref import check_rms_norm\n" + source),
+        nbformat.v4.new_code_cell("display(check_rms_norm(rms_norm))\nround(4 * check_rms_norm(rms_norm).score, 2)"),
+        nbformat.v4.new_code_cell("check_rms_norm(rms_norm).show()"),
+    ])
+    NotebookClient(nb, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    for cell in nb.cells[1:]:
+        assert parse_tags(cell) == ["eps_outside_sqrt"]
+        texts = [o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in cell.outputs]
+        assert any("eps belongs inside the square root" in t for t in texts)
+        assert not any("[fault:" in t or "eps_outside_sqrt" in t for t in texts)
+    # nbgrader reads partial credit from the execute_result: still the bare number
+    (result,) = [o for o in nb.cells[1].outputs if o.output_type == "execute_result"]
+    assert result.data["text/plain"] == "3.33"
+    html, _ = HTMLExporter().from_notebook_node(nb)
+    assert "eps belongs inside the square root" in html
+    assert "eps_outside_sqrt" not in html and "[fault:" not in html
+
+
+def test_a_variant_named_by_the_search_rides_in_metadata_too():
+    # dividing by max |x| is no listed fault; normref.diagnosis names it as a variant
+    def max_abs(x, w, eps=1e-6):
+        return (x.float() / x.float().abs().amax(-1, keepdim=True) * w).to(x.dtype)
+
+    r = check_rms_norm(max_abs)
+    assert r.faults == ["found_variant"] and r.variants and r.variants[0].startswith("stat=max_abs")
+    assert r._repr_mimebundle_()[1] == {"normref": {"faults": ["found_variant"], "variants": r.variants}}
+    assert "[variant:" not in r.report() and "[fault:" not in r.report()

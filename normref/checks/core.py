@@ -22,6 +22,7 @@ from typing import Callable
 import numpy as np
 
 from .. import faults as _faults
+from ..rules import reference_calls_in, rule_message
 
 CALL_TIMEOUT_S = 5.0
 
@@ -52,58 +53,95 @@ class CaseResult:
     #: ``(got, want, rtol, atol)``, float64, when the student's output was compared by value
     #: (read by :func:`normref.diagnosis.refine`, the search behind the generic diagnosis).
     observed: tuple | None = field(default=None, repr=False, compare=False)
+    #: the variant id :func:`normref.diagnosis.refine` named (with fault ``found_variant``).
+    variant: str | None = None
 
 
 @dataclass
 class CheckResult:
     """Outcome of a ``check_*`` call.
 
+    The text a student reads (:meth:`report`, ``str()``, the notebook display) names each
+    failing case and its likely cause, never an internal fault tag; the fault kinds travel in
+    the displayed output's metadata (:func:`normref.faults.output_metadata`), where the class
+    report reads them (:func:`normref.faults.parse_tags`) and the student does not see them.
+
     Attributes:
         name: what was checked, e.g. ``"rms_norm"``.
         cases: one :class:`CaseResult` per case, in order.
-        passed: True when every case passed.
-        score: fraction of cases passed, 0..1 (nbgrader partial credit is ``points * score``).
-        faults: the distinct fault kinds diagnosed, in order of first appearance.
+        breaches: rules that cost points (:mod:`normref.rules`), one sentence each, e.g.
+            ``"calls F.rms_norm: grading gives this question 0 — implement it with tensor
+            operations"``; any breach makes the score 0, as grading will.
+        passed: True when every case passed and no rule is broken.
+        score: fraction of cases passed, 0..1 (nbgrader partial credit is ``points * score``);
+            0 when a rule is broken.
+        faults: the distinct fault kinds diagnosed, in order of first appearance
+            (``reference_call`` first for a broken rule).
+        variants: the variant ids the search of :mod:`normref.diagnosis` named.
         messages: one line per failing case.
     """
 
     name: str
     cases: list[CaseResult] = field(default_factory=list)
+    breaches: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
-        return bool(self.cases) and all(c.passed for c in self.cases)
+        return bool(self.cases) and all(c.passed for c in self.cases) and not self.breaches
 
     @property
     def score(self) -> float:
-        if not self.cases:
+        if not self.cases or self.breaches:
             return 0.0
         return sum(c.passed for c in self.cases) / len(self.cases)
 
     @property
     def faults(self) -> list[str]:
-        out: list[str] = []
+        out: list[str] = ["reference_call"] if self.breaches else []
         for c in self.cases:
             if c.fault and c.fault not in out:
                 out.append(c.fault)
         return out
 
     @property
+    def variants(self) -> list[str]:
+        return list(dict.fromkeys(c.variant for c in self.cases if c.variant))
+
+    @property
     def messages(self) -> list[str]:
         return [c.message for c in self.cases if not c.passed]
 
+    def head(self, n: int) -> "CheckResult":
+        """The first ``n`` cases as a result of their own (a visible check's quick part), with
+        the same rule breaches."""
+        return CheckResult(self.name, self.cases[:n], list(self.breaches))
+
     def report(self) -> str:
-        """The human summary printed in self-check and grader cells."""
+        """The human summary shown in self-check and grader cells (no internal tags)."""
         n_ok = sum(c.passed for c in self.cases)
         head = f"{self.name}: {n_ok}/{len(self.cases)} cases passed (score {self.score:.2f})"
         if self.passed:
             return head + " - all correct."
-        return "\n".join([head] + ["  x " + m for m in self.messages])
+        return "\n".join([head] + ["  x " + b for b in self.breaches] + ["  x " + m for m in self.messages])
 
     __str__ = report
 
-    def __repr__(self) -> str:  # what a notebook shows for a bare `check_...(fn)`
+    def __repr__(self) -> str:
         return self.report()
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        """What ``display(result)`` (or a cell ending in it) shows: the report as plain text,
+        with the fault kinds in the output's metadata (JupyterLab and nbconvert's HTML do not
+        render metadata)."""
+        return {"text/plain": self.report()}, _faults.output_metadata(self.faults, self.variants)
+
+    def show(self) -> None:
+        """Display the report with its fault kinds in the output metadata (as
+        ``display(result)`` does), so the class report can count them."""
+        from IPython.display import display
+
+        display({"text/plain": self.report()}, raw=True,
+                metadata=_faults.output_metadata(self.faults, self.variants))
 
 
 # --------------------------------------------------------------------------- calling student code
@@ -168,7 +206,9 @@ def _call_alarm(fn: Callable, args: tuple, kwargs: dict, timeout: float):
 
 
 def fail(case: str, text: str, fault: str, max_abs=float("nan"), max_rel=float("nan")) -> CaseResult:
-    """A failing case: ``case '<case>': <text>`` with its fault kind."""
+    """A failing case: ``case '<case>': <text>`` with its fault kind. The message carries the
+    kind as a ``[fault: ...]`` tag only until :func:`run` has let :mod:`normref.diagnosis` read
+    it; :func:`run` removes it before anyone reads the text."""
     return CaseResult(case, False, f"case '{case}': {text} {_faults.format_tag(fault)}", fault,
                       max_abs, max_rel)
 
@@ -224,14 +264,20 @@ def _same(a, b) -> bool:
     return True
 
 
-def run(name: str, cases: list, run_case: Callable, fn=None, what: str = "a function") -> CheckResult:
+def run(name: str, cases: list, run_case: Callable, fn=None, what: str = "a function",
+        backend: str = "torch") -> CheckResult:
     """Run ``run_case(case)`` for every case; a checker bug or an odd student object becomes a
-    failing case, never an exception."""
+    failing case, never an exception.
+
+    Then: the search of :mod:`normref.diagnosis` refines the generic diagnoses; the internal
+    ``[fault: ...]``/``[variant: ...]`` tags leave the messages (the kinds stay in
+    ``CaseResult.fault``/``.variant``); and the rules of :mod:`normref.rules` are applied to
+    ``fn``'s source (a breach makes the score 0, as grading will), worded for ``backend``.
+    """
     result = CheckResult(name)
     if fn is not None and not callable(fn):
         result.cases = [CaseResult(c.name, False, f"{name} is not {what} (got "
-                                   f"{type(fn).__name__}) {_faults.format_tag('raises')}", "raises")
-                        for c in cases]
+                                   f"{type(fn).__name__})", "raises") for c in cases]
         return result
     for case in cases:
         try:
@@ -246,6 +292,11 @@ def run(name: str, cases: list, run_case: Callable, fn=None, what: str = "a func
         refine(name, cases, result.cases)
     except Exception:  # noqa: BLE001 - the search only adds to a diagnosis, never breaks a check
         pass
+    for c in result.cases:  # the tags were for refine; the student reads the text without them
+        c.message, _, variants = _faults.split_tags(c.message)
+        c.variant = c.variant or (variants[0] if variants else None)
+    if fn is not None:
+        result.breaches = [rule_message(what_, backend) for _, what_ in reference_calls_in(fn)]
     return result
 
 

@@ -235,7 +235,7 @@ def check_rms_norm(fn: Callable, backend: str = "torch", quick: bool = False) ->
     cases = battery("rms", backend)[: 2 if quick else None]
     return run("rms_norm", cases, _norm_case_runner(
         "rms", fn, call=lambda c: ((c.x, c.weight), {"eps": c.eps}),
-        reference=lambda c: rms_norm(c.x, c.weight, eps=c.eps)), fn)
+        reference=lambda c: rms_norm(c.x, c.weight, eps=c.eps)), fn, backend=backend)
 
 
 @single_threaded
@@ -265,4 +265,4 @@ def check_layer_norm(fn: Callable, backend: str = "numpy", quick: bool = False) 
     cases = battery("layer", backend)[: 2 if quick else None]
     return run("layer_norm", cases, _norm_case_runner(
         "layer", fn, call=lambda c: ((c.x, c.weight, c.bias), {"eps": c.eps}),
-        reference=lambda c: layer_norm(c.x, c.weight, c.bias, eps=c.eps)), fn)
+        reference=lambda c: layer_norm(c.x, c.weight, c.bias, eps=c.eps)), fn, backend=backend)

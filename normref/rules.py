@@ -1,0 +1,162 @@
+"""Rules that cost points, in the code both the student's self-check and the grader run.
+
+One rule today: **implement it, do not call it.** An answer that calls a library or reference
+normalization (``F.rms_norm``, ``torch.nn.functional.layer_norm``, ``torch.rms_norm``,
+``nn.LayerNorm``, ``normref.rms_norm``, ``normref.pre_ln`` ...) instead of implementing it earns
+0 for that question. The grader's tamper scan (``grader/tamper.py``) reads each answer cell's
+source with :func:`reference_calls`; a checker (:mod:`normref.checks`) reads the source of the
+student's function or class with :func:`reference_calls_in` and says the same thing in the
+student's notebook: "calls F.rms_norm: grading gives this question 0 — implement it with
+tensor operations".
+
+Nothing here is secret: the rule is part of the assignment's instructions.
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+import types
+from typing import Mapping
+
+__all__ = ["REFERENCE_ATTRS", "REFERENCE_ROOTS", "RULE_CONSEQUENCE", "reference_calls",
+           "reference_calls_in", "rule_message"]
+
+#: Names of reference normalizations (and the course's reference placements and backward).
+REFERENCE_ATTRS = frozenset({
+    "layer_norm", "rms_norm", "LayerNorm", "RMSNorm", "group_norm", "GroupNorm", "pre_ln",
+    "post_ln", "TransformerBlock", "TransformerStack", "layer_norm_backward", "rms_norm_backward",
+    "native_layer_norm"})
+
+#: Packages whose normalizations count as the reference, and the usual aliases of their modules.
+REFERENCE_PACKAGES = ("normref", "torch")
+REFERENCE_ROOTS = frozenset({"normref", "torch", "F", "nn"})
+
+#: What grading does, in the student's words.
+RULE_CONSEQUENCE = "grading gives this question 0"
+
+
+def rule_message(what: str, backend: str = "torch") -> str:
+    """The sentence a student reads, e.g. ``"calls F.rms_norm: grading gives this question 0 —
+    implement it with tensor operations"`` (``backend="numpy"``: array operations)."""
+    ops = "array operations" if backend == "numpy" else "tensor operations"
+    return f"{what}: {RULE_CONSEQUENCE} — implement it with {ops}"
+
+
+def _dotted(node: ast.AST) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def _root(node: ast.AST) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _is_reference_package(target: str | None) -> bool:
+    return bool(target) and target.split(".")[0] in REFERENCE_PACKAGES
+
+
+def reference_calls(source: str, bindings: Mapping[str, str | None] | None = None) -> list[tuple[int, str]]:
+    """Where ``source`` imports or calls a reference normalization.
+
+    Args:
+        source: Python code (one cell, or a function's source).
+        bindings: what names in scope are bound to, ``{name: "torch.nn.functional" or
+            "normref.functional.rms_norm" or None}`` (the grader: the locked cells' imports;
+            a checker: the student's globals). An attribute call is flagged when its root is
+            bound to ``torch``/``normref`` (or, unbound, is one of :data:`REFERENCE_ROOTS`); a
+            bare call when its name is bound to a reference in ``torch``/``normref``, under any
+            alias (``from torch.nn.functional import rms_norm as rn``; ``rn(x)``).
+
+    Returns:
+        ``[(line, what)]`` sorted by line, e.g. ``[(3, "calls F.rms_norm")]``; ``[]`` for code
+        that does not parse (a syntax error costs the student the cell anyway).
+    """
+    bindings = bindings or {}
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except SyntaxError:
+        return []
+    found: set[tuple[int, str]] = set()
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.ImportFrom) and node.module and \
+                node.module.split(".")[0] in REFERENCE_PACKAGES:
+            for a in node.names:
+                if a.name in REFERENCE_ATTRS:
+                    found.add((line, f"imports the reference {node.module}.{a.name}"))
+        if not isinstance(node, ast.Call):
+            continue
+        fn = node.func
+        if isinstance(fn, ast.Attribute) and fn.attr in REFERENCE_ATTRS:
+            root = _root(fn)
+            bound = bindings.get(root) if root else None
+            if _is_reference_package(bound) or (root not in bindings and root in REFERENCE_ROOTS):
+                found.add((line, f"calls {_dotted(fn) or fn.attr}"))
+        elif isinstance(fn, ast.Name):
+            target = bindings.get(fn.id)
+            if _is_reference_package(target) and target.rsplit(".", 1)[-1] in REFERENCE_ATTRS:
+                found.add((line, f"calls {fn.id}"))
+    return sorted(found)
+
+
+def _origin(value) -> str | None:
+    """``"torch.nn.functional"`` for a module, ``"torch.nn.functional.rms_norm"`` for a function
+    or class, else None."""
+    if isinstance(value, types.ModuleType):
+        return value.__name__
+    module, name = getattr(value, "__module__", None), getattr(value, "__name__", None)
+    if isinstance(module, str) and isinstance(name, str):
+        return f"{module}.{name}"
+    return None
+
+
+def _functions_of(obj) -> list:
+    """The plain functions whose source makes up ``obj``: itself, or a class's methods (an
+    instance: its class's)."""
+    if isinstance(obj, (types.FunctionType, types.MethodType)):
+        return [getattr(obj, "__func__", obj)]
+    cls = obj if isinstance(obj, type) else type(obj)
+    out = []
+    for klass in cls.__mro__:
+        if klass.__module__.split(".")[0] in ("torch", "builtins", "normref"):
+            continue
+        for v in vars(klass).values():
+            v = getattr(v, "__func__", v)  # staticmethod/classmethod
+            if isinstance(v, types.FunctionType):
+                out.append(v)
+    return out
+
+
+def reference_calls_in(obj) -> list[tuple[int, str]]:
+    """:func:`reference_calls` on the source of a student's function, class or module.
+
+    The names in the source are resolved against the globals the student's code runs in (the
+    notebook's). Objects defined in ``normref`` are the reference itself and are not scanned;
+    source that cannot be read (a builtin, a lambda typed at a console) gives ``[]``. Only the
+    object's own code is read, not helpers it calls.
+
+    Returns:
+        ``[(line within that source, what)]``, e.g. ``[(2, "calls F.rms_norm")]``.
+    """
+    module = getattr(obj, "__module__", None) or getattr(type(obj), "__module__", "")
+    if str(module).split(".")[0] == "normref":
+        return []
+    found: list[tuple[int, str]] = []
+    for fn in _functions_of(obj):
+        try:
+            source = inspect.getsource(fn)
+        except (OSError, TypeError):
+            continue
+        bindings = {k: _origin(v) for k, v in getattr(fn, "__globals__", {}).items()}
+        for hit in reference_calls(source, bindings):
+            if hit not in found:
+                found.append(hit)
+    return found
