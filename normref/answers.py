@@ -22,6 +22,11 @@ Accepted forms (anything else gets a message saying what form is expected):
 - formulas: a string with ``X``, a norm (``Norm``, ``LN``, ``RMSNorm`` ...), a sublayer
   (``Attention``, ``Attn``, ``F``, ``MHA`` ...), ``+`` and parentheses; LaTeX is accepted.
 
+Each numeric question takes its numbers as an argument (``x=``, ``x_shape=``) whose default is
+the seed's, so a graded assignment can ask the same question about numbers the lesson does not
+answer and get the same diagnoses; numbers that are not a flat tuple of at least two raise
+ValueError (an author's mistake), while a student's answer never raises.
+
 Source: the Lesson 16 seed text (``shared/seed``), Practice studio and its "Check solutions".
 """
 from __future__ import annotations
@@ -369,15 +374,30 @@ def _result(name: str, *cases: CaseResult) -> CheckResult:
 
 # --------------------------------------------------------------------------- Practice studio
 
-_X2244 = np.array([2.0, 2.0, 4.0, 4.0])
+_X2244 = (2.0, 2.0, 4.0, 4.0)  # the seed's Practice studio numbers
 _NUM_TOL = 5e-3  # answers rounded to 2-3 decimals pass; 1-decimal roundings of 1/sqrt do not
 
 
-def check_mean_var(mean, var) -> CheckResult:
+def _values(x) -> np.ndarray:
+    """The question's numbers as a flat float64 array (raises ValueError if not 1-D, >= 2)."""
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.ndim != 1 or arr.size < 2:
+        raise ValueError(f"a question's numbers are a flat tuple of at least 2, got {x!r}")
+    return arr
+
+
+def _show(x: np.ndarray) -> str:
+    """``(2, 2, 4, 4)``: the numbers as the question states them."""
+    return "(" + ", ".join(f"{v:g}" for v in x) + ")"
+
+
+def check_mean_var(mean, var, x=_X2244) -> CheckResult:
     """Practice studio 1: the mean and (biased) variance of (2, 2, 4, 4).
 
     Args:
         mean, var: the student's numbers (see :func:`parse_number` for accepted forms).
+        x: the question's numbers (default the seed's (2, 2, 4, 4); a graded assignment may
+            ask about others, with the same diagnoses).
 
     Returns:
         :class:`CheckResult` with two cases, ``mean`` and ``variance``; score 0, 0.5 or 1.
@@ -385,7 +405,7 @@ def check_mean_var(mean, var) -> CheckResult:
 
     Source: the seed, Practice studio item 1; LayerNorm's statistics (Ba et al. 2016, eq. 4).
     """
-    x = _X2244
+    x = _values(x)
     mu, d = float(x.mean()), x.size
     ss = float(((x - mu) ** 2).sum())
     try:
@@ -395,7 +415,7 @@ def check_mean_var(mean, var) -> CheckResult:
         elif _near(m, float(x.sum()), _NUM_TOL):
             c1 = _fault_case("mean", "sum_not_mean", f"you gave {m:g}: ")
         else:
-            c1 = _case("mean", False, f"you gave {m:g}: add the four values and divide by "
+            c1 = _case("mean", False, f"you gave {m:g}: add the {d} values and divide by "
                        "how many there are.", "wrong_values")
     except AnswerFormatError as e:
         c1 = _format_case("mean", e)
@@ -411,10 +431,10 @@ def check_mean_var(mean, var) -> CheckResult:
             c2 = _fault_case("variance", "uncentered_variance", f"you gave {v:g}: ")
         else:
             c2 = _case("variance", False, f"you gave {v:g}: average the squared deviations "
-                       "(x_r - mean)^2 over the d = 4 features.", "wrong_values")
+                       f"(x_r - mean)^2 over the d = {d} features.", "wrong_values")
     except AnswerFormatError as e:
         c2 = _format_case("variance", e)
-    return _result("mean_var (2, 2, 4, 4)", c1, c2)
+    return _result(f"mean_var {_show(x)}", c1, c2)
 
 
 def _layer_norm_models(x: np.ndarray):
@@ -437,11 +457,12 @@ def _layer_norm_models(x: np.ndarray):
     yield "divided_by_variance", (x - mu) / (var * d / (d - 1)), None
 
 
-def check_layer_norm_2244(y) -> CheckResult:
+def check_layer_norm_2244(y, x=_X2244) -> CheckResult:
     """Practice studio 2: LayerNorm of (2, 2, 4, 4), ignoring eps, with gamma = 1, beta = 0.
 
     Args:
-        y: the student's four numbers (see :func:`parse_vector`).
+        y: the student's numbers, one per value of ``x`` (see :func:`parse_vector`).
+        x: the question's numbers (default the seed's (2, 2, 4, 4)).
 
     Returns:
         :class:`CheckResult` with one case; an answer off by a known mistake (n-1, no
@@ -449,8 +470,8 @@ def check_layer_norm_2244(y) -> CheckResult:
 
     Source: the seed, Practice studio item 2; Ba et al. 2016, eq. (3)-(4).
     """
-    name = "layer_norm (2, 2, 4, 4)"
-    x = _X2244
+    x = _values(x)
+    name = f"layer_norm {_show(x)}"
     mu = x.mean()
     var = ((x - mu) ** 2).mean()
     want = (x - mu) / math.sqrt(var)
@@ -460,7 +481,7 @@ def check_layer_norm_2244(y) -> CheckResult:
         return _result(name, _format_case(name, e))
     if g.shape != want.shape:
         return _result(name, _fault_case(name, "wrong_shape", f"you gave {g.size} numbers; ",
-                                         _msg("wrong_shape") + " (4 features in, 4 out)"))
+                                         _msg("wrong_shape") + f" ({x.size} features in, {x.size} out)"))
     if np.allclose(g, want, atol=_NUM_TOL):
         return _result(name, _case(name, True))
     for fault, out, hint in _layer_norm_models(x):
@@ -478,8 +499,12 @@ def check_layer_norm_2244(y) -> CheckResult:
 _RMS_TOL = 1e-2
 
 
-def check_rms_34(rms) -> CheckResult:
+def check_rms_34(rms, x=(3.0, 4.0)) -> CheckResult:
     """Practice studio 3: the RMS of (3, 4) (a number; eps ignored).
+
+    Args:
+        rms: the student's number (see :func:`parse_number`).
+        x: the question's numbers (default the seed's (3, 4)).
 
     Returns:
         :class:`CheckResult` with one case; answers within 0.01 of sqrt(12.5) = 3.5355 pass
@@ -489,8 +514,8 @@ def check_rms_34(rms) -> CheckResult:
 
     Source: the seed, Practice studio item 3; Zhang and Sennrich 2019, eq. (4).
     """
-    name = "rms (3, 4)"
-    x = np.array([3.0, 4.0])
+    x = _values(x)
+    name = f"rms {_show(x)}"
     try:
         r = parse_number(rms, what="rms_34")
     except AnswerFormatError as e:
@@ -503,8 +528,8 @@ def check_rms_34(rms) -> CheckResult:
             ("l2_norm_not_rms", math.sqrt((x**2).sum()), None),
             ("missing_sqrt", ms, None),
             ("mean_abs_not_rms", float(np.abs(x).mean()),
-             "that is the mean of the values, (3 + 4) / 2: RMS is the root of the mean of the "
-             "squares."),
+             f"that is the mean of the values, ({' + '.join(f'{v:g}' for v in x)}) / {x.size}: "
+             "RMS is the root of the mean of the squares."),
             ("divided_outside_sqrt", math.sqrt((x**2).sum()) / x.size, None),
             ("sum_of_squares", float((x**2).sum()),
              "that is the sum of the squares; RMS = sqrt(their mean).")):
@@ -603,8 +628,12 @@ def check_norm_changes_shape(answer) -> CheckResult:
     return _result(name, _case(name, True))
 
 
-def check_rms_shape(shape) -> CheckResult:
+def check_rms_shape(shape, x_shape=(2, 3, 8)) -> CheckResult:
     """Trace it: for ``x.shape == [2, 3, 8]``, the shape of ``rms`` after ``keepdim=True``.
+
+    Args:
+        shape: the student's shape (see :func:`parse_shape`).
+        x_shape: the question's ``x.shape`` (default the seed's ``[2, 3, 8]``; at least 2 axes).
 
     Returns:
         :class:`CheckResult` with one case; dropping keepdim (missing_keepdim), giving x's own
@@ -617,7 +646,7 @@ def check_rms_shape(shape) -> CheckResult:
         s = parse_shape(shape, what="rms_shape")
     except AnswerFormatError as e:
         return _result(name, _format_case(name, e))
-    x_shape = (2, 3, 8)
+    x_shape = tuple(int(n) for n in x_shape)
     want = x_shape[:-1] + (1,)
     if s == want:
         return _result(name, _case(name, True))
@@ -628,10 +657,11 @@ def check_rms_shape(shape) -> CheckResult:
                                          "length 1."))
     if s == x_shape:
         return _result(name, _fault_case(name, "output_shape_not_statistic", given))
-    if len(s) == 3 and s.count(1) == 1 and sorted(s) != sorted(want):
+    if len(s) == len(x_shape) and s.count(1) == 1 and sorted(s) != sorted(want):
         return _result(name, _fault_case(name, "wrong_axis", given))
     return _result(name, _case(name, False, given + "mean(dim=-1, keepdim=True) reduces "
-                               "one axis of [2, 3, 8] and keeps it with length 1.", "wrong_values"))
+                               f"one axis of {list(x_shape)} and keeps it with length 1.",
+                               "wrong_values"))
 
 
 def check_stats_axis(axis) -> CheckResult:

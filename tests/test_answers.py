@@ -236,3 +236,43 @@ def test_stats_axis_correct_forms(a):
 def test_stats_axis_faults(a, fault):
     assert_fault(check_stats_axis(a), fault)
 
+
+
+# ----------------------------------------------------------------- other numbers, same diagnoses
+# A graded assignment may ask the lesson's questions about other numbers (worked by hand):
+# (1, 3, 5, 7): mean 4, var (9 + 1 + 1 + 9) / 4 = 5, with n-1 20/3; LN = (x - 4) / sqrt(5);
+# RMS(5, 12) = sqrt((25 + 144) / 2) = sqrt(84.5) = 9.192, L2 norm 13, mean 8.5;
+# x of shape [4, 5, 6]: rms with keepdim has shape [4, 5, 1].
+
+
+def test_mean_var_on_other_numbers():
+    x = (1, 3, 5, 7)
+    assert check_mean_var(4, 5, x=x).score == 1.0
+    r = check_mean_var(4, 20 / 3, x=x)
+    assert_fault(r, "unbiased_variance", 0.5)
+    assert "20/3" in r.messages[0] and r.name == "mean_var (1, 3, 5, 7)"
+    assert_fault(check_mean_var(16, 5, x=x), "sum_not_mean", 0.5)
+
+
+def test_layer_norm_and_rms_on_other_numbers():
+    s5 = math.sqrt(5)
+    x = (1, 3, 5, 7)
+    assert check_layer_norm_2244(tuple((v - 4) / s5 for v in x), x=x).score == 1.0
+    assert_fault(check_layer_norm_2244((-3, -1, 1, 3), x=x), "not_scaled")
+    assert check_rms_34(9.192, x=(5, 12)).score == 1.0
+    assert_fault(check_rms_34(13, x=(5, 12)), "l2_norm_not_rms")
+    r = check_rms_34(8.5, x=(5, 12))
+    assert_fault(r, "mean_abs_not_rms")
+    assert "(5 + 12) / 2" in r.messages[0]
+
+
+def test_rms_shape_on_another_shape():
+    assert check_rms_shape((4, 5, 1), x_shape=(4, 5, 6)).score == 1.0
+    assert_fault(check_rms_shape((4, 5), x_shape=(4, 5, 6)), "missing_keepdim")
+    assert_fault(check_rms_shape((4, 5, 6), x_shape=(4, 5, 6)), "output_shape_not_statistic")
+    assert_fault(check_rms_shape((4, 1, 6), x_shape=(4, 5, 6)), "wrong_axis")
+
+
+def test_an_author_mistake_in_the_question_numbers_raises():
+    with pytest.raises(ValueError):
+        check_mean_var(1, 1, x=(3,))
