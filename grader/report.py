@@ -1,8 +1,11 @@
 """The class report: score distributions, which mistakes were common, and what still waits for
 a human grader.
 
-Scores come from nbgrader's gradebook; the mistakes come from the ``[fault: <kind>]`` tags that
-``normref.check_*`` prints into the test cells of each autograded notebook. Questions graded by
+Scores come from nbgrader's gradebook; the mistakes come from the fault kinds that
+``normref.check_*`` puts in the output metadata of the test cells of each autograded notebook
+(``{"normref": {"faults": [...]}}``, never shown to the student; read by
+``normref.faults.parse_tags``, which also reads the ``[fault: <kind>]`` text tags of notebooks
+graded before). Questions graded by
 hand (nbgrader "manually graded answer" cells) are read from the gradebook too: until someone
 grades them in formgrader they count 0, and the report says so instead of showing them as
 failed. Written as an HTML page with PNG figures (``reports/``) and printed as a short text
