@@ -29,7 +29,9 @@ from normref.diagnosis.norms import evaluate_norm, to_bf16
 
 
 def _variant_tags(result) -> set[str]:
-    return {m.split("[variant: ")[1].split("]")[0] for m in result.messages if "[variant: " in m}
+    """The variant ids the search named (``CaseResult.variant``, or a ``[variant: id]`` tag)."""
+    return {c.variant for c in result.cases if getattr(c, "variant", None)} or \
+        {m.split("[variant: ")[1].split("]")[0] for m in result.messages if "[variant: " in m}
 
 
 # ------------------------------------------------------------------ the grammars' reference

@@ -220,7 +220,8 @@ def coverage(checker: str, *, sample: int | None = None, seed: int = 0) -> Cover
         if r.passed:
             cov.invisible.append(vid)
         elif "found_variant" in faults:
-            tags = {m.split("[variant: ")[1].split("]")[0] for m in r.messages if "[variant: " in m}
+            tags = {c.variant for c in r.cases if getattr(c, "variant", None)} or \
+                {m.split("[variant: ")[1].split("]")[0] for m in r.messages if "[variant: " in m}
             (cov.named if vid in tags else cov.named_equivalent).append(vid)
         elif faults - {"wrong_values", "returns_nan"}:
             cov.known.append(vid)
