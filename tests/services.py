@@ -126,9 +126,10 @@ class DaskCluster:
 
 
 def worker_env() -> dict[str, str]:
-    """The environment ``dask worker`` runs with: this project importable, this venv first on PATH."""
+    """The environment ``dask worker`` runs with: this project importable (and tests/, so that a
+    test can send a task function of its own), this venv first on PATH."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "tests"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     return env
 
@@ -165,6 +166,8 @@ def dask_cluster(n_workers: int = 2, allowed_failures: int = 1):
     address = f"tcp://127.0.0.1:{port}"
     env = worker_env()
     env["DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES"] = str(allowed_failures)
+    # a worker holds only the task it runs, so a worker's death counts against that task alone
+    env["DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION"] = "1.0"
     dask = str(Path(sys.executable).with_name("dask"))
     sched = subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard",
                               "--idle-timeout", "3600"],

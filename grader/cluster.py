@@ -1,0 +1,451 @@
+"""Autograde as Dask tasks: on this machine (an embedded local cluster) or on any Dask cluster.
+
+One task grades one submission (an ``(assignment, student)`` pair) and assumes no file system
+shared with the instructor's machine:
+
+* **in** (bytes): the course's ``nbgrader_config.py``; the assignment's definition as a small
+  SQLite gradebook (its notebooks, grade/solution/task cells, locked source cells with their
+  checksums and its due date), copied out of the course's configured gradebook, whatever
+  database that is; the non-notebook files of ``source/<assignment>/`` that nbgrader's
+  autograde copies over the student's (never the solution notebooks); and the student's
+  ``submitted/<student>/<assignment>/`` files (notebooks, ``timestamp.txt``);
+* **on the worker**: a scratch course folder with those files, and nbgrader's own autograde
+  (``NbGraderAPI.autograde``: the same preprocessors as ``nbgrader autograde``) with every
+  kernel in the bubblewrap sandbox (:mod:`grader.sandbox`);
+* **out** (bytes): the files of ``autograded/<student>/<assignment>/`` (the executed notebook
+  with its captured outputs), nbgrader's log, and the grade rows the worker's scratch
+  gradebook received (per cell: auto score, auto comment; per notebook: late penalty; the
+  submission's timestamp).
+
+The instructor's process is the one writer of the course's gradebook: it replays each task's
+rows through nbgrader's :class:`~nbgrader.api.Gradebook` API in a short transaction per
+submission, with nbgrader's own rule for ``needs_manual_grade`` (an existing manual score
+is kept and flagged for review), so many workers never write the database at once.
+
+Faults: a worker that dies mid-task (killed, machine lost) has its tasks rerun by the Dask
+scheduler on another worker; a task that has been on ``distributed.scheduler.allowed-failures
++ 1`` workers that died (1 + 1 in the embedded cluster; set it on your scheduler, see the README)
+is given up and that submission is reported as could not be graded, with the reason. Ctrl-C
+cancels the run's tasks on the cluster.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from .course import CourseTree
+from .parallel import AutogradeOutcome, _reason, default_jobs
+
+#: How many workers may die while running one task before it is given up (embedded cluster).
+ALLOWED_FAILURES = 1
+#: Seconds to wait for a scheduler to answer, and for a cluster to show at least one worker.
+CONNECT_TIMEOUT_S = 10
+_LOCK = threading.Lock()  # nbgrader's apps change the working directory: one at a time per process
+
+
+class ClusterError(RuntimeError):
+    """The Dask cluster cannot run the grading (unreachable scheduler, no workers, no sandbox)."""
+
+
+# -- the instructor's side: payloads in, rows out -------------------------------------------------
+
+def _files(folder: Path, skip_notebooks: bool = False) -> dict[str, bytes]:
+    if not folder.is_dir():
+        return {}
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and not (skip_notebooks and p.suffix == ".ipynb")}
+
+
+def _write_files(folder: Path, files: dict[str, bytes]) -> None:
+    for rel, data in files.items():
+        dest = (folder / rel).resolve()
+        if not dest.is_relative_to(folder.resolve()):
+            raise ValueError(f"refusing to write {rel!r} outside {folder}")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(data)
+
+
+def assignment_definitions(tree: CourseTree, assignments: list[str], course_id: str) -> dict[str, bytes]:
+    """Each assignment's definition as the bytes of a small SQLite gradebook.
+
+    Copied through nbgrader's Gradebook API out of the course's configured gradebook
+    (``tree.gradebook_url``: SQLite or PostgreSQL): the assignment and its due date, its
+    notebooks, grade, solution, task and source cells (with the checksums nbgrader's
+    ``OverwriteCells`` and ``SaveAutoGrades`` compare against). No student rows.
+
+    Returns:
+        ``{assignment: sqlite file bytes}``.
+
+    Raises:
+        nbgrader.api.MissingEntry: an assignment is not in the gradebook (run generate first).
+    """
+    from nbgrader.api import Base, Gradebook
+    from sqlalchemy import create_engine, text
+
+    out: dict[str, bytes] = {}
+    with tempfile.TemporaryDirectory(prefix="gradebook-template-") as td, \
+            Gradebook(tree.gradebook_url, course_id) as src:
+        # nbgrader's schema, stamped with the course gradebook's own alembic version (nbgrader
+        # would run the `alembic` command for a new file: seconds, for the same answer)
+        blank = Path(td) / "blank.db"
+        engine = create_engine(f"sqlite:///{blank}")
+        Base.metadata.create_all(engine)
+        version = src.db.execute(text("SELECT version_num FROM alembic_version")).scalar()
+        with engine.begin() as conn:
+            conn.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)"))
+            conn.execute(text("INSERT INTO alembic_version (version_num) VALUES (:v)"), {"v": version})
+        engine.dispose()
+        for a in assignments:
+            path = Path(td) / f"{a}.db"
+            shutil.copy(blank, path)
+            asg = src.find_assignment(a)
+            with Gradebook(f"sqlite:///{path}", course_id) as dst:
+                dst.update_or_create_assignment(a, duedate=asg.duedate)
+                for nb in asg.notebooks:
+                    dst.update_or_create_notebook(nb.name, a, kernelspec=nb.kernelspec)
+                    for c in nb.grade_cells:
+                        dst.update_or_create_grade_cell(c.name, nb.name, a, max_score=c.max_score,
+                                                        cell_type=c.cell_type)
+                    for c in nb.task_cells:
+                        dst.update_or_create_task_cell(c.name, nb.name, a, max_score=c.max_score,
+                                                       cell_type=c.cell_type)
+                    for c in nb.solution_cells:
+                        dst.update_or_create_solution_cell(c.name, nb.name, a)
+                    for c in nb.source_cells:
+                        dst.update_or_create_source_cell(c.name, nb.name, a, cell_type=c.cell_type,
+                                                         locked=c.locked, source=c.source,
+                                                         checksum=c.checksum)
+            out[a] = path.read_bytes()
+    return out
+
+
+def record(tree: CourseTree, course_id: str, result: dict) -> None:
+    """Write one task's result into the course: its files into ``autograded/<student>/<assignment>/``
+    and its grade rows into the gradebook, as nbgrader's autograde would have (one writer, short
+    transactions through nbgrader's Gradebook API).
+
+    Args:
+        result: what :func:`grade_submission` returned, with ``success`` True.
+    """
+    import warnings
+
+    from nbgrader.api import Gradebook
+    from sqlalchemy.exc import SAWarning
+
+    a, st = result["assignment"], result["student"]
+    dest = tree.autograded(st, a)
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    _write_files(dest, result["files"])
+    rows = result["rows"]
+    with Gradebook(tree.gradebook_url, course_id) as gb, warnings.catch_warnings():
+        warnings.simplefilter("ignore", SAWarning)  # nbgrader's own autoflush notes, as in its apps
+        gb.update_or_create_student(st)
+        if rows["timestamp"] is not None:
+            gb.update_or_create_submission(a, st, timestamp=rows["timestamp"])
+        else:
+            gb.update_or_create_submission(a, st)
+        for nb_name, nb_rows in rows["notebooks"].items():
+            nb = gb.find_submission_notebook(nb_name, a, st)
+            nb.late_submission_penalty = nb_rows["late_submission_penalty"]
+            for grade in nb.grades:
+                if grade.name in nb_rows["grades"]:
+                    grade.auto_score = nb_rows["grades"][grade.name]
+                    # nbgrader's SaveAutoGrades: a manual score, or no auto score, needs review
+                    grade.needs_manual_grade = grade.manual_score is not None or grade.auto_score is None
+            for comment in nb.comments:
+                if comment.name in nb_rows["comments"]:
+                    comment.auto_comment = nb_rows["comments"][comment.name]
+        gb.db.commit()
+
+
+# -- the worker's side ----------------------------------------------------------------------------
+
+def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
+    """Autograde one submission in a scratch course folder on this worker (a Dask task).
+
+    Args:
+        assignment: ``{"name", "config": bytes, "gradebook": bytes, "source_files": {rel: bytes}}``.
+        submission: ``{"student", "files": {rel: bytes}}`` (``submitted/<student>/<assignment>/``).
+        options: ``{"sandbox": bool, "cell_timeout": int | None, "course_id": str}``.
+
+    Returns:
+        ``{"assignment", "student", "success", "reason", "log", "kernel_output", "files": {rel: bytes},
+        "rows": {"timestamp", "notebooks": {name: {"grades", "comments",
+        "late_submission_penalty"}}}, "worker", "seconds"}``; ``success`` is False (with the
+        ``reason`` nbgrader logged) when nbgrader could not grade it, e.g. its kernel died.
+
+    Raises:
+        RuntimeError: the sandbox was asked for and bubblewrap cannot start on this worker.
+    """
+    from nbgrader.api import Gradebook
+    from nbgrader.apps import NbGraderAPI
+    from traitlets.config import Config
+    from traitlets.config.loader import PyFileConfigLoader
+
+    from . import sandbox
+
+    t0 = time.perf_counter()
+    a, st = assignment["name"], submission["student"]
+    with _LOCK, tempfile.TemporaryDirectory(prefix="grade-") as td:
+        root = Path(td)
+        (root / "nbgrader_config.py").write_bytes(assignment["config"])
+        (root / "gradebook.db").write_bytes(assignment["gradebook"])
+        _write_files(root / "source" / a, assignment["source_files"])
+        (root / "source" / a).mkdir(parents=True, exist_ok=True)
+        _write_files(root / "submitted" / st / a, submission["files"])
+        config = Config()
+        config.merge(PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config())
+        config.CourseDirectory.root = str(root)
+        config.CourseDirectory.db_url = f"sqlite:///{root / 'gradebook.db'}"
+        if options.get("cell_timeout"):
+            config.Execute.timeout = int(options["cell_timeout"])
+        env = {var: "1" for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+        env["PYTHONWARNINGS"] = "ignore"
+        use_sandbox = options.get("sandbox", True)
+        if use_sandbox and not sandbox.available():
+            raise RuntimeError(f"the grading sandbox cannot start on Dask worker {os.uname().nodename} "
+                               "(install bubblewrap there: apt-get install bubblewrap)")
+        session = sandbox.SandboxSession(root) if use_sandbox else contextlib.nullcontext()
+        saved_env, cwd = dict(os.environ), os.getcwd()
+        saved_fds = (os.dup(1), os.dup(2))
+        kernel_log = (root / "kernel-output.log").open("wb")
+        try:
+            # the kernels inherit stdout/stderr: their start-up chatter goes to this task's log
+            os.dup2(kernel_log.fileno(), 1)
+            os.dup2(kernel_log.fileno(), 2)
+            with session as sb:
+                if use_sandbox:
+                    args, more = sb.worker(0)
+                    env.update(more)
+                    for arg in args:  # --Section.name=value -> config
+                        key, _, value = arg[2:].partition("=")
+                        section, _, name = key.partition(".")
+                        setattr(getattr(config, section), name, value)
+                os.environ.update(env)  # kernels inherit it (JUPYTER_PATH, scratch root, threads)
+                os.chdir(root)  # nbgrader resolves some paths against the working directory
+                api = NbGraderAPI(config=config)
+                api.log.setLevel("ERROR")
+                result = api.autograde(a, st, force=True, create=True)
+        finally:
+            os.dup2(saved_fds[0], 1)
+            os.dup2(saved_fds[1], 2)
+            for fd in saved_fds:
+                os.close(fd)
+            kernel_log.close()
+            os.chdir(cwd)
+            os.environ.clear()
+            os.environ.update(saved_env)
+        log = result.get("log", "") + result.get("error", "")
+        kernel_output = (root / "kernel-output.log").read_bytes()[-20000:].decode(errors="replace")
+        out = {"assignment": a, "student": st, "success": bool(result.get("success")), "log": log,
+               "kernel_output": kernel_output,
+               "reason": None, "files": {}, "rows": None, "worker": os.uname().nodename}
+        graded_dir = root / "autograded" / st / a
+        if not out["success"] or not any(graded_dir.glob("*.ipynb")):
+            out["success"] = False
+            out["reason"] = _reason(log, st) if log else "nbgrader produced no autograded notebook"
+        else:
+            out["files"] = _files(graded_dir)
+            with Gradebook(config.CourseDirectory.db_url, options.get("course_id", "default_course")) as gb:
+                sub = gb.find_submission(a, st)
+                stamped = (root / "submitted" / st / a / "timestamp.txt").exists()
+                out["rows"] = {
+                    "timestamp": sub.timestamp if stamped else None,
+                    "notebooks": {nb.name: {
+                        "grades": {g.name: g.auto_score for g in nb.grades},
+                        "comments": {c.name: c.auto_comment for c in nb.comments},
+                        "late_submission_penalty": nb.late_submission_penalty,
+                    } for nb in sub.notebooks},
+                }
+    out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+# -- connecting, and the run ----------------------------------------------------------------------
+
+def scheduler_address(scheduler: str | None = None) -> str | None:
+    """The scheduler to use: ``scheduler``, else ``$DASK_SCHEDULER_ADDRESS``, else None (embedded)."""
+    return scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS") or None
+
+
+def _preload() -> str:  # run on every worker when a run starts (imports paid once, in parallel)
+    import nbgrader.apps  # noqa: F401
+
+    from . import sandbox
+
+    return "sandboxed" if sandbox.available() else "no-sandbox"
+
+
+@contextlib.contextmanager
+def connect(scheduler: str | None = None, jobs: int | None = None, *, use_sandbox: bool = True, log=print):
+    """A Dask client for a grading run: to ``scheduler`` (or ``$DASK_SCHEDULER_ADDRESS``), or to
+    an embedded local cluster of ``jobs`` single-threaded worker processes (default: all cores).
+
+    Prints the dashboard address when the scheduler serves one.
+
+    Raises:
+        ClusterError: the scheduler does not answer within :data:`CONNECT_TIMEOUT_S` seconds,
+            has no worker, or a worker cannot start the sandbox when ``use_sandbox`` is set.
+    """
+    import dask
+    from distributed import Client, LocalCluster
+
+    address = scheduler_address(scheduler)
+    cluster = None
+    try:
+        if address is None:
+            with dask.config.set({"distributed.scheduler.allowed-failures": ALLOWED_FAILURES,
+                                  # a worker holds only the task it runs: its death counts
+                                  # against that task alone, never against one queued behind it
+                                  "distributed.scheduler.worker-saturation": 1.0}):
+                cluster = LocalCluster(n_workers=jobs or default_jobs(), threads_per_worker=1,
+                                       processes=True, dashboard_address=":0",
+                                       silence_logs=logging.ERROR, memory_limit=0)
+            client = Client(cluster, set_as_default=False)
+        else:
+            try:
+                client = Client(address, timeout=f"{CONNECT_TIMEOUT_S}s", set_as_default=False)
+            except (OSError, TimeoutError, ValueError) as e:
+                raise ClusterError(f"cannot reach the Dask scheduler at {address} within "
+                                   f"{CONNECT_TIMEOUT_S} s ({' '.join(str(e).split())})") from None
+    except BaseException:
+        if cluster is not None:
+            cluster.close()
+        raise
+    try:
+        if address is not None:
+            try:
+                client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)
+            except TimeoutError:
+                raise ClusterError(f"the Dask scheduler at {address} has no workers: start some with "
+                                   f"`dask worker {address}` on machines with this project installed") from None
+        states = client.run(_preload)
+        if use_sandbox and "no-sandbox" in states.values():
+            bad = ", ".join(w for w, s in states.items() if s != "sandboxed")
+            raise ClusterError(f"the grading sandbox (bubblewrap) cannot start on Dask worker(s) {bad}: "
+                               "apt-get install bubblewrap there, or grade with --no-sandbox")
+        if "dashboard" in client.scheduler_info().get("services", {}) and _scheduler_has_bokeh(client):
+            log(f"dask dashboard: {client.dashboard_link}")
+        yield client
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def _has_bokeh() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("bokeh") is not None
+
+
+def _scheduler_has_bokeh(client) -> bool:
+    """The scheduler's web server shows the dashboard only with bokeh installed there."""
+    try:
+        return bool(client.run_on_scheduler(_has_bokeh))
+    except Exception:  # noqa: BLE001 - a scheduler that refuses run_on_scheduler: say nothing
+        return False
+
+
+def autograde(course: CourseTree | Path, assignments: list[str], *, client=None, scheduler: str | None = None,
+              jobs: int | None = None, use_sandbox: bool = True, cell_timeout: int | None = None,
+              course_id: str | None = None, only: list[str] | None = None, progress=None,
+              log=print, task=grade_submission) -> AutogradeOutcome:
+    """Autograde every submission in ``submitted/`` as Dask tasks, one per (assignment, student).
+
+    Args:
+        course: the course (its gradebook must already hold the assignments: generate has run).
+        client: a connected :class:`distributed.Client` (default: :func:`connect` with
+            ``scheduler``, ``jobs`` and ``use_sandbox``, closed after the run).
+        use_sandbox: run every kernel in the bubblewrap sandbox on the workers.
+        cell_timeout: seconds a cell may run (default: ``Execute.timeout`` of the config).
+        course_id: nbgrader's ``CourseDirectory.course_id`` (default: read from the config).
+        only: grade just these students (default: everyone in ``submitted/``).
+        progress: ``progress(done, total)`` as submissions finish, or None.
+        log: where per-submission failure lines go.
+        task: the function each task runs (default :func:`grade_submission`; the tests wrap it).
+
+    Returns:
+        :class:`~grader.parallel.AutogradeOutcome` (``logs`` is empty: each task's nbgrader log
+        comes back in its result and failures quote it).
+
+    Raises:
+        ClusterError: see :func:`connect`.
+        KeyboardInterrupt: after cancelling this run's tasks on the cluster.
+    """
+    from distributed import as_completed
+    from distributed.scheduler import KilledWorker
+
+    tree = course if isinstance(course, CourseTree) else CourseTree(course)
+    if course_id is None:
+        from .apps import Course
+
+        course_id = Course(tree).api.coursedir.course_id
+    pairs = tree.pairs(assignments)
+    if only is not None:
+        pairs = [(a, s) for a, s in pairs if s in set(only)]
+    outcome = AutogradeOutcome()
+    if not pairs:
+        return outcome
+    if client is None:
+        with connect(scheduler, jobs, use_sandbox=use_sandbox, log=log) as c:
+            return autograde(tree, assignments, client=c, use_sandbox=use_sandbox, cell_timeout=cell_timeout,
+                             course_id=course_id, only=only, progress=progress, log=log, task=task)
+    t0 = time.perf_counter()
+    config = (tree.root / "nbgrader_config.py").read_bytes()
+    definitions = assignment_definitions(tree, sorted({a for a, _ in pairs}), course_id)
+    payloads = {a: {"name": a, "config": config, "gradebook": definitions[a],
+                    "source_files": _files(tree.source(a), skip_notebooks=True)} for a in definitions}
+    options = {"sandbox": use_sandbox, "cell_timeout": cell_timeout, "course_id": course_id}
+    for a, s in pairs:  # a regrade starts from nothing, as nbgrader autograde --force does
+        old = tree.autograded(s, a)
+        if old.is_dir():
+            shutil.rmtree(old)
+    futures = {}
+    for a, s in pairs:
+        sub = {"student": s, "files": _files(tree.submitted(s, a))}
+        fut = client.submit(task, payloads[a], sub, options, pure=False,
+                            key=f"autograde-{a}-{s}-{os.urandom(4).hex()}")
+        futures[fut] = (a, s)
+    done = 0
+    if progress is not None:
+        progress(0, len(pairs))
+    try:
+        for fut in as_completed(list(futures), loop=client.loop):
+            a, s = futures[fut]
+            try:
+                result = fut.result()
+            except KilledWorker as e:
+                outcome.failed[(a, s)] = (f"could not be graded: its task crashed {ALLOWED_FAILURES + 1} "
+                                          f"Dask workers ({' '.join(str(e).split())[:200]})")
+            except Exception as e:  # a worker-side error that is not the student's code
+                outcome.failed[(a, s)] = f"could not be graded: {type(e).__name__}: {str(e)[:300]}"
+            else:
+                if result["success"]:
+                    record(tree, course_id, result)
+                    outcome.graded.append((a, s))
+                else:
+                    outcome.failed[(a, s)] = result["reason"]
+            if (a, s) in outcome.failed:
+                log(f"autograde failed: student {s}, assignment {a}: {outcome.failed[(a, s)]}")
+            done += 1
+            if progress is not None:
+                progress(done, len(pairs))
+    except KeyboardInterrupt:
+        client.cancel(list(futures), force=True)
+        raise
+    outcome.graded.sort(key=pairs.index)
+    outcome.seconds = time.perf_counter() - t0
+    return outcome
+
+
+__all__ = ["autograde", "connect", "grade_submission", "record", "assignment_definitions",
+           "scheduler_address", "ClusterError", "ALLOWED_FAILURES"]
