@@ -599,6 +599,20 @@ def test_a_missing_keepdim_is_named_by_the_quick_check_not_raised():
         assert "raised" in case.message and "keepdim" in case.message
 
 
+def test_an_axis_that_raises_is_named_wrong_axis():
+    # dim=1 / axis=1 of the 1-D seed token raises (torch IndexError, numpy AxisError)
+    def rms_dim1(x, weight, eps=1e-6):
+        return (x.float() * x.float().pow(2).mean(dim=1, keepdim=True).add(eps).rsqrt() * weight).to(x.dtype)
+
+    def ln_axis1(x, w, b, eps=1e-5):
+        m = x.mean(axis=1, keepdims=True)
+        return ((x - m) / np.sqrt(((x - m) ** 2).mean(axis=1, keepdims=True) + eps) * w + b).astype(x.dtype)
+
+    for r in (check_rms_norm(rms_dim1, quick=True), check_layer_norm(ln_axis1, quick=True)):
+        c = r.cases[0]
+        assert not c.passed and c.fault == "wrong_axis" and "raised" in c.message, r.report()
+
+
 @pytest.mark.slow
 def test_in_a_notebook_the_faults_ride_in_output_metadata_not_in_the_text(tmp_path):
     # run a displayed result in a real kernel, then read the notebook as the class report does
@@ -614,10 +628,18 @@ def test_in_a_notebook_the_faults_ride_in_output_metadata_not_in_the_text(tmp_pa
         nbformat.v4.new_code_cell("import torch\nfrom normref import check_rms_norm\n" + source),
         nbformat.v4.new_code_cell("display(check_rms_norm(rms_norm))\nround(4 * check_rms_norm(rms_norm).score, 2)"),
         nbformat.v4.new_code_cell("check_rms_norm(rms_norm).show()"),
+        # the rule: a function typed in a cell is read from the kernel's cell source
+        nbformat.v4.new_code_cell("import torch.nn.functional as F\n\n"
+                                  "def rms_ref(x, weight, eps=1e-6):\n"
+                                  "    return F.rms_norm(x, (x.shape[-1],), weight, eps)\n\n"
+                                  "display(check_rms_norm(rms_ref))"),
     ])
     NotebookClient(nb, timeout=120, kernel_name="python3",
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
-    for cell in nb.cells[1:]:
+    rule = [o for o in nb.cells[3].outputs if o.output_type == "display_data"][0]
+    assert "calls F.rms_norm: grading gives this question 0" in rule.data["text/plain"]
+    assert parse_tags(nb.cells[3]) == ["reference_call"]
+    for cell in nb.cells[1:3]:
         assert parse_tags(cell) == ["eps_outside_sqrt"]
         texts = [o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in cell.outputs]
         assert any("eps belongs inside the square root" in t for t in texts)

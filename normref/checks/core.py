@@ -220,6 +220,8 @@ def _raised(case: str, e: BaseException, keepdim_hint: bool, backend: str) -> Ca
         hint = "not implemented yet: replace `raise NotImplementedError()` with your code."
     elif keepdim_hint and ("size of tensor" in str(e) or "broadcast" in str(e)):
         hint, fault = msg("missing_keepdim", backend), "missing_keepdim"
+    elif keepdim_hint and isinstance(e, IndexError) and ("out of range" in str(e) or "out of bounds" in str(e)):
+        hint, fault = msg("wrong_axis", backend), "wrong_axis"  # e.g. dim=1 of a 1-D token
     return fail(case, f"raised {text[:300]}; {hint}", fault)
 
 
@@ -229,7 +231,8 @@ def student_call(case: str, fn: Callable, args: tuple, kwargs: dict | None = Non
 
     ``watch``: inputs that must come back unmodified. ``keepdim_hint``: a shape/broadcasting
     error (torch's "size of tensor", numpy's "could not be broadcast") is diagnosed as a
-    missing keepdim. ``backend``: whose words the messages use.
+    missing keepdim, an axis out of range (torch's IndexError, numpy's AxisError) as the wrong
+    axis. ``backend``: whose words the messages use.
     """
     before = [_copy(a) for a in watch]
     try:
