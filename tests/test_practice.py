@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from normref import answers as A
 from normref import practice as P
 
 # The seed's "Check solutions", typed here from the seed (the module computes its own).
@@ -150,3 +151,32 @@ def test_quiz_widget_for_a_choice_question():
     q.answer.value = q.answer.options[0]
     q.check_button.click()
     assert "BatchNorm" in q.feedback.value
+
+
+# (lesson question, the graded assignment's checker called on the same answer, answers)
+_SAME_CHECKER = [
+    ("ps_mean_var", lambda a: A.check_mean_var(*a), [(3, 1), (3, 4 / 3), (12, 1), (2.5, 1)]),
+    ("ps_layernorm", A.check_layer_norm_2244, [(-1, -1, 1, 1), (2, 2, 4, 4), (-1, 1)]),
+    ("ps_rms_3_4", A.check_rms_34, [3.53, 3.535, 3.54, 3.5, 5, 12.5, 3.6]),
+    ("ps_pre_ln_formula", A.check_pre_ln_formula,
+     ["X + Attention(Norm(X))", "Norm(X + F(X))", "X + Norm(F(X))", "F(Norm(X))"]),
+    ("trace_rms_shape", A.check_rms_shape, [(2, 3, 1), (2, 3), (2, 3, 8), (1, 3, 8)]),
+]
+
+
+@pytest.mark.parametrize("qid, graded, given", _SAME_CHECKER, ids=[q for q, _, _ in _SAME_CHECKER])
+def test_the_lesson_says_what_the_assignment_says_for_the_same_answer(qid, graded, given):
+    for answer in given:
+        fb, r = P.check(qid, answer), graded(answer)
+        assert fb.correct is r.passed, (qid, answer)
+        assert fb.faults == tuple(r.faults), (qid, answer)
+        if not r.passed:
+            assert fb.message == " ".join(r.messages), (qid, answer)
+
+
+def test_rms_3_4_truncated_to_two_decimals_is_right_in_both():
+    # 3.5355... truncated is 3.53: both accept it; 3.5 is the mean (3 + 4) / 2 and both say so
+    assert P.check("ps_rms_3_4", "3.53").correct and A.check_rms_34("3.53").passed
+    fb = P.check("ps_rms_3_4", 3.5)
+    assert fb.faults == ("mean_abs_not_rms",)
+    assert "you gave 3.5: that is the mean of the values, (3 + 4) / 2" in fb.message
