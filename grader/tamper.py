@@ -27,15 +27,17 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from normref import rules as _rules
+
 MODULE_NAMES = {"normref", "np", "numpy", "torch", "F", "nn", "math", "sys", "os", "builtins",
                 "IPython", "ipykernel", "nbgrader", "unittest", "pytest", "functools", "operator"}
 DENY_IMPORTS = {"builtins", "ctypes", "gc", "inspect", "importlib", "ipykernel", "nbgrader",
                 "IPython.core", "IPython.terminal", "traceback", "atexit", "signal", "code", "codeop"}
 DENY_NAMES = {"get_ipython", "__builtins__", "__import__", "exec", "eval", "compile", "globals",
               "locals", "vars", "__loader__", "__spec__", "breakpoint"}
-REFERENCE_ATTRS = {"layer_norm", "rms_norm", "LayerNorm", "RMSNorm", "group_norm", "GroupNorm",
-                   "pre_ln", "post_ln", "TransformerBlock", "TransformerStack", "layer_norm_backward",
-                   "rms_norm_backward", "native_layer_norm"}
+# The rule "implement it, do not call the reference" is normref.rules', shared with the student's
+# self-check (normref.checks), so both say the same thing about the same code.
+REFERENCE_ATTRS = _rules.REFERENCE_ATTRS
 
 
 @dataclass(frozen=True)
@@ -123,9 +125,6 @@ def scan(source: str, protected: dict[str, str | None] | None = None) -> list[Fi
                 mod = target if isinstance(node, ast.Import) else (node.module or "")
                 if any(mod == d or mod.startswith(d + ".") for d in DENY_IMPORTS):
                     findings.append(Finding("tamper", line, f"imports {mod}"))
-                elif isinstance(node, ast.ImportFrom) and node.module and (
-                        node.module.split(".")[0] in ("normref", "torch") and name in REFERENCE_ATTRS):
-                    findings.append(Finding("reference", line, f"imports the reference {target}"))
                 bind(name, line, target)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             if node in tree.body:
@@ -159,13 +158,8 @@ def scan(source: str, protected: dict[str, str | None] | None = None) -> list[Fi
             if isinstance(fn, ast.Name) and fn.id in ("setattr", "delattr") and node.args:
                 if _root(node.args[0]) in MODULE_NAMES or _root(node.args[0]) in protected:
                     findings.append(Finding("tamper", line, f"{fn.id} on {_dotted(node.args[0])}"))
-            if isinstance(fn, ast.Attribute) and fn.attr in REFERENCE_ATTRS:
-                root = _root(fn)
-                if root in ("normref", "F", "torch", "nn") or (root in protected and root not in ("np",)):
-                    findings.append(Finding("reference", line, f"calls the reference {_dotted(fn)}"))
-            if isinstance(fn, ast.Name) and fn.id in REFERENCE_ATTRS and protected.get(fn.id, "").__class__ is str \
-                    and protected.get(fn.id, "").split(".")[0] in ("normref", "torch"):
-                findings.append(Finding("reference", line, f"calls the reference {fn.id}"))
+    for line, what in _rules.reference_calls(code, protected):  # imports and calls of a reference
+        findings.append(Finding("reference", line, what.replace("calls ", "calls the reference ", 1)))
     # one finding per (kind, line, what)
     return sorted(set(findings), key=lambda f: (f.line, f.kind, f.what))
 
