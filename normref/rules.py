@@ -63,6 +63,20 @@ def _is_reference_package(target: str | None) -> bool:
     return bool(target) and target.split(".")[0] in REFERENCE_PACKAGES
 
 
+def _imports(tree: ast.AST) -> dict[str, str]:
+    """``{bound name: what it is bound to}`` for every import in ``tree``
+    (``import torch.nn.functional as G`` binds G to ``torch.nn.functional``)."""
+    out: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                out[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for a in node.names:
+                out[a.asname or a.name] = f"{node.module}.{a.name}"
+    return out
+
+
 def reference_calls(source: str, bindings: Mapping[str, str | None] | None = None) -> list[tuple[int, str]]:
     """Where ``source`` imports or calls a reference normalization.
 
@@ -73,17 +87,18 @@ def reference_calls(source: str, bindings: Mapping[str, str | None] | None = Non
             a checker: the student's globals). An attribute call is flagged when its root is
             bound to ``torch``/``normref`` (or, unbound, is one of :data:`REFERENCE_ROOTS`); a
             bare call when its name is bound to a reference in ``torch``/``normref``, under any
-            alias (``from torch.nn.functional import rms_norm as rn``; ``rn(x)``).
+            alias (``from torch.nn.functional import rms_norm as rn``; ``rn(x)``). The source's
+            own imports are read too (``import torch.nn.functional as G``; ``G.rms_norm(x)``).
 
     Returns:
         ``[(line, what)]`` sorted by line, e.g. ``[(3, "calls F.rms_norm")]``; ``[]`` for code
         that does not parse (a syntax error costs the student the cell anyway).
     """
-    bindings = bindings or {}
     try:
         tree = ast.parse(textwrap.dedent(source))
     except SyntaxError:
         return []
+    bindings = {**_imports(tree), **(bindings or {})}  # what the source imports, then the scope
     found: set[tuple[int, str]] = set()
     for node in ast.walk(tree):
         line = getattr(node, "lineno", 0)

@@ -14,12 +14,13 @@ SOURCES = [
     ("def rms_norm(x, w, eps=1e-6):\n    return F.rms_norm(x, (x.shape[-1],), w, eps)\n", [2]),
     ("y = torch.nn.functional.layer_norm(x, (8,))\n", [1]),
     ("y = torch.rms_norm(x, (8,))\n", [1]),
-    ("from torch.nn.functional import rms_norm as rn\ny = rn(x, (8,))\n", [1]),
+    ("from torch.nn.functional import rms_norm as rn\ny = rn(x, (8,))\n", [1, 2]),
     ("norm = nn.RMSNorm(8)\n", [1]),
     ("y = normref.pre_ln(x, f, n)\n", [1]),
     # implemented by hand: nothing to flag
     ("def rms_norm(x, w, eps=1e-6):\n    rms = x.float().pow(2).mean(dim=-1, keepdim=True)\n"
      "    return (x.float() * (rms + eps).rsqrt() * w).to(x.dtype)\n", []),
+    ("import torch.nn.functional as G\ny = G.rms_norm(x, (8,))\n", [2]),  # an alias in the source
     ("y = np.linalg.norm(x, axis=-1)\nz = rms_norm(x, w)\n", []),  # its own rms_norm
     ("def f(:\n", []),  # does not parse
 ]
@@ -43,14 +44,7 @@ def test_a_bound_alias_is_resolved():
     assert reference_calls("y = ln(x)", {"ln": "__main__.ln"}) == []
 
 
-_ALIASED_IMPORT = pytest.mark.xfail(
-    strict=True, reason="grader/tamper.py tests the alias 'rn', not the imported name rms_norm, "
-    "against its list; it agrees once it calls normref.rules.reference_calls (H-TRUST, issue 14)")
-
-
-@pytest.mark.parametrize("source, lines", [
-    pytest.param(src, lines, marks=_ALIASED_IMPORT) if " as rn" in src else (src, lines)
-    for src, lines in SOURCES[:-1]])
+@pytest.mark.parametrize("source, lines", SOURCES[:-1])
 def test_the_grader_tamper_scan_flags_the_same_lines(source, lines):
     from grader.tamper import scan
 
