@@ -52,6 +52,7 @@ PIDS_CGROUP_ROOT = Path("/sys/fs/cgroup/pids")
 #: Inside the sandbox: the tmpfs, the student's folder in it, and the cgroup's event counter.
 SANDBOX_WORK = "/tmp/work"
 SANDBOX_PIDS_EVENTS = "/run/normref/pids.events"
+SANDBOX_HANDBACK = "/run/normref/handback"
 _ETC = ("/etc/ld.so.cache", "/etc/localtime", "/etc/nsswitch.conf", "/etc/hosts", "/etc/mime.types")
 
 
@@ -322,6 +323,11 @@ def bwrap_argv(connection_file: str, cwd: str, kernel_args: list[str], *,
         argv += ["--file", str(fd), f"{SANDBOX_WORK}/{rel}"]
     if pids_events:
         argv += ["--ro-bind", pids_events, SANDBOX_PIDS_EVENTS]
+    handback = os.environ.get("NORMREF_HANDBACK_DIR")
+    if handback and os.path.isdir(handback):  # this run's graded inputs (grader.scoring), read-only
+        argv += ["--ro-bind", handback, SANDBOX_HANDBACK, "--setenv", "NORMREF_HANDBACK_DIR", SANDBOX_HANDBACK]
+    else:
+        argv += ["--unsetenv", "NORMREF_HANDBACK_DIR"]
     argv += ["--symlink", SANDBOX_WORK, cwd,  # the student's folder: a private, writable copy
              "--chdir", cwd,
              "--setenv", "HOME", "/tmp/home", "--setenv", "MPLCONFIGDIR", "/tmp/home/mpl",

@@ -1,0 +1,169 @@
+"""The grading kernel's half of trusted scoring: run the student's code on the grader's inputs
+and hand the outputs back, unjudged.
+
+While ``make grade`` autogrades, a question's hidden test is one line,
+``hand_back("rms_norm_battery", rms_norm)``. The grader has drawn that question's inputs from a
+secret seed (new every grading run) and left them, as the exact calls its checker makes, in
+``$NORMREF_HANDBACK_DIR/<grade_id>.pt``; this module makes each call in the kernel and shows
+the outputs (arrays and tensors with their dtype and shape, or the exception) as one output
+of MIME type :data:`MIME`. The grader's own process reads that output from the autograded
+notebook and judges it with the same checker, outside the student's process
+(:mod:`grader.scoring`): nothing here decides a score, so patching it can only change the
+outputs handed back, which the student's code could have returned itself.
+
+Outside grading (a student's own kernel, ``nbgrader validate``), :func:`hand_back` does
+nothing. Either way it returns 0.0, so that a hidden test whose outputs never reach the grader
+scores 0, never full marks.
+"""
+from __future__ import annotations
+
+import base64
+import io
+import os
+from pathlib import Path
+
+import numpy as np
+
+#: MIME type of the one output a hidden test shows.
+MIME = "application/vnd.normref.handback+json"
+#: Environment variable naming the folder of the grader's inputs.
+ENV = "NORMREF_HANDBACK_DIR"
+#: Largest array handed back (elements); the graded inputs are tiny.
+MAX_ELEMENTS = 1 << 16
+
+
+def _npy(a: np.ndarray) -> str:
+    buf = io.BytesIO()
+    np.save(buf, a, allow_pickle=False)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def encode(obj, depth: int = 0) -> dict:
+    """A JSON-able description of an output: ``{"t": "torch"|"numpy"|"seq"|"py"|"other", ...}``.
+
+    Tensors keep their dtype name (bfloat16 travels as its exact float32 values) and shape;
+    numpy arrays travel as ``.npy`` bytes (no pickles); anything else by its type name.
+    """
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - the course always has torch
+        torch = None
+    if torch is not None and isinstance(obj, torch.Tensor):
+        if obj.numel() > MAX_ELEMENTS or obj.is_complex():
+            return {"t": "other", "type": "Tensor"}
+        t = obj.detach().cpu()
+        data = t.float().numpy() if t.dtype == torch.bfloat16 else t.numpy()
+        return {"t": "torch", "dtype": str(t.dtype).replace("torch.", ""), "npy": _npy(data)}
+    if isinstance(obj, np.ndarray):
+        if obj.size > MAX_ELEMENTS or obj.dtype.hasobject:
+            return {"t": "other", "type": "ndarray"}
+        return {"t": "numpy", "npy": _npy(obj)}
+    if isinstance(obj, (tuple, list)) and depth < 2 and len(obj) <= 16:
+        return {"t": "seq", "type": type(obj).__name__, "items": [encode(o, depth + 1) for o in obj]}
+    if obj is None or isinstance(obj, (bool, int, float)):
+        return {"t": "py", "value": obj}
+    return {"t": "other", "type": type(obj).__name__[:80]}
+
+
+def _arrays(args) -> list[tuple[int, object]]:
+    import torch
+
+    return [(i, a) for i, a in enumerate(args) if isinstance(a, (torch.Tensor, np.ndarray))]
+
+
+def _copy(a):
+    return a.clone() if hasattr(a, "clone") else np.array(a, copy=True)
+
+
+def _same(a, b) -> bool:
+    import torch
+
+    if isinstance(a, torch.Tensor):
+        return bool(torch.equal(a, b))
+    return bool(np.array_equal(a, b, equal_nan=True))
+
+
+def run_calls(fn, calls: list) -> list[dict] | dict:
+    """Make each call ``(args, kwargs, grad_enabled)`` of ``fn``, as the checker would; one
+    record per call: ``{"out": encode(output)}``, ``{"raised": [type, message]}`` or
+    ``{"timeout": True}``, plus ``"after"`` for inputs the call modified."""
+    import torch
+
+    from .checks.core import CALL_TIMEOUT_S, _call_with_timeout, _Timeout
+
+    if not callable(fn):
+        return {"not_callable": type(fn).__name__[:80]}
+    records = []
+    for args, kwargs, grad in calls:
+        before = [(i, _copy(a)) for i, a in _arrays(args)]
+        rec: dict = {}
+        try:
+            with torch.set_grad_enabled(grad):
+                rec["out"] = encode(_call_with_timeout(fn, tuple(args), dict(kwargs), CALL_TIMEOUT_S))
+        except _Timeout:
+            rec["timeout"] = True
+        except Exception as e:  # noqa: BLE001 - the student's error is handed back as it is
+            rec["raised"] = [type(e).__name__[:80], str(e)[:500]]
+        changed = {str(i): encode(args[i]) for i, b in before if not _same(args[i], b)}
+        if changed:
+            rec["after"] = changed
+        records.append(rec)
+    return records
+
+
+def hand_back(grade_id: str, fn) -> float:
+    """Run ``fn`` on the grader's inputs for ``grade_id`` and show the outputs (autograde only).
+
+    Args:
+        grade_id: the hidden test's nbgrader ``grade_id``, e.g. ``"rms_norm_battery"``.
+        fn: the student's function.
+
+    Returns:
+        0.0 always (the cell's nbgrader score until the grader's scoring stage writes the real
+        one into the gradebook).
+    """
+    folder = os.environ.get(ENV)
+    if not folder or os.environ.get("NBGRADER_EXECUTION") != "autograde":
+        return 0.0
+    path = Path(folder) / f"{grade_id}.pt"
+    if not path.is_file():
+        print(f"{grade_id}: the grader left no inputs for this question")
+        return 0.0
+    import torch
+    from IPython.display import display
+
+    calls = torch.load(path, weights_only=False)  # written by the grader, read-only in here
+    bundle = {"grade_id": grade_id, "calls": run_calls(fn, calls)}
+    display({MIME: bundle, "text/plain": f"{grade_id}: outputs handed to the grader"}, raw=True)
+    return 0.0
+
+
+def as_graded(result, grade_id: str, points: float) -> None:
+    """In ``nbgrader validate`` (and the toolbar's Validate), fail a question whose battery is
+    not fully passed, saying what grading would give; elsewhere (JupyterLab, autograde) do
+    nothing, so autograde still gives partial credit.
+
+    Args:
+        result: the question's :class:`normref.checks.CheckResult`.
+        grade_id: the test cell's ``grade_id``, e.g. ``"rms_norm_battery"``.
+        points: the cell's points.
+
+    Raises:
+        AssertionError: in validate, when ``result`` is not fully passed, e.g.
+            ``rms_norm_battery: 5/6 cases, 3.33 of 4 points: eps belongs inside the square
+            root: sqrt(var + eps), not sqrt(var) + eps.``
+    """
+    if os.environ.get("NBGRADER_EXECUTION") != "validate" or result.passed:
+        return
+    n_ok = sum(c.passed for c in result.cases)
+    earned = round(points * result.score, 2)
+    why = ""
+    if getattr(result, "breaches", None):
+        why = result.breaches[0]
+    else:
+        for c in result.cases:
+            if not c.passed:
+                text = c.message.split("': ", 1)[-1]
+                why = text.split("; ", 1)[-1]
+                break
+    raise AssertionError(f"{grade_id}: {n_ok}/{len(result.cases)} cases, {earned:g} of {points:g} points: {why}")

@@ -1,0 +1,116 @@
+"""Trusted scoring (grader.scoring): graded inputs drawn from a secret seed, outputs handed back
+by the kernel (normref.handback) and judged by the checker in the grader's own process.
+
+Fast: the kernel's half runs in this process on the answer bank's code, and its record goes
+through JSON, as it does through the notebook. The real round trip through ``make grade`` is
+in tests/test_hostile.py.
+"""
+from __future__ import annotations
+
+import json
+
+import nbformat
+import numpy as np
+import pytest
+import torch
+
+from grader import scoring
+from grader.demo.answer_bank import ANSWERS, EXPECTED
+from normref.handback import MIME, run_calls
+
+REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
+#: grade_id -> (assignment, the function the hidden test hands back, points)
+QUESTION_FN = {"rms_norm_battery": ("rmsnorm", "rms_norm", 4), "layer_norm_battery": ("layernorm", "layer_norm", 3),
+               "layer_norm_backward_gradcheck": ("layernorm_backward", "layer_norm_backward", 4),
+               "pre_ln_battery": ("block", "pre_ln", 2), "post_ln_battery": ("block", "post_ln", 2)}
+
+
+def namespace(assignment: str, variant: str) -> dict:
+    """The notebook's globals after its import cells and the variant's answer cells ran."""
+    nb = nbformat.read(REPO / "release" / assignment / f"{assignment}.ipynb", as_version=4)
+    ns: dict = {}
+    for c in nb.cells:
+        meta = c.metadata.get("nbgrader", {})
+        if c.cell_type != "code" or meta.get("grade") or "display(" in c.source:
+            continue
+        src = ANSWERS[assignment][variant].get(meta.get("grade_id"), c.source) if meta.get("solution") else c.source
+        try:
+            exec(src, ns)
+        except Exception:  # noqa: BLE001 - a blank answer raises NotImplementedError
+            pass
+    return ns
+
+
+def trusted_points(gid: str, fn, seed: int) -> float:
+    """What grading gives: the kernel's record of ``fn`` on the drawn inputs, through JSON,
+    replayed through the checker here."""
+    record = json.loads(json.dumps(run_calls(fn, scoring.probe_calls(gid, seed))))
+    obj = scoring._opaque(record["not_callable"]) if isinstance(record, dict) else scoring.Replay(record)
+    return round(QUESTION_FN[gid][2] * scoring.run_check(gid, seed, obj).score, 2)
+
+
+def test_the_scored_questions_are_the_hidden_tests_that_hand_back():
+    handed = {}
+    for nb_path in sorted(REPO.glob("source/*/*.ipynb")):
+        for c in nbformat.read(nb_path, as_version=4).cells:
+            if "hand_back(" in c.source:
+                handed[c.metadata["nbgrader"]["grade_id"]] = c.source.split("hand_back(")[1].split(")")[0]
+    assert set(handed) == set(scoring.QUESTIONS) == set(QUESTION_FN)
+    for gid, args in handed.items():
+        assert args == f'"{gid}", {QUESTION_FN[gid][1]}'
+
+
+@pytest.mark.parametrize("seed", [11, 2026])
+@pytest.mark.parametrize("gid", sorted(QUESTION_FN))
+def test_every_bank_variant_gets_its_expected_points_on_drawn_inputs(gid, seed):
+    """The answer bank's hand-derived points (for the fixed visible battery) hold on batteries
+    drawn from other seeds: honest answers written differently keep full marks, each mistake
+    costs what it cost."""
+    a, name, _ = QUESTION_FN[gid]
+    got = {v: trusted_points(gid, namespace(a, v).get(name), seed) for v in ANSWERS[a]}
+    assert got == {v: EXPECTED[a][v][gid] for v in ANSWERS[a]}
+
+
+def test_each_run_draws_new_inputs_of_the_same_kinds():
+    one, two = scoring.drawn_cases("rms_norm_battery", 1), scoring.drawn_cases("rms_norm_battery", 2)
+    again = scoring.drawn_cases("rms_norm_battery", 1)
+    assert [c.x.dtype for c in one] == [c.x.dtype for c in two]  # same kinds: float32 x4, float16, bfloat16
+    assert [c.x.dtype for c in one][-2:] == [torch.float16, torch.bfloat16]
+    assert all(torch.equal(a.x, b.x) for a, b in zip(one, again))  # one seed reproduces its grade
+    assert not any(a.x.shape == b.x.shape and torch.equal(a.x, b.x) for a, b in zip(one, two))
+    n = one[2].x.shape
+    assert n[0] == n[1] == n[2]  # B = T = D
+    assert float(one[4].x.float().abs().max()) > 256  # x**2 overflows float16
+    assert one[3].eps == 1e-4 and float(one[3].x.abs().max()) < 1e-2
+
+
+def test_a_function_that_only_knows_the_visible_battery_earns_nothing_hidden():
+    """A lookup table of the visible battery's answers, the input itself otherwise."""
+    from normref import check_rms_norm, rms_norm
+    from normref.checks.norms import battery
+
+    table = [(c.x.clone(), rms_norm(c.x, c.weight, eps=c.eps)) for c in battery("rms", "torch")]
+
+    def lookup(x, weight, eps=1e-6):
+        for xv, y in table:
+            if xv.shape == x.shape and xv.dtype == x.dtype and torch.equal(xv, x):
+                return y.clone()
+        return x.clone()
+
+    assert check_rms_norm(lookup).passed  # it fools the visible battery completely
+    assert trusted_points("rms_norm_battery", lookup, 7) == 0.0
+
+
+def test_outputs_travel_without_pickles_and_keep_dtype_and_shape():
+    x = torch.randn(2, 3, 4).to(torch.bfloat16)
+    rec = json.loads(json.dumps(run_calls(lambda *a: (x, np.arange(3.0), "s"), [((), {}, False)])))
+    back = scoring.Replay(rec)()
+    assert back[0].dtype == torch.bfloat16 and torch.equal(back[0], x)
+    assert back[1].dtype == np.float64 and list(back[1]) == [0.0, 1.0, 2.0]
+    assert type(back[2]).__name__ == "str"  # other objects travel as their type name only
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "", metadata={"nbgrader": {"grade_id": "rms_norm_battery", "grade": True}})])
+    nb.cells[0].outputs = [nbformat.v4.new_output("display_data", data={MIME: {"grade_id": "rms_norm_battery",
+                                                                              "calls": []}})] * 2
+    scored = scoring.score_notebook(nb, 3)["rms_norm_battery"]
+    assert scored.fraction == 0.0 and "2 sets of outputs" in scored.flags[0]
