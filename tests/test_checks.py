@@ -661,3 +661,19 @@ def test_a_variant_named_by_the_search_rides_in_metadata_too():
     assert r.faults == ["found_variant"] and r.variants and r.variants[0].startswith("stat=max_abs")
     assert r._repr_mimebundle_()[1] == {"normref": {"faults": ["found_variant"], "variants": r.variants}}
     assert "[variant:" not in r.report() and "[fault:" not in r.report()
+
+
+@pytest.mark.parametrize("checker, student", [
+    (normref.check_rms_norm_module, normref.RMSNorm), (normref.check_pre_ln, normref.pre_ln),
+    (normref.check_post_ln, normref.post_ln), (normref.check_pre_ln_block, normref.TransformerBlock),
+    (normref.check_layer_norm_backward, normref.layer_norm_backward),
+])
+def test_quick_is_the_first_two_cases_of_every_checker(checker, student):
+    full, quick = checker(student), checker(student, quick=True)
+    assert [c.name for c in quick.cases] == [c.name for c in full.cases[:2]]
+    assert [c.name for c in full.head(2).cases] == [c.name for c in quick.cases] and quick.passed
+
+
+def test_a_quick_check_already_names_a_wiring_fault():
+    r = normref.check_pre_ln_block(bank("PreNormBlock", "mlp_reads_x"), quick=True)
+    assert r.faults == ["mlp_reads_x"] and r.score == 0.5  # built, miswired

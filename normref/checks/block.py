@@ -111,7 +111,7 @@ def _own_reference(case: _BlockCase, parts):
 
 
 @single_threaded
-def check_pre_ln_block(block_cls) -> CheckResult:
+def check_pre_ln_block(block_cls, quick: bool = False) -> CheckResult:
     """Check a student's pre-norm transformer block: one block with its two norms, wired as in
     the seed's MiniMind block.
 
@@ -135,6 +135,8 @@ def check_pre_ln_block(block_cls) -> CheckResult:
 
     Args:
         block_cls: the student's class, factory or module.
+        quick: run only the first two cases (the build, the wiring with two RMSNorms), the
+            assignment's visible check.
 
     Returns:
         :class:`CheckResult` with four cases. Diagnoses missing_attribute, shared_norm (one norm
@@ -152,7 +154,7 @@ def check_pre_ln_block(block_cls) -> CheckResult:
     import torch
 
     with seeded():
-        cases = _block_battery()
+        cases = _block_battery()[: 2 if quick else None]
 
     def run_case(case: _BlockCase) -> CaseResult:
         m, failed = _build_block(case.name, block_cls)

@@ -92,11 +92,12 @@ def post_models(x, F, N):
            "Post-LN normalizes the sum: Norm(x + F(x)).")
 
 
-def _check_placement(name: str, fn: Callable, reference: Callable, models: Callable) -> CheckResult:
+def _check_placement(name: str, fn: Callable, reference: Callable, models: Callable,
+                     quick: bool) -> CheckResult:
     import torch
 
     with seeded():
-        cases = _placement_battery()
+        cases = _placement_battery()[: 2 if quick else None]
 
     def run_case(case: _PlacementCase) -> CaseResult:
         with torch.no_grad():
@@ -113,7 +114,7 @@ def _check_placement(name: str, fn: Callable, reference: Callable, models: Calla
 
 
 @single_threaded
-def check_pre_ln(fn: Callable) -> CheckResult:
+def check_pre_ln(fn: Callable, quick: bool = False) -> CheckResult:
     """Check a student's ``pre_ln(x, sublayer, norm)`` = ``x + sublayer(norm(x))``.
 
     Args:
@@ -122,6 +123,8 @@ def check_pre_ln(fn: Callable) -> CheckResult:
             callable ``[..., D] -> [..., D]`` (``2v``, ``tanh(v W + c)``, causal self-attention)
             and ``norm`` a :class:`normref.RMSNorm` or :class:`normref.LayerNorm` with a trained
             gamma (and beta), so every misplacement gives different numbers.
+        quick: run only the first two cases (the seed token, ``[2, 3, 8]``), the assignment's
+            visible check.
 
     Returns:
         :class:`CheckResult` with four cases. Diagnoses residual_from_normed
@@ -137,16 +140,17 @@ def check_pre_ln(fn: Callable) -> CheckResult:
     """
     from ..blocks import pre_ln
 
-    return _check_placement("pre_ln", fn, pre_ln, pre_models)
+    return _check_placement("pre_ln", fn, pre_ln, pre_models, quick)
 
 
 @single_threaded
-def check_post_ln(fn: Callable) -> CheckResult:
+def check_post_ln(fn: Callable, quick: bool = False) -> CheckResult:
     """Check a student's ``post_ln(x, sublayer, norm)`` = ``norm(x + sublayer(x))``.
 
     Args:
         fn: called as ``fn(x, sublayer, norm)``, on the same four cases as :func:`check_pre_ln`
             (``x``: ``(1, 2, 3)``, ``[2, 3, 8]``, ``[4, 4, 4]``, ``[2, 5, 8]`` float32 tensors).
+        quick: run only the first two cases, the assignment's visible check.
 
     Returns:
         :class:`CheckResult` with four cases. Diagnoses pre_post_swapped
@@ -163,4 +167,4 @@ def check_post_ln(fn: Callable) -> CheckResult:
     """
     from ..blocks import post_ln
 
-    return _check_placement("post_ln", fn, post_ln, post_models)
+    return _check_placement("post_ln", fn, post_ln, post_models, quick)
