@@ -1,0 +1,121 @@
+"""Similar submissions (grader/similarity.py), on the demo class and on deliberately copied work.
+
+How the threshold was chosen (the numbers are asserted below): in the demo class every student
+writes the answer-bank code of their variant, so two students with *different* variants wrote
+different code independently ("honest" pairs) and two with the *same* variant submitted the same
+code (clones, as a copy would be). Over all five assignments the highest honest score is 0.66
+(a `partial` layer_norm against `low_precision_stats`: they share the reference's lines).
+Deliberate copies, renamed, respaced and recommented, score 1.0; a copy of a student's whole
+block assignment with one line added scores 0.79. THRESHOLD = 0.75 sits between 0.66 and 0.79.
+What it does not catch: one line added to a three-line answer (layer_norm: 0.44), where so little
+code is left after the starter and the solution are removed that any edit changes most of it.
+MIN_OVERLAP = 60 normalised characters (about two lines) keeps a shared one-token slip (two
+students who both wrote `ddof=1`) from counting as a copy.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from grader.demo import demo_class, fill_answers, write_demo_submissions
+from grader.demo.answer_bank import ANSWERS
+from grader.similarity import MIN_OVERLAP, THRESHOLD, side_by_side, similar_pairs
+
+REPO = Path(__file__).resolve().parents[1]
+ASSIGNMENTS = sorted(ANSWERS)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> Path:
+    """The demo class's notebooks as autograded/ (the answer cells are what similarity reads)."""
+    root = tmp_path_factory.mktemp("sim") / "course"
+    root.mkdir()
+    shutil.copytree(REPO / "release", root / "release")
+    shutil.copytree(REPO / "source", root / "source")
+    write_demo_submissions(root, root / "autograded")
+    return root
+
+
+def _variant(student: str, assignment: str) -> str | None:
+    return next(st.variants.get(assignment) for st in demo_class() if st.student_id == student)
+
+
+def _students(root: Path) -> list[str]:
+    return sorted(p.name for p in (root / "autograded").iterdir())
+
+
+def test_no_honest_pair_of_the_demo_class_reaches_the_threshold(demo):
+    highest = 0.0
+    for a in ASSIGNMENTS:
+        for p in similar_pairs(demo, a, _students(demo), all_pairs=True):
+            if _variant(p.a, a) != _variant(p.b, a):  # different bank code: written independently
+                assert p.score < THRESHOLD, (a, p.a, p.b, _variant(p.a, a), _variant(p.b, a), p.score)
+                highest = max(highest, p.score)
+    assert 0.5 < highest < THRESHOLD  # the margin the threshold was chosen with (0.66)
+
+
+def test_clones_in_the_demo_class_are_found(demo):
+    found = {(p.a, p.b) for p in similar_pairs(demo, "layernorm", _students(demo))}
+    assert ("kofi", "yusuf") in found  # both submitted the bank's mutates_input layer_norm
+    assert _variant("kofi", "layernorm") == _variant("yusuf", "layernorm") == "mutates_input"
+    for a in ASSIGNMENTS:
+        for p in similar_pairs(demo, a, _students(demo)):
+            assert _variant(p.a, a) == _variant(p.b, a), (a, p.a, p.b)  # every listed pair is a clone
+            assert p.score >= THRESHOLD and p.overlap >= MIN_OVERLAP
+
+
+def disguise(code: str) -> str:
+    """What a student who copies does to hide it: rename the variables, respace, recomment."""
+    import re
+
+    for old, new in (("mean", "mu"), ("var", "sigma_sq"), ("h", "arr")):
+        code = re.sub(rf"(?<![.\w]){old}\b", new, code)
+    code = re.sub(r"#.*", "# my own work", code)
+    return code.replace("=", " = ").replace("  =  = ", " == ").replace("(", "( ").replace(")", " )")
+
+
+def _add_student(root: Path, student: str, assignment: str, answers: dict[str, str]) -> None:
+    out = root / "autograded" / student / assignment
+    out.mkdir(parents=True)
+    for nb_path in sorted((root / "release" / assignment).glob("*.ipynb")):
+        nbformat.write(fill_answers(nb_path, answers), out / nb_path.name)
+
+
+def _answers(root: Path, student: str, assignment: str) -> dict[str, str]:
+    out = {}
+    for p in sorted((root / "autograded" / student / assignment).glob("*.ipynb")):
+        for c in nbformat.read(p, as_version=4).cells:
+            if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("solution"):
+                out[c.metadata["nbgrader"]["grade_id"]] = c.source
+    return out
+
+
+def test_deliberate_copies_renamed_and_reformatted_are_found(demo, tmp_path):
+    root = tmp_path / "course"
+    shutil.copytree(demo, root)
+    assert _variant("emeka", "layernorm") == "low_precision_stats"
+    original = _answers(root, "emeka", "layernorm")
+    copied = {k: disguise(v) for k, v in original.items()}
+    assert copied != original and "sigma_sq" in copied["layer_norm_impl"]
+    _add_student(root, "copycat", "layernorm", copied)
+    assert _variant("ivan", "block") == "missing_residual"
+    block = {k: disguise(v) for k, v in _answers(root, "ivan", "block").items()}
+    block["block_impl"] = block["block_impl"].replace("return", "y = 0\n        return", 1)  # and a line added
+    _add_student(root, "editor", "block", block)
+    students = _students(root)
+    pairs = {(p.a, p.b): p for p in similar_pairs(root, "layernorm", students)}
+    assert pairs[("copycat", "emeka")].score == pytest.approx(1.0)
+    pairs_block = {(p.a, p.b): p for p in similar_pairs(root, "block", students)}
+    assert THRESHOLD <= pairs_block[("editor", "ivan")].score < 0.9
+    page = side_by_side(pairs[("copycat", "emeka")])
+    assert "<mark>" in page and "copycat" in page and "emeka" in page
+
+
+def test_unanswered_and_starter_only_submissions_are_not_compared(demo):
+    blank = [st.student_id for st in demo_class() if st.variants.get("layernorm") == "blank"]
+    assert blank
+    pairs = similar_pairs(demo, "layernorm", _students(demo), all_pairs=True)
+    assert not any(b in (p.a, p.b) for p in pairs for b in blank)
