@@ -20,6 +20,7 @@ from pathlib import Path
 import nbformat
 
 from . import sandbox, state
+from . import scoring
 from .apps import AppError, Course, generate_feedback_parallel
 from .collect import Collected, check_input, collect
 from .course import CourseTree
@@ -469,7 +470,8 @@ def report(b: Batch) -> None:
 
 #: The stages of a run, in order; ``GradeRun.stage_seconds`` has one entry per stage.
 STAGES = (("prepare", prepare), ("generate", generate), ("collect", collect_submissions),
-          ("repair", repair), ("autograde", autograde_stage), ("feedback", feedback),
+          ("repair", repair), ("inputs", scoring.inputs_stage), ("autograde", autograde_stage),
+          ("scoring", scoring.scoring_stage), ("feedback", feedback),
           ("export", export), ("score", score), ("report", report))
 
 
