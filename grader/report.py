@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
 import textwrap
 from collections import Counter, defaultdict
@@ -200,6 +201,13 @@ class ClassReport:
         manual: ``{assignment: ManualGrading}`` for assignments with questions graded by hand.
         ungraded: ``{student or file: reason}`` for work that could not be graded.
         flags: ``{student: [notes]}`` from earlier stages (repairs, lateness).
+        groups: ``{assignment: [grader.groups.Group]}``, wrong answers that agree on a checker's
+            battery, largest first (named or not).
+        groups_missing: ``{student: why}`` whose code could not be rerun for the groups.
+        similar: ``{assignment: [grader.similarity.Pair]}``, near-identical answer code.
+        late: ``{(assignment, student): seconds late}`` from the gradebook (late ones only).
+        course_root: where the links of the HTML report point (feedback, autograded, CSVs).
+        runs: the batch history, ``logs/runs.jsonl`` (one dict per grading run).
     """
 
     totals: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -213,6 +221,21 @@ class ClassReport:
     manual: dict[str, ManualGrading] = field(default_factory=dict)
     ungraded: dict[str, str] = field(default_factory=dict)
     flags: dict[str, list[str]] = field(default_factory=dict)
+    groups: dict[str, list] = field(default_factory=dict)
+    groups_missing: dict[str, str] = field(default_factory=dict)
+    similar: dict[str, list] = field(default_factory=dict)
+    late: dict[tuple[str, str], float] = field(default_factory=dict)
+    course_root: Path | None = None
+    runs: list[dict] = field(default_factory=list)
+
+    @property
+    def students(self) -> list[str]:
+        """Every student with a score in any assignment, sorted."""
+        return sorted({s for t in self.totals.values() for s in t})
+
+    def missing(self, student: str) -> list[str]:
+        """Assignments ``student`` has no graded submission of."""
+        return [a for a, t in self.totals.items() if student not in t]
 
     def diagnosed(self, assignment: str) -> int:
         """How many submissions of ``assignment`` the mistake counts are out of."""
@@ -247,7 +270,8 @@ def _ungraded_key(student: str, assignment: str) -> str:
 
 def build_report(course_root: Path, assignments: list[str], scores, max_points,
                  ungraded: dict[str, str] | None = None,
-                 flags: dict[str, list[str]] | None = None) -> ClassReport:
+                 flags: dict[str, list[str]] | None = None, *,
+                 groups: bool = True, similarity: bool = True, jobs: int | None = None) -> ClassReport:
     """Assemble a :class:`ClassReport` from the gradebook scores, the autograded notebooks and
     the manually graded questions in ``course_root/gradebook.db``.
 
@@ -257,9 +281,14 @@ def build_report(course_root: Path, assignments: list[str], scores, max_points,
         ungraded: ``{"<student> (<assignment>)" or "file <name>": reason}``; such a submission
             keeps its (zero) score but is left out of the mistake counts, since its notebook
             was not the student's work that ran.
+        groups: find the groups of wrong answers (:func:`grader.groups.mistake_groups`: reruns
+            each student's code cells once, in the grading sandbox when bubblewrap works).
+        similarity: find near-identical answer code (:func:`grader.similarity.similar_pairs`).
+        jobs: kernels at a time for the groups (default: all cores).
     """
     course_root = Path(course_root)
-    rep = ClassReport(ungraded=dict(ungraded or {}), flags={k: list(v) for k, v in (flags or {}).items()})
+    rep = ClassReport(ungraded=dict(ungraded or {}), flags={k: list(v) for k, v in (flags or {}).items()},
+                      course_root=course_root)
     found: dict[str, dict[str, list[str]]] = {}
     for a in assignments:
         rep.max_points[a] = dict(max_points.get(a, {}))
@@ -292,7 +321,58 @@ def build_report(course_root: Path, assignments: list[str], scores, max_points,
     db = course_root / "gradebook.db"
     if db.is_file():
         rep.manual = read_manual_grading(db, assignments)
+        rep.late = read_lateness(db, assignments)
+    rep.runs = read_runs(course_root)
+    graded = {a: sorted(s for s in rep.totals[a] if s not in rep.not_diagnosed.get(a, [])) for a in assignments}
+    if groups:
+        from .groups import mistake_groups
+
+        students = sorted({s for v in graded.values() for s in v})
+        rep.groups, rep.groups_missing = mistake_groups(course_root, assignments, students,
+                                                        jobs=jobs or os.cpu_count() or 1)
+    if similarity:
+        from .similarity import similar_pairs
+
+        for a in assignments:
+            pairs = similar_pairs(course_root, a, graded[a])
+            if pairs:
+                rep.similar[a] = pairs
     return rep
+
+
+def read_lateness(gradebook, assignments: list[str]) -> dict[tuple[str, str], float]:
+    """``{(assignment, student): seconds late}`` of every late submission, from nbgrader's
+    gradebook (its ``total_seconds_late``: the timestamp after the due date)."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    if not isinstance(gradebook, Gradebook):
+        with Gradebook(f"sqlite:///{Path(gradebook)}") as gb:
+            return read_lateness(gb, assignments)
+    out: dict[tuple[str, str], float] = {}
+    for a in assignments:
+        try:
+            subs = gradebook.assignment_submissions(a)
+        except MissingEntry:
+            continue
+        for sub in subs:
+            late = float(sub.total_seconds_late or 0.0)
+            if late > 0:
+                out[(a, sub.student.id)] = late
+    return out
+
+
+def read_runs(course_root: Path) -> list[dict]:
+    """The batch history: ``logs/runs.jsonl``, one dict per grading run (unreadable lines skipped)."""
+    path = Path(course_root) / "logs" / "runs.jsonl"
+    if not path.is_file():
+        return []
+    runs = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            runs.append(json.loads(line))
+        except ValueError:
+            continue
+    return runs
 
 
 def summary_text(rep: ClassReport) -> str:
@@ -325,6 +405,14 @@ def summary_text(rep: ClassReport) -> str:
                          f"{', '.join(rep.not_diagnosed[a])}")
         for kind, count in rep.faults[a].most_common():
             lines.append(f"    {count} of {m} {fault_label(kind)}")
+        gs = rep.groups.get(a, [])
+        if gs:
+            top = gs[0]
+            lines.append(f"    {len(gs)} group{'s' if len(gs) != 1 else ''} of wrong answers, the largest "
+                         f"{top.size} students ({top.checker}): {textwrap.shorten(top.diagnosis, 70)}")
+        if rep.similar.get(a):
+            lines.append(f"    {len(rep.similar[a])} pair{'s' if len(rep.similar[a]) != 1 else ''} of "
+                         "near-identical answer code (see the report)")
     if rep.ungraded:
         lines.append(f"  could not be graded ({len(rep.ungraded)}):")
         for who, why in sorted(rep.ungraded.items()):
@@ -415,20 +503,226 @@ def _plot_scores(rep: ClassReport, out: Path) -> list[tuple[str, str]]:
     return figs
 
 
-_CSS = ("body{font-family:sans-serif;max-width:960px;margin:2em auto}"
+_CSS = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
         "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;vertical-align:top}"
         "th{background:#eee}img{max-width:100%}pre{white-space:pre-wrap;overflow-wrap:anywhere}"
         ".manual{border:2px solid #E69F00;background:#fff6e0;padding:.4em 1em;margin:.6em 0}"
-        ".manual.done{border-color:#ccc;background:#f6f6f6}")
+        ".manual.done{border-color:#ccc;background:#f6f6f6}"
+        "nav a{margin-right:1em}"
+        "#students th[data-col]{cursor:pointer;user-select:none}"
+        "#students th[aria-sort=ascending]::after{content:' \\25B2'}"
+        "#students th[aria-sort=descending]::after{content:' \\25BC'}"
+        "#students td.num{text-align:right}.late{color:#D55E00;font-weight:bold}"
+        ".chip{display:inline-block;background:#eef;border-radius:3px;padding:0 4px;margin:1px;font-size:85%}"
+        ".controls{margin:.5em 0}.controls input,.controls select{margin-right:1em}"
+        "table.sbs td{width:50%}mark{background:#ffe08a}details pre{background:#f6f8fa;padding:.5em}")
+
+#: The student table's script: click a header to sort, type to filter, pick a group of wrong
+#: answers to show only its students. Hand-written, no library, works from file://.
+_TABLE_JS = """
+(function () {
+  var table = document.getElementById('students');
+  if (!table) return;
+  var body = table.tBodies[0], text = document.getElementById('filter'),
+      group = document.getElementById('group'), shown = document.getElementById('shown');
+  function key(row, i, numeric) {
+    var c = row.cells[i], v = c.getAttribute('data-v');
+    if (v === null) v = c.textContent.trim();
+    if (!numeric) return v.toLowerCase();
+    var x = parseFloat(v);
+    return isNaN(x) ? -Infinity : x;
+  }
+  Array.prototype.forEach.call(table.tHead.rows[0].cells, function (th) {
+    if (!th.hasAttribute('data-col')) return;
+    th.addEventListener('click', function () {
+      var i = th.cellIndex, numeric = th.getAttribute('data-type') === 'num',
+          dir = th.getAttribute('aria-sort') === 'ascending' ? -1 : 1;
+      var rows = Array.prototype.slice.call(body.rows);
+      rows.sort(function (a, b) {
+        var x = key(a, i, numeric), y = key(b, i, numeric);
+        return x < y ? -dir : x > y ? dir : 0;
+      });
+      rows.forEach(function (r) { body.appendChild(r); });
+      Array.prototype.forEach.call(table.tHead.rows[0].cells, function (h) { h.removeAttribute('aria-sort'); });
+      th.setAttribute('aria-sort', dir === 1 ? 'ascending' : 'descending');
+    });
+  });
+  function apply() {
+    var q = text.value.trim().toLowerCase(), g = group.value, n = 0;
+    Array.prototype.forEach.call(body.rows, function (r) {
+      var ok = (!q || r.textContent.toLowerCase().indexOf(q) >= 0) &&
+               (!g || (' ' + r.getAttribute('data-groups') + ' ').indexOf(' ' + g + ' ') >= 0);
+      r.hidden = !ok;
+      if (ok) n++;
+    });
+    shown.textContent = n;
+  }
+  text.addEventListener('input', apply);
+  group.addEventListener('change', apply);
+  document.getElementById('clear').addEventListener('click', function () {
+    text.value = ''; group.value = ''; apply();
+  });
+  Array.prototype.forEach.call(document.querySelectorAll('[data-show-group]'), function (b) {
+    b.addEventListener('click', function () {
+      group.value = b.getAttribute('data-show-group'); apply(); table.scrollIntoView();
+    });
+  });
+  apply();
+})();
+"""
+
+
+def _rel(target: Path, out_dir: Path) -> str:
+    return Path(os.path.relpath(target, out_dir)).as_posix()
+
+
+def _links(rep: ClassReport, out_dir: Path, student: str, assignment: str) -> str:
+    """Links to the student's feedback (HTML) and autograded notebook of one assignment."""
+    if rep.course_root is None:
+        return ""
+    e, out = html.escape, []
+    for p in sorted((rep.course_root / "feedback" / student / assignment).glob("*.html")):
+        out.append(f"<a class='feedback' href='{e(_rel(p, out_dir))}'>feedback</a>")
+    for p in sorted((rep.course_root / "autograded" / student / assignment).glob("*.ipynb")):
+        out.append(f"<a class='notebook' href='{e(_rel(p, out_dir))}'>notebook</a>")
+    return " ".join(out)
+
+
+def _student_table(rep: ClassReport, out_dir: Path) -> list[str]:
+    e = html.escape
+    member: dict[str, list[str]] = defaultdict(list)
+    for gs in rep.groups.values():
+        for g in gs:
+            for s in g.students:
+                member[s].append(g.group_id)
+    assignments = list(rep.totals)
+    max_all = sum(rep.max_total.values())
+    parts = ["<h2 id='student-table'>Students</h2>",
+             "<div class='controls'><label>filter <input id='filter' type='search' "
+             "placeholder='name, flag, assignment...'></label>"
+             "<label>mistake group <select id='group'><option value=''>(any)</option>"]
+    for a, gs in rep.groups.items():
+        for g in gs:
+            parts.append(f"<option value='{e(g.group_id)}'>{e(a)} / {e(g.checker)}: {g.size} "
+                         f"student{'s' if g.size != 1 else ''}: {e(textwrap.shorten(g.diagnosis, 60))}</option>")
+    parts.append("</select></label><button id='clear' type='button'>clear</button> "
+                 f"<span><span id='shown'>{len(rep.students)}</span> of {len(rep.students)} shown</span></div>")
+    head = ["<th data-col data-type='text'>student</th>",
+            f"<th data-col data-type='num'>total (of {max_all:g})</th>"]
+    head += [f"<th data-col data-type='num'>{e(a)} (of {rep.max_total[a]:g})</th>" for a in assignments]
+    head += ["<th data-col data-type='text'>late</th>", "<th data-col data-type='text'>missing</th>",
+             "<th data-col data-type='num'>flags</th>", "<th>mistake groups</th>", "<th>links</th>"]
+    parts.append("<table id='students'><thead><tr>" + "".join(head) + "</tr></thead><tbody>")
+    for s in rep.students:
+        total = sum(rep.totals[a].get(s, 0.0) for a in assignments)
+        cells = [f"<td>{e(s)}</td>", f"<td class='num' data-v='{total:.4f}'>{total:.2f}</td>"]
+        for a in assignments:
+            v = rep.totals[a].get(s)
+            cells.append(f"<td class='num' data-v='{'' if v is None else f'{v:.4f}'}'>"
+                         f"{'—' if v is None else f'{v:.2f}'}</td>")
+        late = [a for a in assignments if (a, s) in rep.late]
+        late_text = ", ".join(f"{a} ({rep.late[(a, s)] / 3600:.1f} h)" for a in late)
+        cells.append(f"<td class='late'>{e(late_text)}</td>")
+        cells.append(f"<td>{e(', '.join(rep.missing(s)))}</td>")
+        notes = rep.flags.get(s, [])
+        cells.append(f"<td class='num' data-v='{len(notes)}' title='{e(' | '.join(notes))}'>"
+                     f"{len(notes) or ''}</td>")
+        chips = "".join(f"<span class='chip'>{e(g)}</span>" for g in member.get(s, []))
+        cells.append(f"<td>{chips}</td>")
+        links = "<br>".join(f"{e(a)}: {_links(rep, out_dir, s, a)}" for a in assignments if _links(rep, out_dir, s, a))
+        cells.append(f"<td>{links}</td>")
+        parts.append(f"<tr data-student='{e(s)}' data-groups='{e(' '.join(member.get(s, [])))}'>"
+                     + "".join(cells) + "</tr>")
+    parts.append("</tbody></table>")
+    return parts
+
+
+def _groups_html(rep: ClassReport) -> list[str]:
+    e = html.escape
+    if not rep.groups:
+        return []
+    parts = ["<h2 id='groups'>Groups of wrong answers</h2>",
+             "<p>Submissions whose wrong outputs agree on every case of a checker's battery (within "
+             "twice its tolerance) form a group, whether or not a fault kind names the mistake: one "
+             "comment per group reaches all of its students. Largest first.</p>"]
+    if rep.groups_missing:
+        parts.append("<p>Not in the groups (their code could not be run again): "
+                     + e("; ".join(f"{s}: {w}" for s, w in sorted(rep.groups_missing.items()))) + "</p>")
+    for a, gs in rep.groups.items():
+        parts.append(f"<h3>{e(a)}</h3><table class='groups'><tr><th>students</th><th>checker</th>"
+                     "<th>diagnosis (or what was measured)</th><th>who</th><th>a representative answer</th></tr>")
+        for g in gs:
+            kinds = ", ".join(g.faults) + (f"; variant {g.variant}" if g.variant else "")
+            parts.append(
+                f"<tr id='{e(g.group_id)}' data-group='{e(g.group_id)}'><td>{g.size}</td><td>{e(g.checker)}<br>"
+                f"<small>{g.failed} of {g.cases} cases fail</small></td>"
+                f"<td>{e(g.diagnosis)}<br><small><code>{e(kinds)}</code></small></td>"
+                f"<td>{e(', '.join(g.students))}<br><button type='button' data-show-group='{e(g.group_id)}'>"
+                "show in the table</button></td>"
+                f"<td><details><summary>{e(g.representative)}'s answer</summary><pre>{e(g.cell)}</pre>"
+                "</details></td></tr>")
+        parts.append("</table>")
+    return parts
+
+
+def _similar_html(rep: ClassReport) -> list[str]:
+    from .similarity import MIN_OVERLAP, THRESHOLD, side_by_side
+
+    e = html.escape
+    parts = ["<h2 id='similar'>Similar submissions</h2>",
+             f"<p>Pairs whose answer code is near-identical after names, whitespace and comments are "
+             f"normalised and the starter code, the reference solution and code common to many "
+             f"submissions are removed (copydetect's winnowing): score = the share of each one's own "
+             f"code found in the other, the smaller of the two; listed from {THRESHOLD:.0%} with at least "
+             f"{MIN_OVERLAP} characters of normalised code in common. A flag to look at, not a verdict.</p>"]
+    if not rep.similar:
+        return parts + ["<p>None above the threshold.</p>"]
+    for a, pairs in rep.similar.items():
+        parts.append(f"<h3>{e(a)}</h3><table class='pairs'><tr><th>pair</th><th>score</th>"
+                     "<th>in common</th><th>side by side</th></tr>")
+        for p in pairs:
+            parts.append(f"<tr><td>{e(p.a)} &amp; {e(p.b)}</td><td>{100 * p.score:.0f}%</td>"
+                         f"<td>{p.overlap} chars</td><td><details><summary>compare</summary>"
+                         f"{side_by_side(p)}</details></td></tr>")
+        parts.append("</table>")
+    return parts
+
+
+def _history_html(rep: ClassReport, out_dir: Path) -> list[str]:
+    e = html.escape
+    parts = ["<h2 id='history'>Batches and files</h2>"]
+    files = []
+    if rep.course_root is not None:
+        for name in ("grades.csv", "grades_by_question.csv"):
+            if (rep.course_root / name).is_file():
+                files.append(f"<a class='csv' href='{e(_rel(rep.course_root / name, out_dir))}'>{e(name)}</a>")
+    files.append("<a href='report.json'>report.json</a>")
+    parts.append("<p>" + " · ".join(files) + "</p>")
+    if not rep.runs:
+        return parts + ["<p>No earlier grading run recorded (logs/runs.jsonl).</p>"]
+    parts.append("<table class='runs'><tr><th>when (UTC)</th><th>status</th><th>students in the batch</th>"
+                 "<th>skipped</th><th>replaced</th><th>seconds</th><th>command</th></tr>")
+    for r in reversed(rep.runs):
+        batch = r.get("batch") or []
+        parts.append(f"<tr><td>{e(str(r.get('time', '')))}</td><td>{e(str(r.get('status', '')))}</td>"
+                     f"<td title='{e(', '.join(map(str, batch)))}'>{len(batch)}</td>"
+                     f"<td>{len(r.get('skipped') or {})}</td><td>{len(r.get('replaced') or [])}</td>"
+                     f"<td>{r.get('seconds', '')}</td><td><code>{e(str(r.get('command', '')))}</code></td></tr>")
+    parts.append("</table>")
+    return parts
 
 
 def write_report(rep: ClassReport, out_dir: Path) -> Path:
-    """Write ``index.html``, the PNG figures and ``report.json`` into ``out_dir``; return the HTML path."""
+    """Write ``index.html`` (one self-contained page: its table script is inline), the PNG
+    figures and ``report.json`` into ``out_dir``; return the HTML path."""
+    out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     figs = _plot_scores(rep, out_dir)
     e = html.escape
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>Class report</title>",
-             f"<style>{_CSS}</style></head><body><h1>Class report</h1>"]
+             f"<style>{_CSS}</style></head><body><h1>Class report</h1>",
+             "<nav><a href='#student-table'>students</a><a href='#groups'>groups of wrong answers</a>"
+             "<a href='#similar'>similar submissions</a><a href='#history'>batches and files</a></nav>"]
     for a, mg in rep.manual.items():
         if not (mg.submissions_waiting or mg.graded):
             continue
@@ -438,6 +732,8 @@ def write_report(rep: ClassReport, out_dir: Path) -> Path:
             who = f"<br><small>waiting: {e(', '.join(mg.submissions_waiting))}</small>"
         parts.append(f"<div class='{cls}'><b>{e(a)}: graded by hand.</b> {e(mg.message())}{who}</div>")
     parts.append(f"<pre>{e(summary_text(rep))}</pre>")
+    parts += _student_table(rep, out_dir)
+    parts += _groups_html(rep)
     for name, alt in figs:
         parts.append(f"<figure><img src='{e(name)}' alt='{e(alt)}'><figcaption>{e(alt)}</figcaption></figure>")
     for a, counter in rep.faults.items():
@@ -454,6 +750,7 @@ def write_report(rep: ClassReport, out_dir: Path) -> Path:
             parts.append(f"<tr><td>{e(fault_label(kind))}<br><small><code>{e(kind)}</code></small></td>"
                          f"<td>{count} of {m}</td><td>{e(fault_description(kind))}</td><td>{e(who)}</td></tr>")
         parts.append("</table>")
+    parts += _similar_html(rep)
     if rep.ungraded:
         parts.append("<h2>Could not be graded</h2><table><tr><th>who</th><th>why</th></tr>")
         for who, why in sorted(rep.ungraded.items()):
@@ -464,7 +761,8 @@ def write_report(rep: ClassReport, out_dir: Path) -> Path:
         for who, notes in sorted(rep.flags.items()):
             parts.append(f"<tr><td>{e(who)}</td><td>{'<br>'.join(e(n) for n in notes)}</td></tr>")
         parts.append("</table>")
-    parts.append("</body></html>")
+    parts += _history_html(rep, out_dir)
+    parts.append(f"<script>{_TABLE_JS}</script></body></html>")
     path = out_dir / "index.html"
     path.write_text("\n".join(parts), encoding="utf-8")
     kinds = sorted({k for c in rep.faults.values() for k in c})
@@ -478,5 +776,9 @@ def write_report(rep: ClassReport, out_dir: Path) -> Path:
                              for a in rep.faults},
         "not_diagnosed": rep.not_diagnosed,
         "manual_grading": {a: mg.to_json() for a, mg in rep.manual.items()},
+        "groups": {a: [g.to_json() for g in gs] for a, gs in rep.groups.items()},
+        "groups_missing": rep.groups_missing,
+        "similar": {a: [p.to_json() for p in ps] for a, ps in rep.similar.items()},
+        "late_seconds": {f"{s} ({a})": v for (a, s), v in sorted(rep.late.items())},
         "ungraded": rep.ungraded, "flags": rep.flags}, indent=2, sort_keys=True))
     return path

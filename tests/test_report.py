@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 
 from normref.checks import FAULT_KINDS
@@ -205,3 +206,79 @@ def test_written_report_has_the_manual_box_labels_and_json(course):
     assert data["not_diagnosed"] == {"hw": ["dov"]}
     for png in ("scores_hw.png", "faults.png"):
         assert (course / "reports" / png).stat().st_size > 5000
+
+
+# ------------------------------------------------------------------ groups, similar pairs, the student table
+
+def _rec(outputs, passed, fault="wrong_values", message="case 'c': max abs error 1 (rel 1) at index (0,); "
+         "you divided by the largest |x| of the token, where RMSNorm ..."):
+    return {"checker": "rms_norm", "score": sum(passed) / len(passed),
+            "cases": [{"name": f"c{i}", "passed": p, "fault": None if p else fault, "message": message,
+                       "variant": None if p else "stat=max_abs", "got": o, "want": o, "shape": [len(o)],
+                       "rtol": 1e-5, "atol": 1e-5} for i, (o, p) in enumerate(zip(outputs, passed))]}
+
+
+def test_wrong_answers_that_agree_within_tolerance_form_one_group_largest_first():
+    from grader.groups import group_records
+
+    records = {
+        "ann": _rec([[1.0, 2.0], [3.0, 4.0]], [True, False]),
+        "bob": _rec([[1.0, 2.0], [3.0 + 1e-6, 4.0]], [True, False]),  # within 2 x tolerance of ann
+        "cid": _rec([[1.0, 2.0], [3.1, 4.0]], [True, False]),  # a different wrong output
+        "dee": _rec([[1.0, 2.0], [3.0, 4.0]], [True, True]),  # right: in no group
+        "eve": _rec([[1.0, 2.0], [3.0, 4.0]], [False, False]),  # fails another case too
+    }
+    groups = group_records("hw", "check_rms_norm", records, cells={"ann": "def rms_norm(): ..."})
+    assert [g.students for g in groups] == [["ann", "bob"], ["cid"], ["eve"]]
+    g = groups[0]
+    assert (g.size, g.representative, g.cell, g.failed, g.cases) == (2, "ann", "def rms_norm(): ...", 1, 2)
+    assert g.diagnosis.startswith("you divided by the largest |x| of the token")  # case and error removed
+    assert g.variant == "stat=max_abs" and g.faults == ["wrong_values"]
+    assert [x.group_id for x in groups] == ["hw-rms-norm-1", "hw-rms-norm-2", "hw-rms-norm-3"]
+
+
+def test_checker_calls_and_answer_cells_are_read_from_the_notebooks():
+    from grader.groups import answer_source, check_calls
+
+    repo = Path(__file__).resolve().parents[1]
+    ln = nbformat.read(repo / "release" / "layernorm" / "layernorm.ipynb", as_version=4)
+    assert [(c.check, c.obj, c.args) for c in check_calls(ln)] == [("check_layer_norm", "layer_norm", ("numpy",))]
+    assert answer_source(ln, "layer_norm").startswith("def layer_norm(x, weight, bias, eps=1e-5):")
+    block = nbformat.read(repo / "release" / "block" / "block.ipynb", as_version=4)
+    assert [c.check for c in check_calls(block)] == ["check_rms_norm_module", "check_pre_ln", "check_post_ln",
+                                                      "check_pre_ln_block"]
+
+
+def test_student_table_links_groups_history_and_csvs(course):
+    from grader.groups import group_records
+    from grader.similarity import Pair
+
+    fb = course / "feedback" / "ana" / "hw"
+    fb.mkdir(parents=True)
+    (fb / "hw.html").write_text("<html>feedback</html>")
+    (course / "grades.csv").write_text("x\n")
+    (course / "logs").mkdir()
+    (course / "logs" / "runs.jsonl").write_text(json.dumps({"time": "2026-11-30T10:00:00Z", "status": "ok",
+                                                            "batch": ["ana", "ben"], "seconds": 12.5,
+                                                            "command": "make grade"}) + "\n")
+    rep = build_report(course, ["hw"], SCORES, MAX, ungraded=UNGRADED, flags={"ben": ["hw: repaired"]},
+                       groups=False, similarity=False)
+    assert rep.runs[0]["batch"] == ["ana", "ben"]
+    rep.groups = {"hw": group_records("hw", "check_rms_norm", {
+        "ana": _rec([[1.0]], [False]), "cid": _rec([[1.0]], [False])})}
+    rep.similar = {"hw": [Pair("hw", "ana", "cid", 1.0, (1.0, 1.0), 80, ("a = 1", "a = 1"),
+                               ((np.array([0]), np.array([5])), (np.array([0]), np.array([5]))))]}
+    page = write_report(rep, course / "reports").read_text()
+    assert page.count("<tr data-student=") == 4  # ana, ben, cid, dov
+    assert "<tr data-student='ana' data-groups='hw-rms-norm-1'>" in page
+    assert "href='../feedback/ana/hw/hw.html'" in page and "href='../autograded/ana/hw/hw.ipynb'" in page
+    assert "<option value='hw-rms-norm-1'>hw / rms_norm: 2 students" in page
+    assert "href='../grades.csv'" in page and "make grade" in page
+    assert "ana &amp; cid" in page and "<mark>a = 1</mark>" in page
+    assert "<script src" not in page and "http" not in page.split("<script>")[1]  # self-contained
+    data = json.loads((course / "reports" / "report.json").read_text())
+    assert data["groups"]["hw"][0]["students"] == ["ana", "cid"]
+    assert data["similar"]["hw"][0]["students"] == ["ana", "cid"]
+    text = summary_text(rep)
+    assert "1 group of wrong answers, the largest 2 students (rms_norm)" in text
+    assert len(text.splitlines()) < 20
