@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import hashlib
+import json
 import os
 import shutil
 import sys
@@ -340,8 +341,34 @@ def collect_submissions(b: Batch) -> None:
         for note in notes:
             log(f"collect: {st}: {note}")
     # a batch grades what it brought in new or changed, and whatever an earlier run left ungraded
-    graded = set(tree.pairs(run.assignments, "autograded"))
+    graded = _graded(tree, run.assignments)
     b.to_grade = None if b.fresh else sorted(set(got.pairs) | (set(tree.pairs(run.assignments)) - graded))
+    # until their autograde finishes, the submissions to grade count as ungraded (a killed run's
+    # rerun grades them again)
+    _write_graded(tree, set() if b.to_grade is None else graded - set(b.to_grade))
+
+
+#: ``logs/graded.json``: the submissions whose autograde finished (a killed run's half-written
+#: ``autograded/`` notebook is not one of them).
+GRADED = "graded.json"
+
+
+def _graded(tree: CourseTree, assignments: list[str]) -> set[tuple[str, str]]:
+    path = tree.logs / GRADED
+    if not path.is_file():  # a course graded before this record existed
+        return set(tree.pairs(assignments, "autograded"))
+    return {tuple(pr) for pr in json.loads(path.read_text())}
+
+
+def _write_graded(tree: CourseTree, done: set[tuple[str, str]]) -> None:
+    tree.logs.mkdir(parents=True, exist_ok=True)
+    part = tree.logs / (GRADED + ".part")
+    part.write_text(json.dumps(sorted(done)))
+    os.replace(part, tree.logs / GRADED)
+
+
+def _remember_graded(tree: CourseTree, assignments: list[str], out: AutogradeOutcome) -> None:
+    _write_graded(tree, (_graded(tree, assignments) | set(out.graded)) - set(out.failed))
 
 
 def _keep_as_received(b: Batch) -> None:
@@ -399,6 +426,7 @@ def autograde_stage(b: Batch) -> None:
                 for note in notes:
                     log(f"autograde: {st} ({a}): {note}")
     log(f"autograde: {len(run.autograde.graded)} notebooks in {run.autograde.seconds:.1f} s")
+    _remember_graded(tree, run.assignments, run.autograde)
     _carry_hand_grades(b)
 
 
