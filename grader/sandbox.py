@@ -1,6 +1,6 @@
 """The grading kernel: ipykernel inside a bubblewrap sandbox, with resource limits.
 
-``python -m grader.sandbox -f CONNECTION_FILE [ipykernel args]`` is the ``argv`` of
+``python grader/sandbox.py -f CONNECTION_FILE [ipykernel args]`` (run by path) is the ``argv`` of
 the ``normref-sandbox`` kernelspec that ``make grade`` hands nbgrader. It
 
 * sets per-kernel limits: address space ``NORMREF_KERNEL_MEM_MB`` (default 3072 MiB), so a
@@ -370,7 +370,7 @@ def _clear_stale_sockets(info: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if "-f" not in args:
-        print("usage: python -m grader.sandbox -f CONNECTION_FILE [ipykernel args]", file=sys.stderr)
+        print("usage: python grader/sandbox.py -f CONNECTION_FILE [ipykernel args]", file=sys.stderr)
         return 2
     i = args.index("-f")
     connection_file = args[i + 1]
