@@ -97,7 +97,22 @@ def main(argv: list[str] | None = None) -> int:
         print("  stages: " + ", ".join(f"{k} {v:.1f} s" for k, v in run.stage_seconds.items()))
         print(f"autograde stage speed-up: {seq_auto / par_auto:.2f}x")
         print(f"speed-up over sequential nbgrader: {seq_total / run.seconds:.2f}x")
+    diagnosis_bench()
     return 0
+
+
+def diagnosis_bench() -> None:
+    """Issue 17's figures: every variant of each checker's grammar played through the checker
+    (:func:`normref.diagnosis.coverage.coverage`): how many, the share named, the slowest call."""
+    from normref.diagnosis.coverage import CHECKERS, coverage
+
+    print("diagnosis by search (every grammar variant run through its checker):", flush=True)
+    slowest = (0.0, "")
+    for name in CHECKERS:
+        cov = coverage(name)
+        print("  " + cov.line(), flush=True)
+        slowest = max(slowest, (cov.slowest_s, f"{name}, {cov.slowest}"))
+    print(f"slowest checker call: {slowest[0]:.2f} s ({slowest[1]})")
 
 
 if __name__ == "__main__":
