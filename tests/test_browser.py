@@ -29,6 +29,7 @@ README's into ``docs/screenshots/``).
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -147,6 +148,15 @@ def lab(browser, tmp_path_factory):
     ARTEFACTS.mkdir(parents=True, exist_ok=True)
     tmp = tmp_path_factory.mktemp("lab")
     root = _export_student_tree(tmp / "course")
+    # `make lab`'s command, through Binder's `start`; the landing page comes from jupyter-student/.
+    with serve(make_lab_command(root), root, tmp, "server.log") as server:
+        yield server
+
+
+@contextlib.contextmanager
+def serve(cmd: list[str], root: Path, tmp: Path, log_name: str, config_path: Path | None = None):
+    """Run ``cmd`` (a ``jupyter lab`` command line) on a free port with a token; yield a
+    :class:`Lab` once it answers; stop it and its kernels afterwards. Its log: build/browser/."""
     port, token = _free_port(), os.urandom(16).hex()
     env = {**os.environ,
            "PYTHONPATH": str(root),  # the kernels import the exported normref, not the repo's
@@ -154,10 +164,11 @@ def lab(browser, tmp_path_factory):
            "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "workspaces"),
            "JUPYTER_RUNTIME_DIR": str(tmp / "runtime")}
     env.pop("JUPYTER_CONFIG_PATH", None)
-    # `make lab`'s command, through Binder's `start`; the landing page comes from jupyter-student/.
-    cmd = make_lab_command(root) + ["--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
-                                    "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}"]
-    log = open(ARTEFACTS / "server.log", "w")
+    if config_path:
+        env["JUPYTER_CONFIG_PATH"] = str(config_path)
+    cmd = cmd + ["--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+                 "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}"]
+    log = open(ARTEFACTS / log_name, "w")
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     server = Lab(f"http://127.0.0.1:{port}", token, root, proc, started, float("nan"))
@@ -165,7 +176,7 @@ def lab(browser, tmp_path_factory):
         deadline = started + SERVER_START_S
         while True:
             if proc.poll() is not None:
-                tail = (ARTEFACTS / "server.log").read_text()[-3000:]
+                tail = (ARTEFACTS / log_name).read_text()[-3000:]
                 pytest.fail(f"jupyter lab exited with {proc.returncode}:\n{tail}")
             try:
                 server.api("/api/status")
@@ -230,22 +241,36 @@ _RUN_FINISHED_JS = """sel => {
 }"""
 
 
-def open_notebook(page, lab: Lab, rel: str) -> None:
+def open_notebook(page, lab: Lab, rel: str, *, accept_dialog: bool = True) -> None:
     """Open ``rel`` alone (``?reset``: no earlier tabs) and wait until its kernel is idle.
 
-    On a loaded machine JupyterLab can ask "Select Kernel" (the kernel list came late); the
-    notebook's own kernel, preselected, is accepted, as a student would.
+    On a loaded machine JupyterLab 4.6 can ask "Select Kernel" when the kernel list arrives after
+    the notebook (its session context waits for the sessions, not the kernel specs); with
+    ``accept_dialog`` the notebook's own kernel, preselected, is accepted, as a student would;
+    without, a dialog fails the test.
     """
     page.goto(f"{lab.url}/lab/tree/{rel}?token={lab.token}&reset")
+    wait_for_kernel(page, lab, rel, accept_dialog=accept_dialog)
+
+
+def wait_for_kernel(page, lab: Lab, rel: str, *, accept_dialog: bool = True) -> None:
+    """Wait until notebook ``rel`` is shown, has a kernel session and the kernel is idle (see
+    :func:`open_notebook` for ``accept_dialog``)."""
     page.wait_for_selector(f"{NOTEBOOK} .jp-Notebook .jp-Cell")
     deadline = time.perf_counter() + PAGE_MS / 1000
     while not any(s["path"] == rel for s in lab.api("/api/sessions")):
-        accept_kernel_dialog(page)
+        if accept_dialog:
+            accept_kernel_dialog(page)
+        else:
+            assert page.locator(".jp-Dialog").count() == 0, page.locator(".jp-Dialog").first.inner_text()
         assert time.perf_counter() < deadline, f"{rel}: no kernel started within {PAGE_MS / 1000:.0f} s"
         time.sleep(0.25)
     page.wait_for_selector(f"{NOTEBOOK} .jp-Notebook-ExecutionIndicator[data-status='idle']")
     page.wait_for_timeout(500)
-    accept_kernel_dialog(page)
+    if accept_dialog:
+        accept_kernel_dialog(page)
+    else:
+        assert page.locator(".jp-Dialog").count() == 0, page.locator(".jp-Dialog").first.inner_text()
 
 
 def accept_kernel_dialog(page) -> None:
@@ -378,12 +403,9 @@ def _outputs(nb, mime: str):
 
 def test_start_page_opens_the_start_notebook_without_instructor_panels(page, lab):
     page.goto(f"{lab.url}/?token={lab.token}")  # what the Binder badge's labpath also opens
-    page.wait_for_selector(f"{NOTEBOOK} .jp-Notebook .jp-Cell")
-    page.wait_for_selector(f"{NOTEBOOK} .jp-Notebook-ExecutionIndicator[data-status='idle']")
+    # The kernel starts by itself: no "Select Kernel" dialog, and it is the notebook's python3.
+    wait_for_kernel(page, lab, "notebooks/00_start.ipynb", accept_dialog=False)
     to_page = time.perf_counter() - lab.started
-    # The kernel started by itself: no "Select Kernel" dialog, and it is the notebook's python3.
-    page.wait_for_timeout(1000)
-    assert page.locator(".jp-Dialog").count() == 0, page.locator(".jp-Dialog").first.inner_text()
     (session,) = [s for s in lab.api("/api/sessions") if s["path"] == "notebooks/00_start.ipynb"]
     assert session["kernel"]["name"] == "python3"
     print(f"\ncold start-to-page: {to_page:.1f} s (server answering after {lab.ready_s:.1f} s; "
@@ -587,3 +609,31 @@ def test_assignment_self_check_names_the_mistake_then_passes(page, lab):
     assert "Success! Your notebook passes all the tests." in text, text[-1500:]
     shot(page, "validate")
     page.locator(".jp-Dialog-button").last.click()
+
+
+def test_instructor_view_opens_a_lesson_source_as_a_notebook_that_runs(browser, lab, tmp_path_factory):
+    """`make lab-instructor` (jupyter-instructor/ on JUPYTER_CONFIG_PATH): a lesson's MyST
+    source opens as a notebook (jupytext) that runs, as the README's "For lesson authors" says,
+    and nbgrader's instructor menu is there."""
+    tmp = tmp_path_factory.mktemp("instructor")
+    cmd = [str(BIN / "jupyter"), "lab", f"--ServerApp.root_dir={lab.root}",
+           "--LabApp.default_url=/lab/tree/notebooks/00_start.ipynb"] + (["--allow-root"] if os.geteuid() == 0 else [])
+    rel = "notebooks/01_layernorm.md"
+    with serve(cmd, lab.root, tmp, "server-instructor.log", config_path=REPO / "jupyter-instructor") as author:
+        context = browser.new_context(viewport=VIEWPORT)
+        pg = context.new_page()
+        pg.set_default_timeout(PAGE_MS)
+        try:
+            before = (lab.root / rel).read_bytes()
+            open_notebook(pg, author, rel, accept_dialog=False)  # a notebook panel, its kernel idle
+            assert pg.locator(f"{NOTEBOOK} h1").first.inner_text().startswith("01 · LayerNorm")
+            run_all(pg)
+            assert error_outputs(pg) == []
+            outputs = " ".join(pg.locator(f"{NOTEBOOK} .jp-OutputArea-output").all_text_contents())
+            assert "normref.layer_norm LN(1, 2, 3) ~ [-1.225, 0.0, 1.225]" in outputs, outputs[:2000]
+            assert "Nbgrader" in pg.locator(".lm-MenuBar-itemLabel").all_inner_texts()
+            shot(pg, "instructor-lesson-source")
+            assert (lab.root / rel).read_bytes() == before  # running is not saving
+        finally:
+            shut_down_kernels(author)
+            context.close()
