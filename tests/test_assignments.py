@@ -20,23 +20,34 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader.demo.answer_bank import ANSWERS, EXPECTED, MANUAL_CELLS
+from grader import scoring
 from grader.demo import fill_answers
+from grader.demo.answer_bank import ANSWERS, EXPECTED, MANUAL_CELLS
+from normref.handback import ENV
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCE_NOTEBOOKS = sorted(REPO.glob("source/*/*.ipynb"))
 ASSIGNMENTS = sorted(ANSWERS)
 
-# What a failing hidden test must show in the feedback: (assignment, variant, diagnosis texts).
+# What a failing hidden test must show in the feedback: (assignment, variant, diagnosis texts);
+# the fault tags themselves ride in output metadata, never in the student's text.
 DIAGNOSES = [
-    ("practice", "unbiased_variance", ["4/3", "[fault: unbiased_variance]"]),
-    ("practice", "post_ln_formula", ["[fault: post_ln_formula]"]),
-    ("layernorm", "unbiased_variance", ["sqrt(7/8)", "[fault: unbiased_variance]"]),
-    ("layernorm", "low_precision_stats", ["[fault: low_precision_stats]"]),
-    ("rmsnorm", "eps_outside_sqrt", ["[fault: eps_outside_sqrt]"]),
-    ("block", "residual_from_normed", ["[fault: residual_from_normed]", "x + F(Norm(x))"]),
-    ("block", "mlp_reads_x", ["[fault: mlp_reads_x]"]),
-    ("layernorm_backward", "bwd_no_mean_term", ["[fault: bwd_no_mean_term]", "mean(g)"]),
+    ("practice", "unbiased_variance", ["4/3", "did you divide by n-1"]),
+    ("practice", "post_ln_formula", ["that is the original Post-LN"]),
+    ("layernorm", "unbiased_variance", ["did you divide by n-1"]),  # graded on drawn D: no fixed factor
+    ("layernorm", "low_precision_stats", ["x.astype(np.float32)"]),  # numpy words for numpy
+    ("rmsnorm", "eps_outside_sqrt", ["eps belongs inside the square root", "drawn for this grading run"]),
+    ("block", "residual_from_normed", ["the residual path must carry x itself", "x + F(Norm(x))"]),
+    ("block", "mlp_reads_x", ["the feed-forward sublayer must read h = x + attention"]),
+    ("layernorm_backward", "bwd_no_mean_term", ["dx is missing the gradient through the mean", "mean(g)"]),
+]
+
+# nbgrader validate on answers that are partly right: (assignment, variant, what it must say).
+VALIDATE_PARTIAL = [
+    ("rmsnorm", "eps_outside_sqrt", "rms_norm_battery: 5/6 cases, 3.33 of 4 points: eps belongs inside"),
+    ("rmsnorm", "low_precision_stats", "rms_norm_battery: 5/6 cases, 3.33 of 4 points: the statistics were "
+                                       "computed in the input's low precision"),
+    ("rmsnorm", "wrong_dtype", "rms_norm_battery: 4/6 cases, 2.67 of 4 points: the output dtype must be"),
 ]
 
 
@@ -44,9 +55,9 @@ DIAGNOSES = [
 FOREIGN_KERNEL = {"display_name": "Julia 1.10", "language": "julia", "name": "no-such-kernel"}
 
 
-def _nbgrader(root: Path, *args: str) -> subprocess.CompletedProcess:
+def _nbgrader(root: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     proc = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=root,
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env=None if env is None else {**os.environ, **env})
     assert proc.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc
 
@@ -118,7 +129,11 @@ class Course:
             if variant == "correct":  # the course config must run it in python3 regardless
                 nb.metadata["kernelspec"] = FOREIGN_KERNEL
             nbformat.write(nb, dest / release.name)
-        _nbgrader(root, "autograde", assignment, "--force")  # every variant in one call
+        # this run's graded inputs (grader.scoring), every variant in one autograde call, then
+        # the handed-back outputs scored here, as make grade does
+        seed, inputs = scoring.prepare_inputs(root, log=lambda *_: None, set_env=False)
+        _nbgrader(root, "autograde", assignment, "--force", env={ENV: str(inputs)})
+        scoring.score_class(root, [(assignment, v) for v in ANSWERS[assignment]], seed, log=lambda *_: None)
         _nbgrader(root, "generate_feedback", assignment, "--force")
         self.seconds[assignment] = time.perf_counter() - t0
 
@@ -297,6 +312,7 @@ def test_feedback_of_a_failing_hidden_test_shows_the_diagnosis(course, assignmen
     page = _html_text(course.feedback(assignment, variant))
     for text in texts:
         assert text in page, (assignment, variant, text)
+    assert "[fault:" not in page, (assignment, variant)
 
 
 @pytest.mark.slow
@@ -319,3 +335,17 @@ def test_block_warmup_plots_draw_for_students_and_are_skipped_while_grading(monk
     assert grads["post"][-1] > grads["pre"][-1]  # the output side: Post-LN's gradient is larger
     final = curves["final"]
     assert final[("post", False)] > final[("post", True)]  # warmup helps Post-LN
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("assignment, variant, text", VALIDATE_PARTIAL, ids=[v for _, v, _ in VALIDATE_PARTIAL])
+def test_validate_fails_a_partly_right_answer_naming_the_question(tmp_path, assignment, variant, text):
+    """Issue 16 item 2: Validate no longer says "Success!" to an answer grading gives 3.33 of 4."""
+    release = REPO / "release" / assignment / f"{assignment}.ipynb"
+    nb = fill_answers(release, ANSWERS[assignment][variant])
+    path = tmp_path / release.name
+    nbformat.write(nb, path)
+    proc = subprocess.run([sys.executable, "-m", "nbgrader", "validate", str(path)],
+                          capture_output=True, text=True, cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert "Success!" not in out and text in out, out
