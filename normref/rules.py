@@ -98,7 +98,7 @@ def reference_calls(source: str, bindings: Mapping[str, str | None] | None = Non
         tree = ast.parse(textwrap.dedent(source))
     except SyntaxError:
         return []
-    bindings = {**_imports(tree), **(bindings or {})}  # what the source imports, then the scope
+    bindings = {**(bindings or {}), **_imports(tree)}  # the scope, then what the source imports
     found: set[tuple[int, str]] = set()
     for node in ast.walk(tree):
         line = getattr(node, "lineno", 0)

@@ -42,6 +42,9 @@ def test_a_bound_alias_is_resolved():
     assert reference_calls("y = ln(x)", {"ln": "normref.functional.layer_norm"}) == [(1, "calls ln")]
     assert reference_calls("y = Fn.rms_norm(x)", {"Fn": "torch.nn.functional"}) == [(1, "calls Fn.rms_norm")]
     assert reference_calls("y = ln(x)", {"ln": "__main__.ln"}) == []
+    # an import in the source rebinds what the scope had
+    assert reference_calls("import torch.nn.functional as F\ny = F.rms_norm(x)", {"F": "__main__.F"}) == [
+        (2, "calls F.rms_norm")]
 
 
 @pytest.mark.parametrize("source, lines", SOURCES[:-1])
