@@ -395,3 +395,34 @@ def test_observation_cases_of_every_checker():
     for checker in CHECKERS:
         assert battery_of(checker), checker
         assert observation_case("no such checker", object()) is None
+
+
+def ln_one_pass_variance(x, w, b, eps=1e-5):
+    """Var = E[x**2] - E[x]**2 in float32: loses the spread when the mean is large against it."""
+    h = x.astype(np.float32)
+    m = h.mean(-1, keepdims=True)
+    var = (h * h).mean(-1, keepdims=True) - m * m
+    return ((h - m) / np.sqrt(var + eps) * w + b).astype(x.dtype)
+
+
+def test_one_pass_variance_is_named_on_an_input_that_exposes_it_and_invisible_on_todays_battery():
+    """The numerical fault of the grammar (var_formula=one_pass): today's layer_norm battery has no
+    input where E[x**2] - E[x]**2 cancels, so the checker passes it (the gap this test records);
+    a float16 row with mean 1000 and spread 1 exposes it (error ~0.1 against the tolerance 2e-3,
+    while an honest float64 answer is exact there), and the search then names it."""
+    assert run_checker("layer_norm", ln_one_pass_variance).passed
+    rng = np.random.default_rng(0)
+    big_mean = (1000 + rng.normal(size=(2, 8))).astype(np.float16)
+    cases = battery_of("layer_norm") + [norm_case(big_mean, np.ones(8), np.zeros(8), 1e-5)]
+    obs = []
+    for c in cases:
+        want = evaluate_norm("layer", {}, c)
+        x = c.x.astype(c.dtype if c.dtype != "bfloat16" else np.float32)
+        got = ln_one_pass_variance(x, c.weight.astype(np.float32), c.bias.astype(np.float32), eps=c.eps)
+        got = got.astype(np.float64)
+        rtol = atol = {"float16": 2e-3}.get(c.dtype, 1e-5)
+        obs.append(Observation(c, got, want, rtol, atol, bool(np.allclose(got, want, rtol=rtol, atol=atol))))
+    assert [o.passed for o in obs] == [True] * (len(cases) - 1) + [False]
+    found = search(norm_grammar("layer", "layer_norm"), obs)
+    assert found is not None and variant_id(found.best) == "var_formula=one_pass"
+    assert "E[x**2] - E[x]**2" in found.sentence()
