@@ -12,8 +12,9 @@ the registry :mod:`normref.faults`, in the words of the answer's backend (numpy 
 A student function that raises, loops, returns the wrong kind/shape/dtype, returns NaN or
 modifies its input gets a clear message; the checker itself never raises because of it.
 
-By family (one module each): :mod:`~normref.checks.core` (results, calling student code,
-comparing, the seeded inputs), :mod:`~normref.checks.norms` (:func:`check_rms_norm`,
+By family (one module each): :mod:`~normref.checks.core` (results, calling student code, the
+seeded inputs), :mod:`~normref.checks.compare` (tolerances, errors, the closest fault model),
+:mod:`~normref.checks.norms` (:func:`check_rms_norm`,
 :func:`check_layer_norm`), :mod:`~normref.checks.module` (:func:`check_rms_norm_module`),
 :mod:`~normref.checks.placement` (:func:`check_pre_ln`, :func:`check_post_ln`),
 :mod:`~normref.checks.block` (:func:`check_pre_ln_block`) and

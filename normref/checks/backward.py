@@ -9,8 +9,8 @@ import numpy as np
 
 from ..backward import layer_norm_backward
 from ..functional import LAYER_NORM_EPS
-from .core import (CaseResult, CheckResult, close, diagnose_by_models, errors, fail, fmt, msg,
-                   run, single_threaded, student_call, tolerance)
+from .compare import close, diagnose_by_models, errors, fmt, tolerance
+from .core import CaseResult, CheckResult, fail, msg, run, single_threaded, student_call
 
 
 @dataclass

@@ -4,8 +4,9 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-from .core import (CaseResult, CheckResult, compare_array, diagnose_by_models, fail, msg, run,
-                   seeded, seeded_randn, single_threaded, student_call, to_f64)
+from .compare import compare_array, diagnose_by_models, to_f64
+from .core import (CaseResult, CheckResult, fail, msg, run, seeded, seeded_randn, single_threaded,
+    student_call)
 from .module import build
 
 _BLOCK_ATTRS = ("input_layernorm", "self_attn", "post_attention_layernorm", "mlp")

@@ -4,8 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..functional import LAYER_NORM_EPS, RMS_NORM_EPS, rms_norm
-from .core import (CaseResult, CheckResult, close, compare_array, fail, msg, run, seeded_randn,
-                   single_threaded, student_call, to_f64)
+from .compare import close, compare_array, to_f64
+from .core import (CaseResult, CheckResult, fail, msg, run, seeded_randn, single_threaded,
+    student_call)
 from .norms import diagnose_norm
 
 

@@ -10,8 +10,9 @@ from typing import Callable, Iterator
 import numpy as np
 
 from ..functional import LAYER_NORM_EPS, RMS_NORM_EPS, layer_norm, rms_norm
-from .core import (CaseResult, CheckResult, backend_of, best_model, compare_array, constant_ratio,
-                   dtype_name, msg, run, seeded_randn, single_threaded, student_call, to_f64)
+from .compare import best_model, compare_array, constant_ratio, dtype_name, to_f64
+from .core import (CaseResult, CheckResult, backend_of, msg, run, seeded_randn, single_threaded,
+    student_call)
 
 # --------------------------------------------------------------------------- fault models
 # Each model returns what an implementation with that one fault outputs on this input, or

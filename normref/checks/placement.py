@@ -6,8 +6,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from .core import (CaseResult, CheckResult, compare_array, diagnose_by_models, run, seeded,
-                   seeded_randn, single_threaded, student_call, to_f64)
+from .compare import compare_array, diagnose_by_models, to_f64
+from .core import CaseResult, CheckResult, run, seeded, seeded_randn, single_threaded, student_call
 
 
 class ToySublayer:
