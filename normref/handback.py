@@ -166,4 +166,8 @@ def as_graded(result, grade_id: str, points: float) -> None:
                 text = c.message.split("': ", 1)[-1]
                 why = text.split("; ", 1)[-1]
                 break
-    raise AssertionError(f"{grade_id}: {n_ok}/{len(result.cases)} cases, {earned:g} of {points:g} points: {why}")
+    import textwrap
+
+    # validate shows each line of an error up to 80 characters: wrap the diagnosis
+    raise AssertionError(f"{grade_id}: {n_ok}/{len(result.cases)} cases, {earned:g} of {points:g} points:\n"
+                         + textwrap.fill(why, 76))
