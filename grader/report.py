@@ -271,9 +271,11 @@ def _ungraded_key(student: str, assignment: str) -> str:
 def build_report(course_root: Path, assignments: list[str], scores, max_points,
                  ungraded: dict[str, str] | None = None,
                  flags: dict[str, list[str]] | None = None, *,
-                 groups: bool = True, similarity: bool = True, jobs: int | None = None) -> ClassReport:
+                 groups: bool = True, similarity: bool = True, jobs: int | None = None,
+                 gradebook_url: str | None = None) -> ClassReport:
     """Assemble a :class:`ClassReport` from the gradebook scores, the autograded notebooks and
-    the manually graded questions in ``course_root/gradebook.db``.
+    the manually graded questions in the gradebook (``gradebook_url``, default
+    ``course_root/gradebook.db``).
 
     Args:
         scores: ``{(assignment, student): {grade_id: points}}`` (see ``read_gradebook``).
@@ -285,6 +287,8 @@ def build_report(course_root: Path, assignments: list[str], scores, max_points,
             each student's code cells once, in the grading sandbox when bubblewrap works).
         similarity: find near-identical answer code (:func:`grader.similarity.similar_pairs`).
         jobs: kernels at a time for the groups (default: all cores).
+        gradebook_url: the gradebook's SQLAlchemy URL (``--db``), when it is not the course
+            root's ``gradebook.db``.
     """
     course_root = Path(course_root)
     rep = ClassReport(ungraded=dict(ungraded or {}), flags={k: list(v) for k, v in (flags or {}).items()},
@@ -319,9 +323,13 @@ def build_report(course_root: Path, assignments: list[str], scores, max_points,
     rep.not_diagnosed = {a: sorted(v) for a, v in rep.not_diagnosed.items()}
     rep.questions = {a: dict(q) for a, q in rep.questions.items()}
     db = course_root / "gradebook.db"
-    if db.is_file():
-        rep.manual = read_manual_grading(db, assignments)
-        rep.late = read_lateness(db, assignments)
+    url = gradebook_url or (f"sqlite:///{db}" if db.is_file() else None)
+    if url:
+        from nbgrader.api import Gradebook
+
+        with Gradebook(url) as gb:
+            rep.manual = read_manual_grading(gb, assignments)
+            rep.late = read_lateness(gb, assignments)
     rep.runs = read_runs(course_root)
     graded = {a: sorted(s for s in rep.totals[a] if s not in rep.not_diagnosed.get(a, [])) for a in assignments}
     if groups:
