@@ -37,6 +37,7 @@ import shutil
 import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .course import CourseTree
@@ -125,13 +126,15 @@ def assignment_definitions(tree: CourseTree, assignments: list[str], course_id: 
     return out
 
 
-def record(tree: CourseTree, course_id: str, result: dict) -> None:
+def record(tree: CourseTree, course_id: str, result: dict, gradebook=None) -> None:
     """Write one task's result into the course: its files into ``autograded/<student>/<assignment>/``
     and its grade rows into the gradebook, as nbgrader's autograde would have (one writer, short
     transactions through nbgrader's Gradebook API).
 
     Args:
         result: what :func:`grade_submission` returned, with ``success`` True.
+        gradebook: an open :class:`nbgrader.api.Gradebook` of the course (default: one is
+            opened on ``tree.gradebook_url`` and closed again).
     """
     import warnings
 
@@ -145,7 +148,9 @@ def record(tree: CourseTree, course_id: str, result: dict) -> None:
     dest.mkdir(parents=True)
     _write_files(dest, result["files"])
     rows = result["rows"]
-    with Gradebook(tree.gradebook_url, course_id) as gb, warnings.catch_warnings():
+    opened = gradebook is None
+    gb = Gradebook(tree.gradebook_url, course_id) if opened else gradebook
+    with warnings.catch_warnings(), _rollback_on_error(gb, close=opened):
         warnings.simplefilter("ignore", SAWarning)  # nbgrader's own autoflush notes, as in its apps
         gb.update_or_create_student(st)
         if rows["timestamp"] is not None:
@@ -164,6 +169,18 @@ def record(tree: CourseTree, course_id: str, result: dict) -> None:
                 if comment.name in nb_rows["comments"]:
                     comment.auto_comment = nb_rows["comments"][comment.name]
         gb.db.commit()
+
+
+@contextlib.contextmanager
+def _rollback_on_error(gb, close: bool):
+    try:
+        yield
+    except BaseException:
+        gb.db.rollback()
+        raise
+    finally:
+        if close:
+            gb.close()
 
 
 # -- the worker's side ----------------------------------------------------------------------------
@@ -188,7 +205,7 @@ def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
     from nbgrader.api import Gradebook
     from nbgrader.apps import NbGraderAPI
     from traitlets.config import Config
-    from traitlets.config.loader import PyFileConfigLoader
+    from traitlets.config.loader import KVArgParseConfigLoader, PyFileConfigLoader
 
     from . import sandbox
 
@@ -205,8 +222,6 @@ def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
         config.merge(PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config())
         config.CourseDirectory.root = str(root)
         config.CourseDirectory.db_url = f"sqlite:///{root / 'gradebook.db'}"
-        if options.get("cell_timeout"):
-            config.Execute.timeout = int(options["cell_timeout"])
         env = {var: "1" for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
         env["PYTHONWARNINGS"] = "ignore"
         use_sandbox = options.get("sandbox", True)
@@ -214,7 +229,7 @@ def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
             raise RuntimeError(f"the grading sandbox cannot start on Dask worker {os.uname().nodename} "
                                "(install bubblewrap there: apt-get install bubblewrap)")
         session = sandbox.SandboxSession(root) if use_sandbox else contextlib.nullcontext()
-        saved_env, cwd = dict(os.environ), os.getcwd()
+        saved_env, cwd, limits = dict(os.environ), os.getcwd(), []
         saved_fds = (os.dup(1), os.dup(2))
         kernel_log = (root / "kernel-output.log").open("wb")
         try:
@@ -222,18 +237,19 @@ def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
             os.dup2(kernel_log.fileno(), 1)
             os.dup2(kernel_log.fileno(), 2)
             with session as sb:
+                args = list(options.get("config_args", []))
                 if use_sandbox:
-                    args, more = sb.worker(0)
-                    env.update(more)
-                    for arg in args:  # --Section.name=value -> config
-                        key, _, value = arg[2:].partition("=")
-                        section, _, name = key.partition(".")
-                        setattr(getattr(config, section), name, value)
+                    more_args, more_env = sb.worker(0)
+                    args += more_args
+                    env.update(more_env)
+                config.merge(KVArgParseConfigLoader(args).load_config())  # nbgrader's own parsing
                 os.environ.update(env)  # kernels inherit it (JUPYTER_PATH, scratch root, threads)
                 os.chdir(root)  # nbgrader resolves some paths against the working directory
                 api = NbGraderAPI(config=config)
                 api.log.setLevel("ERROR")
                 result = api.autograde(a, st, force=True, create=True)
+                # the process cap a kernel ran into, read from its cgroup outside the sandbox
+                limits = sandbox.limit_flags(root, sb, []).get((a, st), []) if use_sandbox else []
         finally:
             os.dup2(saved_fds[0], 1)
             os.dup2(saved_fds[1], 2)
@@ -246,7 +262,7 @@ def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
         log = result.get("log", "") + result.get("error", "")
         kernel_output = (root / "kernel-output.log").read_bytes()[-20000:].decode(errors="replace")
         out = {"assignment": a, "student": st, "success": bool(result.get("success")), "log": log,
-               "kernel_output": kernel_output,
+               "kernel_output": kernel_output, "limit_flags": limits,
                "reason": None, "files": {}, "rows": None, "worker": os.uname().nodename}
         graded_dir = root / "autograded" / st / a
         if not out["success"] or not any(graded_dir.glob("*.ipynb")):
@@ -284,61 +300,127 @@ def _preload() -> str:  # run on every worker when a run starts (imports paid on
     return "sandboxed" if sandbox.available() else "no-sandbox"
 
 
-@contextlib.contextmanager
-def connect(scheduler: str | None = None, jobs: int | None = None, *, use_sandbox: bool = True, log=print):
-    """A Dask client for a grading run: to ``scheduler`` (or ``$DASK_SCHEDULER_ADDRESS``), or to
+class DaskCluster:
+    """The Dask client of one grading run: to ``scheduler`` (or ``$DASK_SCHEDULER_ADDRESS``), or to
     an embedded local cluster of ``jobs`` single-threaded worker processes (default: all cores).
 
-    Prints the dashboard address when the scheduler serves one.
+    An existing scheduler is reached at once, so a wrong address fails before anything is
+    touched; the embedded cluster starts in a background thread (``background=True``) while
+    the run's first stages work, and :meth:`client` waits for it. Use as a context manager, or
+    call :meth:`close`.
 
     Raises:
-        ClusterError: the scheduler does not answer within :data:`CONNECT_TIMEOUT_S` seconds,
-            has no worker, or a worker cannot start the sandbox when ``use_sandbox`` is set.
+        ClusterError: (from the constructor, or :meth:`client` for the embedded cluster) the
+            scheduler does not answer within :data:`CONNECT_TIMEOUT_S` seconds or has no worker.
     """
-    import dask
-    from distributed import Client, LocalCluster
 
-    address = scheduler_address(scheduler)
-    cluster = None
-    try:
-        if address is None:
+    def __init__(self, scheduler: str | None = None, jobs: int | None = None, *, background: bool = False,
+                 log=print):
+        self.address = scheduler_address(scheduler)
+        self.jobs = jobs or default_jobs()
+        self.log = log
+        self._client = self._cluster = self._error = None
+        self._states: dict[str, str] = {}
+        self._thread = None
+        if self.address is None and background:
+            self._thread = threading.Thread(target=self._start_captured, daemon=True, name="dask-start")
+            self._thread.start()
+        else:
+            self._start()
+
+    def _start_captured(self) -> None:
+        try:
+            self._start()
+        except BaseException as e:  # noqa: BLE001 - raised again by client()
+            self._error = e
+
+    def _start(self) -> None:
+        import dask
+        from distributed import Client, LocalCluster
+
+        if self.address is None:
             with dask.config.set({"distributed.scheduler.allowed-failures": ALLOWED_FAILURES,
                                   # a worker holds only the task it runs: its death counts
                                   # against that task alone, never against one queued behind it
                                   "distributed.scheduler.worker-saturation": 1.0}):
-                cluster = LocalCluster(n_workers=jobs or default_jobs(), threads_per_worker=1,
-                                       processes=True, dashboard_address=":0",
-                                       silence_logs=logging.ERROR, memory_limit=0)
-            client = Client(cluster, set_as_default=False)
+                self._cluster = LocalCluster(n_workers=self.jobs, threads_per_worker=1, processes=True,
+                                             dashboard_address=":0", silence_logs=logging.ERROR,
+                                             memory_limit=0)
+            self._client = Client(self._cluster, set_as_default=False)
         else:
             try:
-                client = Client(address, timeout=f"{CONNECT_TIMEOUT_S}s", set_as_default=False)
+                self._client = Client(self.address, timeout=f"{CONNECT_TIMEOUT_S}s", set_as_default=False)
             except (OSError, TimeoutError, ValueError) as e:
-                raise ClusterError(f"cannot reach the Dask scheduler at {address} within "
+                raise ClusterError(f"cannot reach the Dask scheduler at {self.address} within "
                                    f"{CONNECT_TIMEOUT_S} s ({' '.join(str(e).split())})") from None
-    except BaseException:
-        if cluster is not None:
-            cluster.close()
-        raise
-    try:
-        if address is not None:
             try:
-                client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)
+                self._client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)
             except TimeoutError:
-                raise ClusterError(f"the Dask scheduler at {address} has no workers: start some with "
-                                   f"`dask worker {address}` on machines with this project installed") from None
-        states = client.run(_preload)
-        if use_sandbox and "no-sandbox" in states.values():
-            bad = ", ".join(w for w, s in states.items() if s != "sandboxed")
+                self.close()
+                raise ClusterError(f"the Dask scheduler at {self.address} has no workers: start some with "
+                                   f"`dask worker {self.address}` where this project is installed") from None
+        self._states = self._client.run(_preload)
+
+    def client(self, use_sandbox: bool = True):
+        """The connected :class:`distributed.Client` (waits for a background start).
+
+        Args:
+            use_sandbox: check that every worker can start the bubblewrap sandbox.
+
+        Raises:
+            ClusterError: the cluster could not start, or a worker cannot run the sandbox.
+        """
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            raise self._error
+        if use_sandbox and "no-sandbox" in self._states.values():
+            bad = ", ".join(w for w, s in self._states.items() if s != "sandboxed")
             raise ClusterError(f"the grading sandbox (bubblewrap) cannot start on Dask worker(s) {bad}: "
                                "apt-get install bubblewrap there, or grade with --no-sandbox")
+        return self._client
+
+    def describe(self) -> str:
+        """One line: where the tasks run, and the dashboard's address when there is one."""
+        client = self.client(use_sandbox=False)
+        n = len(client.scheduler_info(n_workers=-1)["workers"])
+        where = "an embedded local Dask cluster" if self.address is None else f"the Dask cluster at {self.address}"
+        line = f"{where} ({n} worker{'s' if n != 1 else ''})"
         if "dashboard" in client.scheduler_info().get("services", {}) and _scheduler_has_bokeh(client):
-            log(f"dask dashboard: {client.dashboard_link}")
+            line += f", dashboard {client.dashboard_link}"
+        return line
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if self._cluster is not None:
+            self._cluster.close()
+            self._cluster = None
+
+    def __enter__(self) -> "DaskCluster":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+@contextlib.contextmanager
+def connect(scheduler: str | None = None, jobs: int | None = None, *, use_sandbox: bool = True, log=print):
+    """A connected :class:`distributed.Client` for the ``with`` block (see :class:`DaskCluster`);
+    logs where the tasks run and the dashboard's address when there is one.
+
+    Raises:
+        ClusterError: see :class:`DaskCluster` and :meth:`DaskCluster.client`.
+    """
+    with DaskCluster(scheduler, jobs, log=log) as dc:
+        client = dc.client(use_sandbox)
+        log(f"autograde: {dc.describe()}")
         yield client
-    finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
 
 
 def _has_bokeh() -> bool:
@@ -355,30 +437,52 @@ def _scheduler_has_bokeh(client) -> bool:
         return False
 
 
-def autograde(course: CourseTree | Path, assignments: list[str], *, client=None, scheduler: str | None = None,
-              jobs: int | None = None, use_sandbox: bool = True, cell_timeout: int | None = None,
-              course_id: str | None = None, only: list[str] | None = None, progress=None,
-              log=print, task=grade_submission) -> AutogradeOutcome:
-    """Autograde every submission in ``submitted/`` as Dask tasks, one per (assignment, student).
+@dataclass
+class ClusterOutcome(AutogradeOutcome):
+    """:class:`~grader.parallel.AutogradeOutcome`, and what the workers' sandboxes saw.
+
+    Attributes:
+        limit_flags: ``{(assignment, student): [note]}`` for kernels that ran into the sandbox's
+            process cap (read from their cgroups on the worker; see
+            :func:`grader.sandbox.limit_flags`).
+        workers: ``{worker host: submissions graded there}``.
+    """
+
+    limit_flags: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    workers: dict[str, int] = field(default_factory=dict)
+
+
+def autograde(course: CourseTree | Path, assignments: list[str], *, jobs: int | None = None, progress=None,
+              log=print, extra_args: list[str] | None = None, only: list[str] | None = None,
+              pairs: list[tuple[str, str]] | None = None, client=None, scheduler: str | None = None,
+              use_sandbox: bool = True, course_id: str | None = None, task=grade_submission) -> ClusterOutcome:
+    """Autograde the submissions in ``submitted/`` as Dask tasks, one per (assignment, student).
 
     Args:
         course: the course (its gradebook must already hold the assignments: generate has run).
-        client: a connected :class:`distributed.Client` (default: :func:`connect` with
-            ``scheduler``, ``jobs`` and ``use_sandbox``, closed after the run).
-        use_sandbox: run every kernel in the bubblewrap sandbox on the workers.
-        cell_timeout: seconds a cell may run (default: ``Execute.timeout`` of the config).
-        course_id: nbgrader's ``CourseDirectory.course_id`` (default: read from the config).
-        only: grade just these students (default: everyone in ``submitted/``).
+        assignments: the assignment names to grade.
+        jobs: worker processes of the embedded cluster (default: all cores; ignored with a
+            ``client`` or ``scheduler``).
         progress: ``progress(done, total)`` as submissions finish, or None.
         log: where per-submission failure lines go.
+        extra_args: nbgrader options (``--Section.name=value``) applied on the workers, e.g.
+            ``["--Execute.timeout=30"]``.
+        only: grade just these students (default: everyone in ``submitted/``).
+        pairs: grade just these ``(assignment, student)`` submissions.
+        client: a connected :class:`distributed.Client` (default: :func:`connect` with
+            ``scheduler`` and ``jobs``, closed after the run).
+        scheduler: an existing scheduler's address (default: ``$DASK_SCHEDULER_ADDRESS``, else
+            an embedded local cluster).
+        use_sandbox: run every kernel in the bubblewrap sandbox on the workers.
+        course_id: nbgrader's ``CourseDirectory.course_id`` (default: read from the config).
         task: the function each task runs (default :func:`grade_submission`; the tests wrap it).
 
     Returns:
-        :class:`~grader.parallel.AutogradeOutcome` (``logs`` is empty: each task's nbgrader log
-        comes back in its result and failures quote it).
+        :class:`ClusterOutcome` (``logs`` is empty: each task's nbgrader log comes back in its
+        result, and a failure quotes it).
 
     Raises:
-        ClusterError: see :func:`connect`.
+        ClusterError: see :class:`DaskCluster`.
         KeyboardInterrupt: after cancelling this run's tasks on the cluster.
     """
     from distributed import as_completed
@@ -389,22 +493,23 @@ def autograde(course: CourseTree | Path, assignments: list[str], *, client=None,
         from .apps import Course
 
         course_id = Course(tree).api.coursedir.course_id
-    pairs = tree.pairs(assignments)
-    if only is not None:
-        pairs = [(a, s) for a, s in pairs if s in set(only)]
-    outcome = AutogradeOutcome()
+    everyone = tree.pairs(assignments)
+    if pairs is not None:
+        everyone = [pr for pr in everyone if pr in set(pairs)]
+    pairs = everyone if only is None else [(a, s) for a, s in everyone if s in set(only)]
+    outcome = ClusterOutcome()
     if not pairs:
         return outcome
     if client is None:
         with connect(scheduler, jobs, use_sandbox=use_sandbox, log=log) as c:
-            return autograde(tree, assignments, client=c, use_sandbox=use_sandbox, cell_timeout=cell_timeout,
-                             course_id=course_id, only=only, progress=progress, log=log, task=task)
+            return autograde(tree, assignments, progress=progress, log=log, extra_args=extra_args, pairs=pairs,
+                             client=c, use_sandbox=use_sandbox, course_id=course_id, task=task)
     t0 = time.perf_counter()
     config = (tree.root / "nbgrader_config.py").read_bytes()
     definitions = assignment_definitions(tree, sorted({a for a, _ in pairs}), course_id)
     payloads = {a: {"name": a, "config": config, "gradebook": definitions[a],
                     "source_files": _files(tree.source(a), skip_notebooks=True)} for a in definitions}
-    options = {"sandbox": use_sandbox, "cell_timeout": cell_timeout, "course_id": course_id}
+    options = {"sandbox": use_sandbox, "config_args": list(extra_args or []), "course_id": course_id}
     for a, s in pairs:  # a regrade starts from nothing, as nbgrader autograde --force does
         old = tree.autograded(s, a)
         if old.is_dir():
@@ -418,6 +523,9 @@ def autograde(course: CourseTree | Path, assignments: list[str], *, client=None,
     done = 0
     if progress is not None:
         progress(0, len(pairs))
+    from nbgrader.api import Gradebook
+
+    gradebook = Gradebook(tree.gradebook_url, course_id)  # the one writer, for the whole run
     try:
         for fut in as_completed(list(futures), loop=client.loop):
             a, s = futures[fut]
@@ -429,8 +537,11 @@ def autograde(course: CourseTree | Path, assignments: list[str], *, client=None,
             except Exception as e:  # a worker-side error that is not the student's code
                 outcome.failed[(a, s)] = f"could not be graded: {type(e).__name__}: {str(e)[:300]}"
             else:
+                outcome.workers[result["worker"]] = outcome.workers.get(result["worker"], 0) + 1
+                if result["limit_flags"]:
+                    outcome.limit_flags[(a, s)] = result["limit_flags"]
                 if result["success"]:
-                    record(tree, course_id, result)
+                    record(tree, course_id, result, gradebook)
                     outcome.graded.append((a, s))
                 else:
                     outcome.failed[(a, s)] = result["reason"]
@@ -442,10 +553,12 @@ def autograde(course: CourseTree | Path, assignments: list[str], *, client=None,
     except KeyboardInterrupt:
         client.cancel(list(futures), force=True)
         raise
+    finally:
+        gradebook.close()
     outcome.graded.sort(key=pairs.index)
     outcome.seconds = time.perf_counter() - t0
     return outcome
 
 
-__all__ = ["autograde", "connect", "grade_submission", "record", "assignment_definitions",
+__all__ = ["autograde", "connect", "DaskCluster", "ClusterOutcome", "grade_submission", "record", "assignment_definitions",
            "scheduler_address", "ClusterError", "ALLOWED_FAILURES"]
