@@ -41,6 +41,7 @@ from unittest import mock
 import nbformat
 import numpy as np
 
+from normref.faults import output_metadata
 from normref.handback import ENV, MIME
 
 __all__ = ["QUESTIONS", "prepare_inputs", "score_notebook", "score_class", "Replay", "Scored"]
@@ -212,15 +213,28 @@ def draw_placement_battery(g) -> list:
     ]
 
 
+#: torch functions and ops that compute a normalization (names as a TorchFunctionMode sees them).
+TORCH_NORMS = ("layer_norm", "rms_norm", "group_norm", "instance_norm", "batch_norm", "native_layer_norm",
+               "_fused_rms_norm", "native_batch_norm", "native_group_norm", "local_response_norm")
+NORMREF_NORMS = ("normref.functional.layer_norm", "normref.functional.rms_norm", "normref.modules.LayerNorm.forward",
+                 "normref.modules.RMSNorm.forward", "normref.blocks.TransformerBlock.forward")
+NORMREF_PLACEMENT = ("normref.blocks.pre_ln", "normref.blocks.post_ln", "normref.blocks.TransformerBlock.forward")
+NORMREF_BACKWARD = ("normref.backward.layer_norm_backward", "normref.backward.rms_norm_backward")
+
+
 @dataclass(frozen=True)
 class Question:
-    """One question scored outside the kernel: its checker, and where that checker gets its
-    battery (``module.attr``, replaced by the drawn one while the grader runs it)."""
+    """One question scored outside the kernel: its checker, where that checker gets its
+    battery (``module.attr``, replaced by the drawn one while the grader runs it), what counts
+    as calling the reference (:class:`normref.handback.ReferenceRecorder`'s arguments), and
+    whose words the rule is stated in."""
 
     check: Callable
     module: str
     attr: str
     draw: Callable
+    reference: dict = field(default_factory=dict)
+    backend: str = "torch"
 
 
 def _checks():
@@ -229,17 +243,20 @@ def _checks():
     return checks
 
 
+_NORMS = {"torch_names": TORCH_NORMS, "normref_names": NORMREF_NORMS}
 QUESTIONS: dict[str, Question] = {
     "rms_norm_battery": Question(lambda fn: _checks().check_rms_norm(fn), "normref.checks.norms", "battery",
-                                 lambda g: draw_norm_battery("rms", "torch", g)),
+                                 lambda g: draw_norm_battery("rms", "torch", g), _NORMS),
     "layer_norm_battery": Question(lambda fn: _checks().check_layer_norm(fn, "numpy"), "normref.checks.norms",
-                                   "battery", lambda g: draw_norm_battery("layer", "numpy", g)),
-    "layer_norm_backward_gradcheck": Question(lambda fn: _checks().check_layer_norm_backward(fn),
-                                              "normref.checks.backward", "_backward_battery", draw_backward_battery),
+                                   "battery", lambda g: draw_norm_battery("layer", "numpy", g), _NORMS, "numpy"),
+    "layer_norm_backward_gradcheck": Question(
+        lambda fn: _checks().check_layer_norm_backward(fn), "normref.checks.backward", "_backward_battery",
+        draw_backward_battery, {"torch_names": TORCH_NORMS + ("native_layer_norm_backward",),
+                                "normref_names": NORMREF_NORMS + NORMREF_BACKWARD}, "numpy"),
     "pre_ln_battery": Question(lambda fn: _checks().check_pre_ln(fn), "normref.checks.placement",
-                               "_placement_battery", draw_placement_battery),
+                               "_placement_battery", draw_placement_battery, {"normref_names": NORMREF_PLACEMENT}),
     "post_ln_battery": Question(lambda fn: _checks().check_post_ln(fn), "normref.checks.placement",
-                                "_placement_battery", draw_placement_battery),
+                                "_placement_battery", draw_placement_battery, {"normref_names": NORMREF_PLACEMENT}),
 }
 
 
@@ -306,7 +323,7 @@ def prepare_inputs(course_root: Path, *, seed: int | None = None, log=print) -> 
     inputs = root / "logs" / "handback"
     inputs.mkdir(parents=True, exist_ok=True)
     for gid in QUESTIONS:
-        torch.save(probe_calls(gid, seed), inputs / f"{gid}.pt")
+        torch.save({"calls": probe_calls(gid, seed), "reference": QUESTIONS[gid].reference}, inputs / f"{gid}.pt")
     seeds = root / "logs" / "scoring"
     seeds.mkdir(parents=True, exist_ok=True)
     with (seeds / "seeds.jsonl").open("a") as f:
@@ -405,13 +422,16 @@ class Scored:
         grade_id: the hidden test's cell.
         fraction: the checker's score on the drawn battery, 0..1.
         text: the diagnosis the feedback shows.
-        flags: what the report should say (several hand-backs in one cell).
+        flags: what the report should say (several hand-backs in one cell, a reference call).
+        faults, variants: the diagnosed fault kinds, for the class report (output metadata).
     """
 
     grade_id: str
     fraction: float
     text: str
     flags: list[str] = field(default_factory=list)
+    faults: list[str] = field(default_factory=list)
+    variants: list[str] = field(default_factory=list)
 
 
 def _handbacks(cell) -> list[dict]:
@@ -443,10 +463,20 @@ def score_notebook(nb, seed: int) -> dict[str, Scored]:
         calls = found[0].get("calls")
         if isinstance(calls, dict) and "not_callable" in calls:
             result = run_check(gid, seed, _opaque(calls["not_callable"]))
+            calls = []
         else:
-            result = run_check(gid, seed, Replay(calls if isinstance(calls, list) else []))
-        out[gid] = Scored(gid, float(result.score), "Graded on new inputs drawn for this grading run:\n"
-                          + result.report())
+            calls = calls if isinstance(calls, list) else []
+            result = run_check(gid, seed, Replay(calls))
+        refs = list(dict.fromkeys(str(w) for c in calls if isinstance(c, dict) for w in c.get("references", [])))
+        text = "Graded on new inputs drawn for this grading run:\n" + result.report()
+        if refs:
+            from normref.rules import rule_message
+
+            rules = [rule_message(w, QUESTIONS[gid].backend) for w in refs]
+            out[gid] = Scored(gid, 0.0, "\n".join([f"{gid}: 0 points"] + ["  x " + r for r in rules] + [text]),
+                              [f"{gid}: {r} (seen while it ran): scored 0" for r in rules], ["reference_call"])
+            continue
+        out[gid] = Scored(gid, float(result.score), text, [], result.faults, result.variants)
     return out
 
 
@@ -474,7 +504,10 @@ def score_class(course_root: Path, pairs, seed: int, *, db_url: str | None = Non
                 for cell in nb.cells:
                     gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
                     if gid in scored:
-                        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=scored[gid].text + "\n")]
+                        sc = scored[gid]
+                        cell.outputs = [nbformat.v4.new_output(
+                            "display_data", data={"text/plain": sc.text},
+                            metadata=output_metadata(sc.faults, sc.variants))]
                 for gid, s in scored.items():
                     try:
                         grade = gb.find_grade(gid, path.stem, a, st)

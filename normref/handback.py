@@ -11,9 +11,9 @@ notebook and judges it with the same checker, outside the student's process
 (:mod:`grader.scoring`): nothing here decides a score, so patching it can only change the
 outputs handed back, which the student's code could have returned itself.
 
-Outside grading (a student's own kernel, ``nbgrader validate``), :func:`hand_back` does
-nothing. Either way it returns 0.0, so that a hidden test whose outputs never reach the grader
-scores 0, never full marks.
+Outside autograde (a student's own kernel, ``nbgrader validate``), :func:`hand_back` does
+nothing. In autograde it returns 0.0, so that a hidden test whose outputs never reach the
+grader's scoring stage scores 0, never full marks.
 """
 from __future__ import annotations
 
@@ -83,10 +83,100 @@ def _same(a, b) -> bool:
     return bool(np.array_equal(a, b, equal_nan=True))
 
 
-def run_calls(fn, calls: list) -> list[dict] | dict:
+class ReferenceRecorder:
+    """While the student's function runs: which reference normalizations it executed, by any
+    spelling (``F.rms_norm``, an alias, ``getattr(F, "layer_norm")``, ``F.__dict__[...]``,
+    ``operator.attrgetter``, ``torch.nn.LayerNorm``, ``torch.ops.aten.native_layer_norm``,
+    ``normref.rms_norm`` ...).
+
+    A :class:`torch.overrides.TorchFunctionMode` sees every torch function and op called,
+    however it was reached; a profile hook sees every Python function of ``normref`` called.
+    A call counts when the nearest caller outside torch is the student's own code, so a norm
+    the checker hands in (Pre-/Post-LN's ``norm``) may run its own reference.
+
+    Args:
+        torch_names: torch function/op names that are references (``"layer_norm"``,
+            ``"native_layer_norm"`` ...; an op's overload suffix is ignored).
+        normref_names: ``normref`` functions that are references, as ``module.qualname``
+            (``"normref.functional.rms_norm"``, ``"normref.modules.LayerNorm.forward"``).
+
+    Attributes:
+        found: what was executed, e.g. ``["calls torch rms_norm"]``, in order of first call.
+    """
+
+    def __init__(self, torch_names=(), normref_names=()):
+        import sysconfig
+
+        import torch
+
+        self.torch_names = set(torch_names)
+        self.normref_names = set(normref_names)
+        self.found: list[str] = []
+        here = os.path.dirname(os.path.abspath(__file__))
+        self._normref = here + os.sep
+        self._library = tuple({os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
+                               os.path.dirname(os.path.abspath(np.__file__)) + os.sep,
+                               sysconfig.get_paths()["stdlib"] + os.sep, self._normref})
+        self._mode = None
+        self._old_profile = None
+
+    def _student_frame(self, frame) -> bool:
+        """Is the nearest caller outside torch/numpy/the standard library the student's code?"""
+        while frame is not None:
+            f = os.path.abspath(frame.f_code.co_filename) if not frame.f_code.co_filename.startswith("<") \
+                else frame.f_code.co_filename
+            if not f.startswith(self._library) or f.startswith("<"):
+                return True
+            if f.startswith(self._normref):
+                return False
+            frame = frame.f_back
+        return False
+
+    def _add(self, what: str) -> None:
+        if what not in self.found:
+            self.found.append(what)
+
+    def __enter__(self) -> "ReferenceRecorder":
+        import sys
+
+        from torch.overrides import TorchFunctionMode
+
+        rec = self
+
+        class Mode(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                name = str(getattr(func, "__name__", "")).split(".")[0]
+                if name in rec.torch_names and rec._student_frame(sys._getframe(1)):
+                    rec._add(f"calls torch's {name}")
+                return func(*args, **(kwargs or {}))
+
+        def profile(frame, event, arg):
+            if event != "call" or not frame.f_code.co_filename.startswith(self._normref):
+                return
+            rel = os.path.relpath(frame.f_code.co_filename, os.path.dirname(self._normref.rstrip(os.sep)))
+            name = rel[:-3].replace(os.sep, ".") + "." + frame.f_code.co_qualname
+            if name in self.normref_names and self._student_frame(frame.f_back):
+                self._add(f"calls {name}")
+
+        self._mode = Mode()
+        self._mode.__enter__()
+        self._old_profile = sys.getprofile()
+        sys.setprofile(profile)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import sys
+
+        sys.setprofile(self._old_profile)
+        self._mode.__exit__(*exc)
+
+
+def run_calls(fn, calls: list, reference: dict | None = None) -> list[dict] | dict:
     """Make each call ``(args, kwargs, grad_enabled)`` of ``fn``, as the checker would; one
     record per call: ``{"out": encode(output)}``, ``{"raised": [type, message]}`` or
-    ``{"timeout": True}``, plus ``"after"`` for inputs the call modified."""
+    ``{"timeout": True}``, plus ``"after"`` for inputs the call modified and ``"references"``
+    for the reference normalizations it executed (``reference``: the keyword arguments of
+    :class:`ReferenceRecorder`)."""
     import torch
 
     from .checks.core import CALL_TIMEOUT_S, _call_with_timeout, _Timeout
@@ -97,13 +187,17 @@ def run_calls(fn, calls: list) -> list[dict] | dict:
     for args, kwargs, grad in calls:
         before = [(i, _copy(a)) for i, a in _arrays(args)]
         rec: dict = {}
+        recorder = ReferenceRecorder(**(reference or {}))
         try:
-            with torch.set_grad_enabled(grad):
-                rec["out"] = encode(_call_with_timeout(fn, tuple(args), dict(kwargs), CALL_TIMEOUT_S))
+            with torch.set_grad_enabled(grad), recorder:
+                out = _call_with_timeout(fn, tuple(args), dict(kwargs), CALL_TIMEOUT_S)
+            rec["out"] = encode(out)
         except _Timeout:
             rec["timeout"] = True
         except Exception as e:  # noqa: BLE001 - the student's error is handed back as it is
             rec["raised"] = [type(e).__name__[:80], str(e)[:500]]
+        if recorder.found:
+            rec["references"] = recorder.found
         changed = {str(i): encode(args[i]) for i, b in before if not _same(args[i], b)}
         if changed:
             rec["after"] = changed
@@ -111,7 +205,7 @@ def run_calls(fn, calls: list) -> list[dict] | dict:
     return records
 
 
-def hand_back(grade_id: str, fn) -> float:
+def hand_back(grade_id: str, fn) -> float | None:
     """Run ``fn`` on the grader's inputs for ``grade_id`` and show the outputs (autograde only).
 
     Args:
@@ -119,11 +213,15 @@ def hand_back(grade_id: str, fn) -> float:
         fn: the student's function.
 
     Returns:
-        0.0 always (the cell's nbgrader score until the grader's scoring stage writes the real
-        one into the gradebook).
+        In autograde, 0.0 (the cell's nbgrader score until the grader's scoring stage writes
+        the real one into the gradebook); elsewhere None (no output: Validate judges the visible
+        part of the cell).
     """
+    if os.environ.get("NBGRADER_EXECUTION") != "autograde":
+        return None  # nothing to hand back; and validate must not read a score of 0 here
     folder = os.environ.get(ENV)
-    if not folder or os.environ.get("NBGRADER_EXECUTION") != "autograde":
+    if not folder:
+        print(f"{grade_id}: this grading run drew no inputs (grade with make grade): 0 points for now")
         return 0.0
     path = Path(folder) / f"{grade_id}.pt"
     if not path.is_file():
@@ -132,8 +230,8 @@ def hand_back(grade_id: str, fn) -> float:
     import torch
     from IPython.display import display
 
-    calls = torch.load(path, weights_only=False)  # written by the grader, read-only in here
-    bundle = {"grade_id": grade_id, "calls": run_calls(fn, calls)}
+    inputs = torch.load(path, weights_only=False)  # written by the grader, read-only in here
+    bundle = {"grade_id": grade_id, "calls": run_calls(fn, inputs["calls"], inputs.get("reference"))}
     display({MIME: bundle, "text/plain": f"{grade_id}: outputs handed to the grader"}, raw=True)
     return 0.0
 

@@ -41,12 +41,18 @@ def namespace(assignment: str, variant: str) -> dict:
     return ns
 
 
+def graded(gid: str, fn, seed: int) -> scoring.Scored:
+    """What grading makes of ``fn``: the kernel's record of it on the drawn inputs (with the
+    run-time record of reference calls), through JSON in a notebook cell's output, scored here."""
+    calls = run_calls(fn, scoring.probe_calls(gid, seed), scoring.QUESTIONS[gid].reference)
+    cell = nbformat.v4.new_code_cell("", metadata={"nbgrader": {"grade_id": gid, "grade": True}})
+    cell.outputs = [nbformat.v4.new_output("display_data", data={
+        MIME: json.loads(json.dumps({"grade_id": gid, "calls": calls}))})]
+    return scoring.score_notebook(nbformat.v4.new_notebook(cells=[cell]), seed)[gid]
+
+
 def trusted_points(gid: str, fn, seed: int) -> float:
-    """What grading gives: the kernel's record of ``fn`` on the drawn inputs, through JSON,
-    replayed through the checker here."""
-    record = json.loads(json.dumps(run_calls(fn, scoring.probe_calls(gid, seed))))
-    obj = scoring._opaque(record["not_callable"]) if isinstance(record, dict) else scoring.Replay(record)
-    return round(QUESTION_FN[gid][2] * scoring.run_check(gid, seed, obj).score, 2)
+    return round(QUESTION_FN[gid][2] * graded(gid, fn, seed).fraction, 2)
 
 
 def test_the_scored_questions_are_the_hidden_tests_that_hand_back():
@@ -114,3 +120,46 @@ def test_outputs_travel_without_pickles_and_keep_dtype_and_shape():
                                                                               "calls": []}})] * 2
     scored = scoring.score_notebook(nb, 3)["rms_norm_battery"]
     assert scored.fraction == 0.0 and "2 sets of outputs" in scored.flags[0]
+
+
+RMS_HONEST = "def rms_norm(x, weight, eps=1e-6):\n    h = x.float()\n" \
+             "    return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * weight).to(x.dtype)\n"
+# the same reference call, spelled eight ways (the last three get past any list of names)
+REFERENCE_SPELLINGS = {
+    "direct": "def rms_norm(x, weight, eps=1e-6):\n    return F.rms_norm(x, (x.shape[-1],), weight, eps)",
+    "alias": "ref = F.rms_norm\ndef rms_norm(x, weight, eps=1e-6):\n    return ref(x, (x.shape[-1],), weight, eps)",
+    "getattr": "def rms_norm(x, weight, eps=1e-6):\n"
+               "    return getattr(F, 'rms' + '_norm')(x, (x.shape[-1],), weight, eps)",
+    "dict": "def rms_norm(x, weight, eps=1e-6):\n    return F.__dict__['rms_norm'](x, (x.shape[-1],), weight, eps)",
+    "attrgetter": "import operator\ndef rms_norm(x, weight, eps=1e-6):\n"
+                  "    return operator.attrgetter('rms_norm')(torch)(x, (x.shape[-1],), weight, eps)",
+    "module": "def rms_norm(x, weight, eps=1e-6):\n    m = torch.nn.RMSNorm(x.shape[-1], eps=eps)\n"
+              "    m.weight.data = weight.float()\n    return m(x.float()).to(x.dtype)",
+    "aten": "def rms_norm(x, weight, eps=1e-6):\n"
+            "    return torch.ops.aten.rms_norm(x.float(), [x.shape[-1]], weight.float(), eps).to(x.dtype)",
+    "normref": "import normref\ndef rms_norm(x, weight, eps=1e-6):\n    return normref.rms_norm(x, weight, eps)",
+}
+
+
+@pytest.mark.parametrize("spelling", sorted(REFERENCE_SPELLINGS))
+def test_a_reference_call_by_any_spelling_earns_zero_and_says_the_rule(spelling):
+    ns = {"torch": torch, "F": torch.nn.functional}
+    exec(REFERENCE_SPELLINGS[spelling], ns)
+    assert __import__("normref").check_rms_norm(ns["rms_norm"]).score > 0 or spelling == "direct"
+    s = graded("rms_norm_battery", ns["rms_norm"], 5)
+    assert s.fraction == 0.0
+    assert "grading gives this question 0" in s.text and "implement it with tensor operations" in s.text
+    assert s.flags and "rms_norm" in s.flags[0]
+
+
+def test_honest_answers_and_a_norm_the_checker_hands_in_are_not_reference_calls():
+    ns = {"torch": torch}
+    exec(RMS_HONEST, ns)
+    s = graded("rms_norm_battery", ns["rms_norm"], 5)
+    assert (s.fraction, s.flags) == (1.0, [])
+    pre = graded("pre_ln_battery", lambda x, sublayer, norm: x + sublayer(norm(x)), 5)
+    assert (pre.fraction, pre.flags) == (1.0, [])  # norm(x) runs normref's LayerNorm: allowed
+    from normref.blocks import pre_ln
+
+    cheat = graded("pre_ln_battery", lambda x, sublayer, norm: pre_ln(x, sublayer, norm), 5)
+    assert cheat.fraction == 0.0 and "normref.blocks.pre_ln" in cheat.text
