@@ -10,12 +10,17 @@ in separate (sandboxed) processes, see :mod:`grader.parallel`.
 from __future__ import annotations
 
 import os
+import shutil
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
 from .course import CourseTree, put_interpreter_on_path, split_round_robin
 from .parallel import die_with_parent
+
+
+#: Where ``generate_assignment`` writes before its output replaces ``release/<assignment>``.
+STAGING = ".release-staging"
 
 
 class AppError(RuntimeError):
@@ -60,17 +65,30 @@ class Course:
 
     def generate_assignment(self, assignment: str) -> None:
         """``nbgrader generate_assignment <assignment> --force``: ``source/`` -> ``release/``,
-        and the assignment's notebooks and cells recorded in the gradebook.
+        and the assignment's notebooks and cells recorded in the gradebook. nbgrader writes into
+        a staging folder, swapped in for ``release/<assignment>`` only when it succeeded: a
+        failure leaves the committed ``release/`` as it was.
 
         Raises:
             AppError: nbgrader failed (its log is quoted).
         """
+        from nbgrader.utils import temp_attrs
+
+        staging = self.root / STAGING
+        shutil.rmtree(staging, ignore_errors=True)
         cwd = os.getcwd()
         try:  # nbgrader resolves some paths against the working directory
             os.chdir(self.root)
-            self._check(f"generate_assignment {assignment}",
-                        self.api.generate_assignment(assignment, force=True, create=True))
+            with temp_attrs(self.api.coursedir, release_directory=STAGING):
+                self._check(f"generate_assignment {assignment}",
+                            self.api.generate_assignment(assignment, force=True, create=True))
+            new, current = staging / assignment, self.tree.release(assignment)
+            if current.exists():  # swapped in only now that nbgrader succeeded
+                os.replace(current, staging / f"{assignment}.old")
+            current.parent.mkdir(exist_ok=True)
+            os.replace(new, current)
         finally:
+            shutil.rmtree(staging, ignore_errors=True)
             os.chdir(cwd)
 
     def generate_feedback(self, assignment: str) -> None:

@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import tempfile
+import unicodedata
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,12 +32,37 @@ from .course import CourseTree
 # Moodle:     Jane Doe_12345_assignsubmission_file_rmsnorm.ipynb
 # Blackboard: Lesson 16_jdoe_attempt_2026-11-20-09-00-00_rmsnorm.ipynb
 # Plain:      jdoe_rmsnorm.ipynb  /  jdoe-rmsnorm.ipynb
+# Names may hold any letter (müllerzoë, muñozjosé), apostrophes and, in Moodle, spaces.
 _PATTERNS = [
     re.compile(r"^.*?_(?P<student_id>[^_]+)_attempt_(?P<timestamp>\d{4}-\d\d-\d\d-\d\d-\d\d-\d\d)_(?P<file_id>.+)$"),
     re.compile(r"^(?P<name>[^_]+)_(?P<student_id>\d+)_assignsubmission_file_(?P<file_id>.+)$"),
-    re.compile(r"^(?P<student_id>[A-Za-z0-9.\-]+?)_(?P<late>LATE_)?\d+_\d+_(?P<file_id>.+)$"),
-    re.compile(r"^(?P<student_id>[A-Za-z0-9.\-]+?)[_-](?P<file_id>[^_]+)$"),
+    re.compile(r"^(?P<student_id>[^_]+?)_(?P<late>LATE_)?(?P<lms_id>\d+)_\d+_(?P<file_id>.+)$"),
+    re.compile(r"^(?P<student_id>[^_\s]+?)[_-](?P<file_id>[^_]+)$"),
 ]
+
+
+def ascii_id(name: str) -> str:
+    """A student id from a name as an LMS writes it: letters folded to ASCII (``zoë.müller`` ->
+    ``zoe.muller``, ``muñozjosé`` -> ``munozjose``), lower case, spaces as ``-``, apostrophes
+    and other signs dropped (``o'brienpat`` -> ``obrienpat``); ``""`` when nothing is left."""
+    folded = unicodedata.normalize("NFKD", name.replace("ß", "ss").replace("ø", "o").replace("Ø", "O"))
+    folded = "".join(c for c in folded if not unicodedata.combining(c)).lower()
+    folded = re.sub(r"\s+", "-", folded.strip())
+    return re.sub(r"[^a-z0-9.\-]", "", folded).strip(".-")
+
+
+def lms_identity(filename: str) -> tuple[str | None, str]:
+    """``(LMS user id or None, name as the LMS wrote it)`` from a download's file name: Canvas's
+    user id (the first number), Moodle's participant id; Blackboard names carry none."""
+    stem = os.path.basename(filename)[: -len(".ipynb")]
+    for pat in _PATTERNS:
+        m = pat.match(stem)
+        if m:
+            gd = m.groupdict()
+            if gd.get("name"):  # Moodle: "Jane Doe_12345_..."
+                return gd["student_id"], gd["name"]
+            return gd.get("lms_id"), gd["student_id"]
+    return None, ""
 
 
 def notebook_key(name: str) -> str:
@@ -59,7 +85,7 @@ def parse_lms_name(filename: str) -> dict | None:
         m = pat.match(stem)
         if m:
             gd = {k: v for k, v in m.groupdict().items() if v is not None}
-            sid = re.sub(r"[^A-Za-z0-9_.\-]", "", gd["student_id"]).lower()
+            sid = ascii_id(gd["student_id"]) or (f"lms{gd['lms_id']}" if gd.get("lms_id") else "")
             if not re.fullmatch(r"[a-z0-9][a-z0-9_.\-]*", sid):  # never "", "." or ".."
                 return None
             out = {"student_id": sid, "file_id": gd["file_id"] + ".ipynb"}
@@ -84,11 +110,16 @@ class LmsFileNameCollector(FileNameCollectorPlugin):
         cd = self.parent.coursedir
         return CourseTree(cd.root).released_notebooks(cd.assignment_id)
 
+    #: ``{file name: student id}`` decided by :func:`resolve_students` before ``zip_collect`` runs
+    #: (two Canvas students named alike are two students).
+    resolved: dict[str, str] = {}
+
     def collect(self, submitted_file: str) -> dict | None:
         info = parse_lms_name(submitted_file)
         if info is None:
             self.log.warning("Not an LMS submission name, skipped: %s", submitted_file)
             return None
+        info["student_id"] = self.resolved.get(os.path.basename(submitted_file), info["student_id"])
         keys = {notebook_key(r): r for r in self._released()}
         real = keys.get(notebook_key(info["file_id"]))
         if real is None:
@@ -133,16 +164,25 @@ class Collected:
 RECEIVED = "received.json"
 
 
-def _received(tree: CourseTree) -> dict[str, str]:
-    path = tree.logs / RECEIVED
+#: ``{"<student>/<assignment>": true}`` where the LMS marked the graded download late (Canvas).
+LMS_LATE = "lms_late.json"
+
+
+def _received(tree: CourseTree, name: str = RECEIVED) -> dict:
+    path = tree.logs / name
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def _remember(tree: CourseTree, hashes: dict[str, str]) -> None:
+def lms_late(tree: CourseTree) -> set[tuple[str, str]]:
+    """``(assignment, student)`` whose graded download the LMS marked late."""
+    return {(k.split("/")[1], k.split("/")[0]) for k, v in _received(tree, LMS_LATE).items() if v}
+
+
+def _remember(tree: CourseTree, entries: dict, name: str = RECEIVED) -> None:
     tree.logs.mkdir(parents=True, exist_ok=True)
-    path = tree.logs / RECEIVED
+    path = tree.logs / name
     part = path.with_suffix(".part")
-    part.write_text(json.dumps({**_received(tree), **hashes}, indent=1, sort_keys=True))
+    part.write_text(json.dumps({**_received(tree, name), **entries}, indent=1, sort_keys=True))
     os.replace(part, path)
 
 
@@ -221,11 +261,13 @@ def _lms_candidates(tree: CourseTree, path: Path, assignments: list[str], tmp: P
     """
     files = _lms_files(path, tmp)
     candidates: dict[tuple[str, str], list[tuple[dict, Path]]] = {}
+    ids = resolve_students(tree, [f.name for f in files])
     for f in files:
         info = parse_lms_name(f.name)
         if info is None:
             skipped[f.name] = "file name not recognised as an LMS submission"
             continue
+        info["student_id"] = ids.get(f.name, info["student_id"])
         a = _assignment_of(info["file_id"], tree, assignments)
         if a is None:
             skipped[f.name] = f"no assignment has a notebook named {info['file_id']!r}"
@@ -237,6 +279,79 @@ def _lms_candidates(tree: CourseTree, path: Path, assignments: list[str], tmp: P
         raise ValueError(f"{path}: none of its {len(files)} files is a notebook of an assignment "
                          f"named the way an LMS names downloads ({shown or 'no files'}){hint}")
     return candidates
+
+
+def _known_lms_ids(tree: CourseTree) -> dict[str, str]:
+    """``{LMS user id: student id}`` of the students already in the gradebook."""
+    from nbgrader.api import Gradebook
+
+    if tree.is_sqlite and not tree.gradebook_path.is_file():
+        return {}
+    with Gradebook(tree.gradebook_url) as gb:
+        return {s.lms_user_id: s.id for s in gb.students if s.lms_user_id}
+
+
+def resolve_students(tree: CourseTree, names: list[str]) -> dict[str, str]:
+    """``{file name: student id}`` for LMS downloads that carry an LMS user id (Canvas, Moodle).
+
+    A student the gradebook already knows by that LMS id keeps their id (stable across batches).
+    A new one gets the id made from their name (:func:`ascii_id`), unless another LMS user has
+    it already, in the gradebook or in this download: then both new ones get ``<name>-<lms id>``
+    (``leejohn-10011``, ``leejohn-10012``). The gradebook keeps the LMS id and the name as
+    written (:func:`record_identities`), and ``roster.csv`` lists them.
+    """
+    known = _known_lms_ids(tree)
+    taken: dict[str, set[str]] = {}  # the name an id was made from -> LMS ids that hold it
+    for lms, sid in known.items():
+        taken.setdefault(sid.removesuffix(f"-{lms}"), set()).add(lms)
+    parsed = {}
+    for n in names:
+        info = parse_lms_name(n)
+        lms = lms_identity(n)[0] if info is not None else None
+        if lms:
+            parsed[n] = (info["student_id"], lms)
+    by_base: dict[str, set[str]] = {}
+    for base, lms in parsed.values():
+        if lms not in known:
+            by_base.setdefault(base, set()).add(lms)
+    out = {}
+    for n, (base, lms) in parsed.items():
+        if lms in known:
+            out[n] = known[lms]
+        elif len(by_base[base]) > 1 or taken.get(base, {lms}) != {lms}:
+            out[n] = f"{base}-{lms}"
+        else:
+            out[n] = base
+    return out
+
+
+def record_identities(tree: CourseTree, names: dict[str, str]) -> None:
+    """Keep each student's LMS user id and name (as the LMS wrote it) in the gradebook:
+    ``{file name: student id}``."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(tree.gradebook_url) as gb:
+        for n, sid in sorted(names.items()):
+            lms, display = lms_identity(n)
+            first, _, last = display.partition(" ") if " " in display else ("", "", display)
+            gb.update_or_create_student(sid, first_name=first or None, last_name=last or None,
+                                        lms_user_id=lms)
+
+
+def write_roster(tree: CourseTree, path: Path) -> Path:
+    """``roster.csv``: ``student_id,lms_id,name`` for every student in the gradebook."""
+    import csv
+
+    from nbgrader.api import Gradebook
+
+    with Gradebook(tree.gradebook_url) as gb:
+        rows = sorted((s.id, s.lms_user_id or "", " ".join(x for x in (s.first_name, s.last_name) if x))
+                      for s in gb.students)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["student_id", "lms_id", "name"])
+        w.writerows(rows)
+    return Path(path)
 
 
 def check_input(course: CourseTree | Path, submissions: Path, assignments: list[str]) -> None:
@@ -275,6 +390,7 @@ def collect_lms(course: Course, path: Path, assignments: list[str]) -> Collected
     with tempfile.TemporaryDirectory() as td:
         candidates = _lms_candidates(tree, path, assignments, Path(td), out.skipped)
         by_assignment: dict[str, list[Path]] = {}
+        late: dict[str, bool] = {}
         for (a, st), found in sorted(candidates.items()):
             # one submission per student and assignment: the newest download
             found.sort(key=lambda c: _newest_first(c[0]), reverse=True)
@@ -283,6 +399,7 @@ def collect_lms(course: Course, path: Path, assignments: list[str]) -> Collected
                 out.skipped[str(other.name)] = (f"{st} has more than one {a} notebook here: "
                                                 f"{f.name!r} (the newest download) is graded instead")
             by_assignment.setdefault(a, []).append(f)
+            late[f"{st}/{a}"] = bool(info.get("late"))
             if info.get("late"):
                 out.flags.setdefault(st, []).append(f"{a}: the LMS marked the download {f.name!r} late")
         batch = set(candidates)
@@ -298,8 +415,11 @@ def collect_lms(course: Course, path: Path, assignments: list[str]) -> Collected
             archive.mkdir(parents=True)
             for f in fs:
                 shutil.copy(f, archive / f.name)
+            LmsFileNameCollector.resolved = {f.name: st for (_, st), fs in chosen.items() for f in fs}
             course.zip_collect(a, "grader.collect.LmsFileNameCollector")
         _remember(tree, hashes)
+        _remember(tree, {k: v for k, v in late.items() if k in hashes}, LMS_LATE)
+        record_identities(tree, {f.name: st for (a, st), fs in chosen.items() for f in fs})
     out.students = sorted({st for _, st in batch})
     return out
 

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import nbformat
 
-from . import sandbox, state
+from . import database, sandbox, state
 from . import scoring
 from .apps import AppError, Course, generate_feedback_parallel
-from .collect import Collected, check_input, collect
+from .collect import Collected, check_input, collect, lms_late, write_roster
 from .course import CourseTree
 from .parallel import AutogradeOutcome, autograde, default_jobs
 from .repair import Repair, repair_all
@@ -34,7 +34,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 DEMO_MARKER = ".demo-class"
 #: What a fresh run removes (nbgrader's grading state; never source/ or release/).
 GRADING_STATE = ("submitted", "autograded", "feedback", "downloaded", "reports", "logs", "gradebook.db",
-                 "grades.csv", "grades_by_question.csv", DEMO_MARKER)
+                 "grades.csv", "grades_by_question.csv", "roster.csv", DEMO_MARKER)
 #: What :func:`clean` keeps of ``logs/``: the backups and the run history.
 KEPT_LOGS = ("backups", "runs.jsonl")
 
@@ -213,6 +213,8 @@ def start_over(tree: CourseTree, *, yes: bool, tag: str, log=print) -> None:
                 f"(make ... YES=1) or a yes at the terminal; nothing was removed (a backup is in "
                 f"{tree.logs / 'backups'})")
     clean(tree.root)
+    if not tree.is_sqlite:  # a server gradebook (--db): nbgrader's tables go, as the file would
+        database.reset(tree.gradebook_url)
 
 
 def _archive_state(tree: CourseTree, tag: str) -> Path | None:
@@ -256,6 +258,7 @@ class Batch:
     course: Course | None = None
     collected: Collected | None = None
     to_grade: list[tuple[str, str]] | None = None  # None: every submission here
+    dask: object = None  # grader.cluster.DaskCluster: autograde as Dask tasks; None: processes
     demo_students: int | None = None
 
 
@@ -408,20 +411,35 @@ def autograde_stage(b: Batch) -> None:
         log("WARNING: grading WITHOUT the sandbox (bubblewrap not available): student code runs "
             "with your rights and can read source/ and gradebook.db")
     extra = [f"--Execute.timeout={b.cell_timeout}"] if b.cell_timeout else []
-    log(f"autograde: {b.jobs} parallel nbgrader process{'es' if b.jobs > 1 else ''}"
-        f"{', sandboxed' if run.sandboxed else ''}")
+    if b.dask is None:
+        log(f"autograde: {b.jobs} parallel nbgrader process{'es' if b.jobs > 1 else ''}"
+            f"{', sandboxed' if run.sandboxed else ''}")
     session = sandbox.SandboxSession(tree.root) if run.sandboxed else contextlib.nullcontext()
     with session as sb:
         setup = sb.worker if run.sandboxed else None
         try:
-            run.autograde = autograde(tree, run.assignments, jobs=b.jobs, log=log, extra_args=extra,
-                                      progress=_progress_bar() if b.progress else None,
-                                      worker_setup=setup, pairs=b.to_grade)
+            if b.dask is not None:  # Dask tasks (grader/cluster.py): this machine or a cluster
+                from . import cluster
+
+                client = b.dask.client(use_sandbox=run.sandboxed)
+                log(f"autograde: Dask tasks on {b.dask.describe()}{', sandboxed' if run.sandboxed else ''}")
+                run.autograde = cluster.autograde(tree, run.assignments, client=client, log=log,
+                                                  extra_args=extra, use_sandbox=run.sandboxed,
+                                                  progress=_progress_bar() if b.progress else None,
+                                                  course_id=b.course.api.coursedir.course_id,
+                                                  pairs=b.to_grade)
+            else:
+                run.autograde = autograde(tree, run.assignments, jobs=b.jobs, log=log, extra_args=extra,
+                                          progress=_progress_bar() if b.progress else None,
+                                          worker_setup=setup, pairs=b.to_grade)
             _regrade_dead_kernels(tree, run, extra, setup, log)
         except RuntimeError as e:
             raise GradingError(str(e)) from e
         if run.sandboxed:  # the sandbox's caps a kernel ran into (process count, bytes written)
-            for (a, st), notes in sandbox.limit_flags(tree.root, sb, run.autograde.graded).items():
+            hits = sandbox.limit_flags(tree.root, sb, run.autograde.graded)
+            for pr, notes in getattr(run.autograde, "limit_flags", {}).items():  # seen on Dask workers
+                hits.setdefault(pr, []).extend(n for n in notes if n not in hits[pr])
+            for (a, st), notes in hits.items():
                 run.repairs.setdefault((a, st), Repair(st, a)).flags.extend(notes)
                 for note in notes:
                     log(f"autograde: {st} ({a}): {note}")
@@ -459,11 +477,31 @@ def feedback(b: Batch) -> None:
 
 
 def export(b: Batch) -> None:
-    """``nbgrader export``: ``grades.csv``, one row per (assignment, student)."""
+    """``nbgrader export``: ``grades.csv``, one row per (assignment, student), with a ``late``
+    column (after the due date, or marked late by the LMS); ``roster.csv`` beside it
+    (``student_id,lms_id,name``)."""
     try:
         b.run.grades_csv = b.course.export_csv(b.tree.grades_csv)
     except AppError as e:
         raise GradingError(str(e)) from e
+    _add_late_column(b.run.grades_csv, lms_late(b.tree))
+    write_roster(b.tree, b.tree.root / "roster.csv")
+
+
+def _add_late_column(path: Path, lms_marked: set[tuple[str, str]]) -> None:
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        return
+    for r in rows:
+        after_due = bool(r.get("timestamp") and r.get("duedate") and r["timestamp"] > r["duedate"])
+        r["late"] = "yes" if after_due or (r["assignment"], r["student_id"]) in lms_marked else ""
+    part = path.with_suffix(".part")
+    with part.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    os.replace(part, path)
 
 
 def score(b: Batch) -> None:
@@ -490,11 +528,14 @@ def report(b: Batch) -> None:
         if rep.unrecoverable:
             ungraded[f"{st} ({a})"] = rep.unrecoverable + " (scored 0)"
     run.report = build_report(b.tree.root, run.assignments, run.scores, run.max_points,
-                              ungraded=ungraded, flags=flags)
+                              ungraded=ungraded, flags=flags, gradebook_url=b.tree.gradebook_url)
     if not run.sandboxed:
         run.report.flags.setdefault("(all)", []).append("graded WITHOUT the sandbox")
     run.report_html = write_report(run.report, b.tree.reports)
 
+
+#: How autograde runs when no Dask scheduler is given (``grade_class(engine=...)``, ``--engine``).
+DEFAULT_ENGINE = "dask"
 
 #: The stages of a run, in order; ``GradeRun.stage_seconds`` has one entry per stage.
 STAGES = (("prepare", prepare), ("generate", generate), ("collect", collect_submissions),
@@ -507,7 +548,8 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
                 jobs: int | None = None, fresh: bool | None = None, progress: bool = False,
                 use_sandbox: bool | None = None, cell_timeout: int | None = None,
                 duedates: dict[str, str] | None = None, yes: bool = False, command: str | None = None,
-                demo_students: int | None = None, log=print) -> GradeRun:
+                demo_students: int | None = None, scheduler: str | None = None, db_url: str | None = None,
+                engine: str | None = None, log=print) -> GradeRun:
     """Grade a class end to end with nbgrader: the :data:`STAGES` in order, holding the course's
     run lock, with one record per run appended to ``logs/runs.jsonl``.
 
@@ -535,6 +577,13 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
             process's command line).
         demo_students: with no ``submissions``, grade only the first N students of the demo
             class (a quick look; default: all 30).
+        scheduler: the address of a Dask scheduler (``tcp://HOST:8786``) whose workers run the
+            autograde tasks (default: ``$DASK_SCHEDULER_ADDRESS``); see :mod:`grader.cluster`.
+        db_url: the gradebook's SQLAlchemy URL, e.g. ``postgresql://USER@HOST:5432/DBNAME``
+            (nbgrader's ``CourseDirectory.db_url``; default: ``gradebook.db`` here, SQLite).
+        engine: how autograde runs without a ``scheduler``: ``"dask"`` (an embedded local
+            Dask cluster of ``jobs`` workers) or ``"processes"`` (``jobs`` ``nbgrader
+            autograde`` processes); default :data:`DEFAULT_ENGINE`.
         log: where progress lines go.
 
     Returns:
@@ -545,25 +594,43 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
         GradingError: an nbgrader step failed for a reason other than a student's code.
         FileNotFoundError: ``submissions`` does not exist.
         ValueError: ``submissions`` is not a recognised kind of input or holds no submission
-            of any assignment; a due date nbgrader cannot read.
+            of any assignment; a due date nbgrader cannot read; ``db_url`` cannot be opened
+            (one line, before anything is touched).
+        GradingError: also when the ``scheduler`` does not answer or has no workers (before
+            anything is touched).
         CourseStateError: another run holds the course; the gradebook is missing, empty or
             corrupt; real students would be removed without a yes; the demo class was asked
             for in a real course. Nothing was written.
     """
     t0 = time.perf_counter()
-    tree = CourseTree(course_root)
+    engine = engine or DEFAULT_ENGINE
+    if engine not in ("dask", "processes"):
+        raise ValueError(f"engine must be 'dask' or 'processes', not {engine!r}")
+    if db_url:
+        database.check_url(db_url)  # a wrong URL: one line, in seconds, nothing touched
+    tree = CourseTree(course_root, db_url=db_url or None)
     run = GradeRun(course_root=tree.root, assignments=list_assignments(tree.root))
     command = command or " ".join(sys.argv)
     b = Batch(tree=tree, run=run, submissions=None if submissions is None else Path(submissions),
               jobs=jobs or default_jobs(), fresh=fresh, progress=progress, use_sandbox=use_sandbox,
               cell_timeout=cell_timeout, duedates=dict(duedates or {}), log=log, yes=yes,
               run_id=state.run_id(), demo_students=demo_students)
-    with state.run_lock(tree, command, log=log):
+    from .cluster import ClusterError, DaskCluster, scheduler_address
+
+    try:  # an existing scheduler is reached now; the embedded cluster starts while we prepare
+        if scheduler_address(scheduler) is not None or engine == "dask":
+            b.dask = DaskCluster(scheduler, b.jobs, background=True, log=log)
+    except ClusterError as e:
+        raise GradingError(str(e)) from None
+    with (b.dask or contextlib.nullcontext()), state.run_lock(tree, command, log=log):
         status = "failed"
         try:
             for name, stage in STAGES:
                 t = time.perf_counter()
-                stage(b)
+                try:
+                    stage(b)
+                except ClusterError as e:
+                    raise GradingError(str(e)) from None
                 run.stage_seconds[name] = time.perf_counter() - t
             status = "ok"
         except BaseException as e:
@@ -659,7 +726,8 @@ def format_table(run: GradeRun) -> str:
     cell: dict[tuple[str, str], str] = {}
     totals: dict[str, float] = {}
     for r in rows:
-        late = bool(r.get("timestamp") and r.get("duedate") and r["timestamp"] > r["duedate"])
+        late = r.get("late") == "yes" or bool(r.get("timestamp") and r.get("duedate")
+                                               and r["timestamp"] > r["duedate"])
         submitted = CourseTree(run.course_root).has_notebook("submitted", r["student_id"], r["assignment"])
         cell[(r["student_id"], r["assignment"])] = (f"{float(r['score']):.2f}{'*' if late else ''}"
                                                     if submitted else "-")

@@ -122,3 +122,28 @@ def test_bad_input_is_refused_before_anything_is_written(course_copy, tmp_path):
     with pytest.raises(ValueError, match=r"no <student>/<assignment>/\*\.ipynb in it"):
         check_input(course_copy, tmp_path / "tree", ASSIGNMENTS)
     assert not (course_copy / "submitted").exists()
+
+
+def test_lms_names_in_any_script_become_stable_ids_and_namesakes_stay_two_students(course_copy):
+    from nbgrader.api import Gradebook
+
+    from grader.collect import ascii_id, lms_identity, resolve_students
+    from grader.course import CourseTree
+
+    assert [ascii_id(n) for n in ("müllerzoë", "muñozjosé", "o'brienpat", "zoë.müller", "Jane Doe", "..")] == [
+        "mullerzoe", "munozjose", "obrienpat", "zoe.muller", "jane-doe", ""]
+    assert lms_identity("müllerzoë_10013_20015_rmsnorm.ipynb") == ("10013", "müllerzoë")
+    assert lms_identity("Zoë Müller_555_assignsubmission_file_rmsnorm.ipynb") == ("555", "Zoë Müller")
+    assert lms_identity("L16_zoë.müller_attempt_2026-11-20-09-00-00_rmsnorm.ipynb") == (None, "zoë.müller")
+    tree = CourseTree(course_copy)
+    first = ["leejohn_10011_20013_rmsnorm.ipynb", "leejohn_10012_20014_rmsnorm.ipynb",
+             "müllerzoë_10013_20015_rmsnorm.ipynb", "张伟_10030_4_rmsnorm.ipynb"]
+    ids = resolve_students(tree, first)
+    assert ids == {first[0]: "leejohn-10011", first[1]: "leejohn-10012", first[2]: "mullerzoe", first[3]: "lms10030"}
+    with Gradebook(tree.gradebook_url) as gb:  # as record_identities leaves them
+        for sid, lms in [("leejohn-10011", "10011"), ("leejohn-10012", "10012"), ("mullerzoe", "10013")]:
+            gb.update_or_create_student(sid, lms_user_id=lms)
+    later = ["leejohn_10012_20024_rmsnorm.ipynb", "leejohn_10016_20025_rmsnorm.ipynb",
+             "müllerzoë_10013_20026_rmsnorm.ipynb", "müllerzoë_10017_20027_rmsnorm.ipynb"]
+    assert resolve_students(tree, later) == {later[0]: "leejohn-10012", later[1]: "leejohn-10016",
+                                             later[2]: "mullerzoe", later[3]: "mullerzoe-10017"}

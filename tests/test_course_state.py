@@ -274,3 +274,44 @@ def test_a_resubmission_regrades_only_its_assignment_and_keeps_an_unchanged_hand
     kept = course_copy / "logs" / "batches" / runs[1]["run_id"] / "received" / "b2" / "ada" / "practice"
     assert (kept / "practice.ipynb").read_bytes() == sent.read_bytes()  # as received, per batch
     assert (course_copy / "logs" / "batches" / runs[0]["run_id"] / "received" / "b1").is_dir()
+
+
+@pytest.mark.slow
+def test_students_are_who_the_lms_says(course_copy, tmp_path):
+    """Canvas names from the issue: two leejohns with different user ids, letters outside ASCII,
+    an apostrophe, a LATE mark; then a second batch keeps every id."""
+    only_assignments(course_copy, {"rmsnorm"})
+    release = course_copy / "release" / "rmsnorm" / "rmsnorm.ipynb"
+    files = {"leejohn_10011_20013_rmsnorm.ipynb": "correct",
+             "leejohn_10012_20014_rmsnorm.ipynb": "unbiased_variance",
+             "müllerzoë_10013_20015_rmsnorm.ipynb": "correct",
+             "muñozjosé_LATE_10014_20016_rmsnorm.ipynb": "correct",
+             "o'brienpat_10015_20017_rmsnorm.ipynb": "unbiased_variance"}
+    folder = tmp_path / "canvas"
+    folder.mkdir()
+    for name, variant in files.items():
+        nbformat.write(fill_answers(release, ANSWERS["rmsnorm"][variant]), folder / name)
+    out = grader("--submissions", folder, "--jobs", 2, course=course_copy)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "skipped" not in out.stdout
+    with (course_copy / "grades.csv").open() as f:
+        grades = {r["student_id"]: (float(r["score"]), r["late"]) for r in csv.DictReader(f)}
+    assert grades == {"leejohn-10011": (5.0, ""), "leejohn-10012": (0.0, ""), "mullerzoe": (5.0, ""),
+                      "munozjose": (5.0, "yes"), "obrienpat": (0.0, "")}
+    with (course_copy / "roster.csv").open(encoding="utf-8") as f:
+        roster = {r["student_id"]: (r["lms_id"], r["name"]) for r in csv.DictReader(f)}
+    assert roster == {"leejohn-10011": ("10011", "leejohn"), "leejohn-10012": ("10012", "leejohn"),
+                      "mullerzoe": ("10013", "müllerzoë"), "munozjose": ("10014", "muñozjosé"),
+                      "obrienpat": ("10015", "o'brienpat")}
+    # a later batch: the same LMS users keep their ids; a third leejohn is a third student
+    again = tmp_path / "canvas2"
+    again.mkdir()
+    for name, variant in {"leejohn_10012_20024_rmsnorm.ipynb": "correct",
+                          "leejohn_10016_20025_rmsnorm.ipynb": "correct"}.items():
+        nbformat.write(fill_answers(release, ANSWERS["rmsnorm"][variant]), again / name)
+    out = grader("--submissions", again, course=course_copy)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "leejohn-10012 (rmsnorm) replaces that student's earlier submission" in out.stdout
+    with (course_copy / "grades.csv").open() as f:
+        grades = {r["student_id"]: float(r["score"]) for r in csv.DictReader(f)}
+    assert grades["leejohn-10012"] == 5.0 and grades["leejohn-10016"] == 5.0 and grades["leejohn-10011"] == 5.0
