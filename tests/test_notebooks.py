@@ -135,6 +135,36 @@ def test_no_lesson_prints_code_that_answers_a_graded_cell():
         assert "??" not in code, path.name  # IPython's source display
 
 
+# Solution lines a lesson may show because the seed itself shows them: MiniMind's RMSNorm module,
+# verbatim in lesson 02 ("Code checkpoint"), which is also the block assignment's RMSNorm.
+SEED_CODE_SHOWN = {"self.eps = eps", "return (x.float() * rms * self.weight).to(dtype=x.dtype)"}
+
+
+def _code_line(line: str) -> str:
+    return " ".join(line.split("#")[0].split())
+
+
+def test_lessons_show_no_graded_solution_line_beyond_the_seeds_code():
+    """Lessons teach, assignments assess: no code cell of a lesson contains a line of a graded
+    solution (source/*/, between BEGIN and END SOLUTION), except the seed's own code."""
+    solutions = {}
+    for path in sorted(REPO.glob("source/*/*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            for region in re.findall(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", cell.source, re.S):
+                for line in map(_code_line, region.splitlines()):
+                    if len(line) >= 12:  # not `return x` or `)`
+                        solutions[line] = f"{path.parent.name}: {cell.metadata['nbgrader']['grade_id']}"
+    assert len(solutions) > 20, "no solutions found: did source/ move?"
+    shown = sorted({(path.name, line, solutions[line]) for path in NOTEBOOKS
+                    for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "code"
+                    for line in map(_code_line, cell.source.splitlines())
+                    if line in solutions and line not in SEED_CODE_SHOWN})
+    assert shown == [], f"lessons show graded solution lines (lesson, line, graded cell): {shown}"
+    seed = "\n".join(p.read_text() for p in (REPO.parent / "shared" / "seed").glob("*.txt"))
+    if seed:  # the allowance is the seed's code, word for word
+        assert all(line in seed for line in SEED_CODE_SHOWN)
+
+
 def test_placement_notebook_reports_this_model_before_comparing_with_xiong():
     """Section (b): what this small model shows comes before what Xiong et al. report."""
     text = "\n".join(c.source for c in nbformat.read(REPO / "notebooks" / "03_placement.ipynb", as_version=4).cells)
