@@ -315,3 +315,17 @@ def test_students_are_who_the_lms_says(course_copy, tmp_path):
     with (course_copy / "grades.csv").open() as f:
         grades = {r["student_id"]: float(r["score"]) for r in csv.DictReader(f)}
     assert grades["leejohn-10012"] == 5.0 and grades["leejohn-10016"] == 5.0 and grades["leejohn-10011"] == 5.0
+
+
+def test_a_failed_generate_leaves_release_as_it_was(course_copy, tmp_path):
+    only_assignments(course_copy, {"rmsnorm", "layernorm"})
+    before = {k: v for k, v in snapshot(course_copy).items() if k.startswith("release/")}
+    src = course_copy / "source" / "layernorm" / "layernorm.ipynb"
+    nb = nbformat.read(src, as_version=4)
+    nb.cells[2].metadata["nbgrader"]["grade_id"] = nb.cells[3].metadata["nbgrader"]["grade_id"]  # duplicate id
+    nbformat.write(nb, src)
+    out = grader("--submissions", submitted_tree(tmp_path / "in", {"ada": "correct"}), course=course_copy)
+    assert out.returncode == 1 and "error: `nbgrader generate_assignment layernorm` failed" in out.stderr, out.stderr
+    after = {k: v for k, v in snapshot(course_copy).items() if k.startswith("release/")}
+    assert after == before  # the committed release/ notebooks are all there, unchanged
+    assert not (course_copy / ".release-staging").exists()
