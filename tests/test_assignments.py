@@ -33,7 +33,7 @@ ASSIGNMENTS = sorted(ANSWERS)
 # the fault tags themselves ride in output metadata, never in the student's text.
 DIAGNOSES = [
     ("practice", "unbiased_variance", ["4/3", "did you divide by n-1"]),
-    ("practice", "post_ln_formula", ["that is the original Post-LN"]),
+    ("practice", "pre_post_swapped", ["that is the original Post-LN"]),
     ("layernorm", "unbiased_variance", ["did you divide by n-1"]),  # graded on drawn D: no fixed factor
     ("layernorm", "low_precision_stats", ["x.astype(np.float32)"]),  # numpy words for numpy
     ("rmsnorm", "eps_outside_sqrt", ["eps belongs inside the square root", "drawn for this grading run"]),

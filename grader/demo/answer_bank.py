@@ -88,13 +88,13 @@ _PRACTICE_ANSWERS = {
     "not_centered": _practice(practice_layer_norm_answer="ln_2244 = (0.632, 0.632, 1.265, 1.265)"),
     "l2_norm_not_rms": _practice(practice_rms_answer="rms_34 = (3**2 + 4**2) ** 0.5"),
     "subtracts_mean": _practice(practice_subtracts_mean_answer="rms_subtracts_mean = True"),
-    "post_ln_formula": _practice(practice_pre_ln_answer='pre_ln_formula = "Y = Norm(X + F(X))"'),
+    "pre_post_swapped": _practice(practice_pre_ln_answer='pre_ln_formula = "Y = Norm(X + F(X))"'),
     "residual_from_normed": _practice(
         practice_pre_ln_answer='pre_ln_formula = "Y = Norm(X) + Attention(Norm(X))"'),
     "says_shape_changes": _practice(
         practice_shape_answer="norm_changes_shape = True",
         practice_shape_why="Yes, the features are squashed to mean 0 and variance 1."),
-    "dropped_keepdim": _practice(trace_rms_shape_answer="rms_shape = [2, 3]"),
+    "missing_keepdim": _practice(trace_rms_shape_answer="rms_shape = [2, 3]"),
     "batch_axis": _practice(retrieval_stats_axis_answer='stats_axis = "batch"'),
     "bad_format": _practice(practice_rms_answer='rms_34 = "three and a half"'),
 }
@@ -130,10 +130,10 @@ _PRACTICE_EXPECTED = {
     "not_centered": _p(practice_layer_norm=0.0),
     "l2_norm_not_rms": _p(practice_rms=0.0),  # sqrt(25) = 5
     "subtracts_mean": _p(practice_subtracts_mean=0.0),  # True
-    "post_ln_formula": _p(practice_pre_ln_formula=0.0),  # Norm(X + F(X))
+    "pre_post_swapped": _p(practice_pre_ln_formula=0.0),  # Norm(X + F(X)): Post-LN
     "residual_from_normed": _p(practice_pre_ln_formula=0.0),  # Norm(X) + Attention(Norm(X))
     "says_shape_changes": _p(practice_shape=0.0),  # True; the (wrong) explanation awaits a grader
-    "dropped_keepdim": _p(trace_rms_shape=0.0),  # [2, 3]
+    "missing_keepdim": _p(trace_rms_shape=0.0),  # [2, 3]
     "batch_axis": _p(retrieval_stats_axis=0.0),  # "batch"
     "bad_format": _p(practice_rms=0.0),  # "three and a half" is not arithmetic
 }
