@@ -230,11 +230,13 @@ class Question:
     whose words the rule is stated in."""
 
     check: Callable
-    module: str
-    attr: str
-    draw: Callable
+    module: str | None
+    attr: str | None
+    draw: Callable | None
     reference: dict = field(default_factory=dict)
     backend: str = "torch"
+    #: a visible check: the checker's own (public) cases, all or nothing
+    all_or_nothing: bool = False
 
 
 def _checks():
@@ -258,6 +260,18 @@ QUESTIONS: dict[str, Question] = {
     "post_ln_battery": Question(lambda fn: _checks().check_post_ln(fn), "normref.checks.placement",
                                 "_placement_battery", draw_placement_battery, {"normref_names": NORMREF_PLACEMENT}),
 }
+# The visible checks are scored outside the kernel too, on their public cases, all or nothing.
+_VISIBLE = {
+    "rms_norm_shape": (lambda fn: _checks().check_rms_norm(fn, quick=True), "rms_norm_battery"),
+    "layer_norm_seed": (lambda fn: _checks().check_layer_norm(fn, "numpy", quick=True), "layer_norm_battery"),
+    "layer_norm_backward_seed": (lambda fn: _checks().check_layer_norm_backward(fn).head(2),
+                                 "layer_norm_backward_gradcheck"),
+    "pre_ln_quick": (lambda fn: _checks().check_pre_ln(fn).head(2), "pre_ln_battery"),
+    "post_ln_quick": (lambda fn: _checks().check_post_ln(fn).head(2), "post_ln_battery"),
+}
+for _gid, (_check, _battery) in _VISIBLE.items():
+    QUESTIONS[_gid] = Question(_check, None, None, None, QUESTIONS[_battery].reference, QUESTIONS[_battery].backend,
+                               all_or_nothing=True)
 
 
 @contextmanager
@@ -275,9 +289,12 @@ def drawn_cases(grade_id: str, seed: int) -> list:
 
 
 def run_check(grade_id: str, seed: int, fn):
-    """``grade_id``'s checker on its drawn battery, with ``fn`` as the student's function:
-    a :class:`normref.checks.CheckResult`. (In grading ``fn`` is a :class:`Replay`.)"""
+    """``grade_id``'s checker on its drawn battery (a visible check: on its own public cases),
+    with ``fn`` as the student's function: a :class:`normref.checks.CheckResult`. (In grading
+    ``fn`` is a :class:`Replay`.)"""
     q = QUESTIONS[grade_id]
+    if q.draw is None:
+        return q.check(fn)
     with _drawn(q, drawn_cases(grade_id, seed)):
         return q.check(fn)
 
@@ -468,7 +485,8 @@ def score_notebook(nb, seed: int) -> dict[str, Scored]:
             calls = calls if isinstance(calls, list) else []
             result = run_check(gid, seed, Replay(calls))
         refs = list(dict.fromkeys(str(w) for c in calls if isinstance(c, dict) for w in c.get("references", [])))
-        text = "Graded on new inputs drawn for this grading run:\n" + result.report()
+        text = ("The visible check, scored by the grader:\n" if QUESTIONS[gid].all_or_nothing
+                else "Graded on new inputs drawn for this grading run:\n") + result.report()
         if refs:
             from normref.rules import rule_message
 
@@ -476,7 +494,8 @@ def score_notebook(nb, seed: int) -> dict[str, Scored]:
             out[gid] = Scored(gid, 0.0, "\n".join([f"{gid}: 0 points"] + ["  x " + r for r in rules] + [text]),
                               [f"{gid}: {r} (seen while it ran): scored 0" for r in rules], ["reference_call"])
             continue
-        out[gid] = Scored(gid, float(result.score), text, [], result.faults, result.variants)
+        fraction = float(result.passed) if QUESTIONS[gid].all_or_nothing else float(result.score)
+        out[gid] = Scored(gid, fraction, text, [], result.faults, result.variants)
     return out
 
 

@@ -22,7 +22,13 @@ REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
 #: grade_id -> (assignment, the function the hidden test hands back, points)
 QUESTION_FN = {"rms_norm_battery": ("rmsnorm", "rms_norm", 4), "layer_norm_battery": ("layernorm", "layer_norm", 3),
                "layer_norm_backward_gradcheck": ("layernorm_backward", "layer_norm_backward", 4),
-               "pre_ln_battery": ("block", "pre_ln", 2), "post_ln_battery": ("block", "post_ln", 2)}
+               "pre_ln_battery": ("block", "pre_ln", 2), "post_ln_battery": ("block", "post_ln", 2),
+               # the visible checks: their public cases, all or nothing
+               "rms_norm_shape": ("rmsnorm", "rms_norm", 1), "layer_norm_seed": ("layernorm", "layer_norm", 1),
+               "layer_norm_backward_seed": ("layernorm_backward", "layer_norm_backward", 1),
+               "pre_ln_quick": ("block", "pre_ln", 1), "post_ln_quick": ("block", "post_ln", 1)}
+DRAWN = sorted(g for g in QUESTION_FN if scoring.QUESTIONS[g].draw is not None)
+VISIBLE = sorted(g for g in QUESTION_FN if scoring.QUESTIONS[g].draw is None)
 
 
 def namespace(assignment: str, variant: str) -> dict:
@@ -66,8 +72,7 @@ def test_the_scored_questions_are_the_hidden_tests_that_hand_back():
         assert args == f'"{gid}", {QUESTION_FN[gid][1]}'
 
 
-@pytest.mark.parametrize("seed", [11, 2026])
-@pytest.mark.parametrize("gid", sorted(QUESTION_FN))
+@pytest.mark.parametrize("gid, seed", [(g, s) for g in DRAWN for s in (11, 2026)] + [(g, 0) for g in VISIBLE])
 def test_every_bank_variant_gets_its_expected_points_on_drawn_inputs(gid, seed):
     """The answer bank's hand-derived points (for the fixed visible battery) hold on batteries
     drawn from other seeds: honest answers written differently keep full marks, each mistake
