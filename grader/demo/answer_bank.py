@@ -4,8 +4,7 @@
 student typed there; a grade_id left out keeps the release stub (an unanswered cell). Variants
 are ``"correct"``, ``"blank"`` (the release notebook unchanged), ``"partial"`` (some questions
 or cases right, some wrong) and one per fault kind that the assignment's checkers diagnose,
-named by that fault kind (:data:`normref.checks.FAULT_KINDS`,
-:data:`normref.answers.ANSWER_FAULTS`).
+named by that fault kind (the registry :data:`normref.faults.FAULTS`).
 
 ``EXPECTED[assignment][variant]`` gives, for every grade cell, the points nbgrader must award.
 Each number is derived by hand from what the variant gets wrong and from the cases of the
@@ -17,7 +16,7 @@ Manually graded cells (:data:`MANUAL_CELLS`) get no autograde score: nbgrader re
 flags the cell "needs manual grade" when it was answered, and scores it 0 without flagging it
 when it was left as released. ``EXPECTED`` holds that 0.
 
-Battery cases the derivations refer to (``normref.checks._battery``, seeded):
+Battery cases the derivations refer to (``normref.checks.norms.battery``, seeded):
 
 - LayerNorm, numpy (6 cases, 0.5 point each in ``layer_norm_battery``): 1 the seed (1, 2, 3);
   2 ``[2, 3, 8]`` float32 with weight and bias (one row has variance 0.089); 3 ``[4, 4, 4]``
