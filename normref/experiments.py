@@ -181,7 +181,7 @@ def float16_overflow_demo(x=(300.0, -300.0, 300.0, -300.0), eps: float = RMS_NOR
         ``fp16_max`` (float).
 
     Source: the seed's Engineering bridge ("compute their statistics in float32, then cast
-    the normalized result back"); ``normref.checks.FAULT_KINDS["low_precision_stats"]``.
+    the normalized result back"); ``normref.faults.FAULTS["low_precision_stats"]``.
     """
     import torch
 
