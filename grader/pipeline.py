@@ -617,9 +617,9 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
               run_id=state.run_id(), demo_students=demo_students)
     from .cluster import ClusterError, DaskCluster, scheduler_address
 
-    try:  # an existing scheduler is reached now; the embedded cluster starts while we prepare
+    try:  # a wrong scheduler address fails here, before anything is touched
         if scheduler_address(scheduler) is not None or engine == "dask":
-            b.dask = DaskCluster(scheduler, b.jobs, background=True, log=log)
+            b.dask = DaskCluster(scheduler, b.jobs, log=log)
     except ClusterError as e:
         raise GradingError(str(e)) from None
     with (b.dask or contextlib.nullcontext()), state.run_lock(tree, command, log=log):
