@@ -677,3 +677,9 @@ def test_quick_is_the_first_two_cases_of_every_checker(checker, student):
 def test_a_quick_check_already_names_a_wiring_fault():
     r = normref.check_pre_ln_block(bank("PreNormBlock", "mlp_reads_x"), quick=True)
     assert r.faults == ["mlp_reads_x"] and r.score == 0.5  # built, miswired
+
+
+def test_show_outside_ipython_prints_the_report(capsys):
+    r = check_rms_norm(seed_rms_norm, quick=True)
+    r.show()
+    assert capsys.readouterr().out == r.report() + "\n"

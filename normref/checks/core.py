@@ -136,9 +136,16 @@ class CheckResult:
 
     def show(self) -> None:
         """Display the report with its fault kinds in the output metadata (as
-        ``display(result)`` does), so the class report can count them."""
-        from IPython.display import display
-
+        ``display(result)`` does), so the class report can count them; outside IPython (a
+        script, a console), print the report."""
+        try:
+            from IPython import get_ipython
+            from IPython.display import display
+        except ImportError:  # pragma: no cover - IPython ships with the course environment
+            get_ipython = None
+        if get_ipython is None or get_ipython() is None:
+            print(self.report())
+            return
         display({"text/plain": self.report()}, raw=True,
                 metadata=_faults.output_metadata(self.faults, self.variants))
 
