@@ -148,7 +148,8 @@ class NormExplorer:
         if x.ndim != 1 or not 2 <= x.shape[0] <= 8:
             raise ValueError(f"x must be one token with 2 to 8 features, got shape {list(x.shape)}")
         if np.abs(x).max() > FEATURE_LIMIT:
-            raise ValueError(f"x must lie in [-{FEATURE_LIMIT:g}, {FEATURE_LIMIT:g}] (the sliders' range), got {x.tolist()}")
+            raise ValueError(f"x must lie in [-{FEATURE_LIMIT:g}, {FEATURE_LIMIT:g}] (the sliders' range), "
+                             f"got {x.tolist()}")
         if norm not in _NORM_NAMES:
             raise ValueError(f"norm must be 'layer' or 'rms', got {norm!r}")
         if eps is None:
@@ -355,7 +356,8 @@ class PlacementExplorer:
             f"placement = {_PLACEMENT_NAMES[placement]}   depth = {depth}   norm = {_NORM_NAMES[norm]}",
             f"residual = {fmt_vector(mine['residual'])}",
             f"grad = {fmt_vector(mine['grad'])}",
-            f"grad last/first = {fmt_number(first_last)}   grad last vs {_PLACEMENT_NAMES[other]} = {fmt_number(vs_other)}",
+            f"grad last/first = {fmt_number(first_last)}   "
+            f"grad last vs {_PLACEMENT_NAMES[other]} = {fmt_number(vs_other)}",
         ]
         self.readout.value = "<pre>" + html.escape("\n".join(lines)) + "</pre>"
         alt = (f"Two line charts for a {depth}-layer {_PLACEMENT_NAMES[placement]} stack with "
