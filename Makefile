@@ -11,6 +11,7 @@ JOBS ?=
 DUEDATE ?=
 FRESH ?=
 YES ?=
+LMS_GRADEBOOK ?=
 
 .PHONY: install lab lab-instructor test grade release bench clean student-repo screenshots notebooks
 
@@ -40,7 +41,8 @@ test: $(STAMP)
 
 grade: $(STAMP)
 	$(BIN)/python -m grader $(if $(SUBMISSIONS),--submissions "$(SUBMISSIONS)") $(if $(JOBS),--jobs $(JOBS)) \
-		$(if $(DUEDATE),--duedate "$(DUEDATE)") $(if $(FRESH),--fresh) $(if $(YES),--yes)
+		$(if $(DUEDATE),--duedate "$(DUEDATE)") $(if $(FRESH),--fresh) $(if $(YES),--yes) \
+		$(if $(LMS_GRADEBOOK),--lms-gradebook "$(LMS_GRADEBOOK)")
 
 # Figures, not a test: make grade vs plain sequential nbgrader on the demo class.
 bench: $(STAMP)

@@ -52,6 +52,9 @@ def _grade_parser() -> argparse.ArgumentParser:
                    "in nbgrader_config.py, 60)")
     p.add_argument("--course-root", type=Path, default=REPO_ROOT,
                    help="the nbgrader course root (default: this repository)")
+    p.add_argument("--lms-gradebook", type=Path, default=None, metavar="CSV",
+                   help="the LMS's gradebook export (Canvas) or grading worksheet (Moodle): written back "
+                   "as lms-import-<lms>.csv with this course's points filled in, to import into the LMS")
     p.add_argument("--demo-students", type=int, default=None, metavar="N",
                    help="with no --submissions: grade only the first N demo students (default: all 30)")
     return p
@@ -100,7 +103,7 @@ def grade(argv: list[str]) -> int:
         run = grade_class(course_root=course_root, submissions=args.submissions, jobs=args.jobs,
                           fresh=args.fresh, progress=True, cell_timeout=args.cell_timeout,
                           duedates=duedates, yes=args.yes, command=" ".join(["python -m grader", *argv]),
-                          demo_students=args.demo_students,
+                          demo_students=args.demo_students, lms_gradebook=args.lms_gradebook,
                           use_sandbox=False if args.no_sandbox else None)
     except (*ERRORS_THAT_END_A_RUN, CourseStateError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -121,6 +124,8 @@ def grade(argv: list[str]) -> int:
     print(f"per question: {run.questions_csv}")
     print(f"feedback:     {run.feedback_dir}/<student>/<assignment>/<notebook>.html")
     print(f"class report: {run.report_html}")
+    if run.lms_import:
+        print(f"LMS import:   {run.lms_import}")
     print(f"run log:      {run.course_root / 'logs' / 'runs.jsonl'} (backups: {run.course_root / 'logs' / 'backups'})")
     print(f"done in {run.seconds:.1f} s")
     return 0

@@ -81,6 +81,7 @@ class GradeRun:
     autograde: AutogradeOutcome | None = None
     repairs: dict[tuple[str, str], Repair] = field(default_factory=dict)
     sandboxed: bool = False
+    lms_import: Path | None = None
     seconds: float = 0.0
     stage_seconds: dict[str, float] = field(default_factory=dict)
 
@@ -260,6 +261,7 @@ class Batch:
     to_grade: list[tuple[str, str]] | None = None  # None: every submission here
     dask: object = None  # grader.cluster.DaskCluster: autograde as Dask tasks; None: processes
     demo_students: int | None = None
+    lms_gradebook: Path | None = None
 
 
 def prepare(b: Batch) -> None:
@@ -273,6 +275,8 @@ def prepare(b: Batch) -> None:
                          f"(assignments: {', '.join(b.run.assignments)})")
     if b.submissions is not None:
         check_input(tree, b.submissions, b.run.assignments)
+    if b.lms_gradebook is not None and not Path(b.lms_gradebook).is_file():
+        raise FileNotFoundError(f"no LMS gradebook export at {b.lms_gradebook}")
     demo_state = (tree.root / DEMO_MARKER).exists()
     if b.submissions is None and state.has_grading_state(tree) and not demo_state:
         raise state.CourseStateError(
@@ -486,6 +490,15 @@ def export(b: Batch) -> None:
         raise GradingError(str(e)) from e
     _add_late_column(b.run.grades_csv, lms_late(b.tree))
     write_roster(b.tree, b.tree.root / "roster.csv")
+    if b.lms_gradebook is not None:
+        from .lms import fill_lms_gradebook
+
+        got = fill_lms_gradebook(b.tree, b.lms_gradebook, b.run.assignments, b.run.grades_csv)
+        b.run.lms_import = got.path
+        b.log(f"export: {got.path} is {b.lms_gradebook.name} with the points of {len(got.filled)} students "
+              f"filled in: import it into {got.lms.capitalize()}")
+        if got.blank:
+            b.log(f"export: left blank (no submission here): {', '.join(got.blank)}")
 
 
 def _add_late_column(path: Path, lms_marked: set[tuple[str, str]]) -> None:
@@ -549,7 +562,7 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
                 use_sandbox: bool | None = None, cell_timeout: int | None = None,
                 duedates: dict[str, str] | None = None, yes: bool = False, command: str | None = None,
                 demo_students: int | None = None, scheduler: str | None = None, db_url: str | None = None,
-                engine: str | None = None, log=print) -> GradeRun:
+                engine: str | None = None, lms_gradebook: Path | None = None, log=print) -> GradeRun:
     """Grade a class end to end with nbgrader: the :data:`STAGES` in order, holding the course's
     run lock, with one record per run appended to ``logs/runs.jsonl``.
 
@@ -577,6 +590,8 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
             process's command line).
         demo_students: with no ``submissions``, grade only the first N students of the demo
             class (a quick look; default: all 30).
+        lms_gradebook: the LMS's own gradebook export (Canvas) or grading worksheet (Moodle):
+            written back filled in as ``lms-import-<lms>.csv`` (:mod:`grader.lms`).
         scheduler: the address of a Dask scheduler (``tcp://HOST:8786``) whose workers run the
             autograde tasks (default: ``$DASK_SCHEDULER_ADDRESS``); see :mod:`grader.cluster`.
         db_url: the gradebook's SQLAlchemy URL, e.g. ``postgresql://USER@HOST:5432/DBNAME``
@@ -614,7 +629,8 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
     b = Batch(tree=tree, run=run, submissions=None if submissions is None else Path(submissions),
               jobs=jobs or default_jobs(), fresh=fresh, progress=progress, use_sandbox=use_sandbox,
               cell_timeout=cell_timeout, duedates=dict(duedates or {}), log=log, yes=yes,
-              run_id=state.run_id(), demo_students=demo_students)
+              run_id=state.run_id(), demo_students=demo_students,
+              lms_gradebook=None if lms_gradebook is None else Path(lms_gradebook))
     from .cluster import ClusterError, DaskCluster, scheduler_address
 
     try:  # a wrong scheduler address fails here, before anything is touched

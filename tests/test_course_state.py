@@ -291,9 +291,19 @@ def test_students_are_who_the_lms_says(course_copy, tmp_path):
     folder.mkdir()
     for name, variant in files.items():
         nbformat.write(fill_answers(release, ANSWERS["rmsnorm"][variant]), folder / name)
-    out = grader("--submissions", folder, "--jobs", 2, course=course_copy)
+    export = tmp_path / "canvas-export.csv"  # Canvas's own gradebook export, before grading
+    export.write_text("Student,ID,SIS User ID,SIS Login ID,Section,rmsnorm (5001)\n"
+                      "    Points Possible,,,,,5\n"
+                      "John Lee,10011,,,S1,\nJohn Lee,10012,,,S1,\nZoë Müller,10013,,,S1,\n"
+                      "José Muñoz,10014,,,S1,\nPat O'Brien,10015,,,S1,\nSam Absent,10099,,,S1,\n", encoding="utf-8")
+    out = grader("--submissions", folder, "--jobs", 2, "--lms-gradebook", export, course=course_copy)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "skipped" not in out.stdout
+    assert "left blank (no submission here): Sam Absent (10099)" in out.stdout
+    back = (course_copy / "lms-import-canvas.csv").read_text(encoding="utf-8").splitlines()
+    assert back == ["Student,ID,SIS User ID,SIS Login ID,Section,rmsnorm (5001)", "    Points Possible,,,,,5",
+                    "John Lee,10011,,,S1,5", "John Lee,10012,,,S1,0", "Zoë Müller,10013,,,S1,5",
+                    "José Muñoz,10014,,,S1,5", "Pat O'Brien,10015,,,S1,0", "Sam Absent,10099,,,S1,"]
     with (course_copy / "grades.csv").open() as f:
         grades = {r["student_id"]: (float(r["score"]), r["late"]) for r in csv.DictReader(f)}
     assert grades == {"leejohn-10011": (5.0, ""), "leejohn-10012": (0.0, ""), "mullerzoe": (5.0, ""),
