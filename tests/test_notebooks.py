@@ -224,6 +224,34 @@ def test_lesson_notebook_says_which_file_to_edit(path):
     assert nb.metadata["kernelspec"]["name"] == "python3"
 
 
+def test_saving_a_lesson_source_in_jupyterlab_writes_only_its_inputs(tmp_path):
+    """What the README's "For lesson authors" promises: JupyterLab (jupytext's contents manager,
+    as `make lab-instructor` runs it) opens a lesson .md as a notebook; saving it with outputs
+    writes the same .md back (inputs only) and leaves the .ipynb beside it alone (no pairing)."""
+    import asyncio
+    import shutil
+
+    from jupyter_server.services.contents.largefilemanager import AsyncLargeFileManager
+    from jupytext.async_contentsmanager import build_async_jupytext_contents_manager_class
+
+    for suffix in (".md", ".ipynb"):
+        shutil.copy(REPO / "notebooks" / f"01_layernorm{suffix}", tmp_path)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    cm = build_async_jupytext_contents_manager_class(AsyncLargeFileManager)(root_dir=str(tmp_path))
+
+    async def open_run_save():
+        model = await cm.get("01_layernorm.md")
+        assert model["type"] == "notebook"
+        code = next(c for c in model["content"]["cells"] if c["cell_type"] == "code")
+        code["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "ran\n"}]
+        code["execution_count"] = 1
+        await cm.save(model, "01_layernorm.md")
+
+    asyncio.run(open_run_save())
+    after = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    assert after == before
+
+
 def test_markdown_source_keeps_cell_metadata_and_gets_fixed_ids(tmp_path):
     """The round trip an author relies on, with text written here (not from jupytext): cell
     metadata in MyST (nbgrader's included) reaches the notebook unchanged; ids follow the cell
