@@ -41,8 +41,8 @@ FAULT_ALIASES: dict[str, str] = dict(ALIASES)
 FAULT_LABELS: dict[str, str] = {k: f.label for k, f in FAULTS.items()}
 
 #: Where the instructor grades the questions marked for manual grading.
-FORMGRADER_HINT = ("open formgrader (JupyterLab > Nbgrader > Manage Assignments) or run "
-                   "`nbgrader formgrader`")
+FORMGRADER_HINT = ("grade them in formgrader: run `make lab-instructor`, then Nbgrader > Formgrader > "
+                   "Manual Grading (nbgrader 0.9.6 has no `nbgrader formgrader` command)")
 
 
 def canonical_fault(kind: str) -> str:

@@ -151,8 +151,8 @@ def test_manual_questions_and_who_waits_come_from_the_gradebook(course):
     assert m.points == 3.0 and m.submissions_waiting == ["ana"]
     assert m.message() == (
         "3 points in 2 questions (hw_why, hw_essay_code) are graded by hand: 1 submission waits for "
-        "it; open formgrader (JupyterLab > Nbgrader > Manage Assignments) or run `nbgrader formgrader`; "
-        "until then it counts 0.")
+        "it; grade them in formgrader: run `make lab-instructor`, then Nbgrader > Formgrader > Manual "
+        "Grading (nbgrader 0.9.6 has no `nbgrader formgrader` command); until then it counts 0.")
 
 
 def test_manual_message_when_nothing_waits():
