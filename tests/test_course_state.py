@@ -339,3 +339,24 @@ def test_a_failed_generate_leaves_release_as_it_was(course_copy, tmp_path):
     after = {k: v for k, v in snapshot(course_copy).items() if k.startswith("release/")}
     assert after == before  # the committed release/ notebooks are all there, unchanged
     assert not (course_copy / ".release-staging").exists()
+
+
+def test_the_hand_grading_hint_names_what_works_with_the_pinned_nbgrader():
+    """The report's hint: `make lab-instructor` (its Jupyter configuration enables formgrader),
+    then Nbgrader > Formgrader (the menu item nbgrader's JupyterLab extension installs)."""
+    from grader.report import FORMGRADER_HINT
+
+    assert "`make lab-instructor`" in FORMGRADER_HINT and "Nbgrader > Formgrader" in FORMGRADER_HINT
+    recipe = (REPO / "Makefile").read_text().split("\nlab-instructor:", 1)[1].split("\n\n", 1)[0]
+    assert "jupyter-instructor" in recipe and "jupyter lab" in recipe
+    env = dict(os.environ, JUPYTER_CONFIG_PATH=str(REPO / "jupyter-instructor"))
+    out = subprocess.run([str(Path(sys.executable).with_name("jupyter")), "server", "extension", "list"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    listed = out.stdout + out.stderr
+    assert any("nbgrader.server_extensions.formgrader" in ln and "enabled" in ln for ln in listed.splitlines())
+    lab = Path(sys.prefix) / "share" / "jupyter" / "labextensions" / "@jupyter" / "nbgrader" / "static"
+    assert any('label:"Formgrader"' in p.read_text(errors="replace") for p in lab.glob("*.js"))
+    # what the old hint said to run is not a command of nbgrader 0.9.6: it lists the sub-commands
+    old = subprocess.run([sys.executable, "-m", "nbgrader", "formgrader"], capture_output=True, text=True,
+                         timeout=120)
+    assert "No command given" in old.stdout + old.stderr
