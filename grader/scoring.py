@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import base64
 import builtins
-import copy
 import io
 import json
 import os
@@ -235,8 +234,10 @@ class Question:
     draw: Callable | None
     reference: dict = field(default_factory=dict)
     backend: str = "torch"
-    #: a visible check: the checker's own (public) cases, all or nothing
+    #: a visible check: the checker's own (public) cases, all or nothing; ``public`` names
+    #: that checker and its arguments, so the kernel makes the public calls itself
     all_or_nothing: bool = False
+    public: tuple | None = None
 
 
 def _checks():
@@ -261,17 +262,27 @@ QUESTIONS: dict[str, Question] = {
                                 "_placement_battery", draw_placement_battery, {"normref_names": NORMREF_PLACEMENT}),
 }
 # The visible checks are scored outside the kernel too, on their public cases, all or nothing.
-_VISIBLE = {
-    "rms_norm_shape": (lambda fn: _checks().check_rms_norm(fn, quick=True), "rms_norm_battery"),
-    "layer_norm_seed": (lambda fn: _checks().check_layer_norm(fn, "numpy", quick=True), "layer_norm_battery"),
-    "layer_norm_backward_seed": (lambda fn: _checks().check_layer_norm_backward(fn).head(2),
-                                 "layer_norm_backward_gradcheck"),
-    "pre_ln_quick": (lambda fn: _checks().check_pre_ln(fn).head(2), "pre_ln_battery"),
-    "post_ln_quick": (lambda fn: _checks().check_post_ln(fn).head(2), "post_ln_battery"),
+_VISIBLE = {  # grade_id: (checker, its arguments after fn, cases counted, the battery's question)
+    "rms_norm_shape": ("check_rms_norm", ((), {"quick": True}), None, "rms_norm_battery"),
+    "layer_norm_seed": ("check_layer_norm", (("numpy",), {"quick": True}), None, "layer_norm_battery"),
+    "layer_norm_backward_seed": ("check_layer_norm_backward", ((), {}), 2, "layer_norm_backward_gradcheck"),
+    "pre_ln_quick": ("check_pre_ln", ((), {}), 2, "pre_ln_battery"),
+    "post_ln_quick": ("check_post_ln", ((), {}), 2, "post_ln_battery"),
 }
-for _gid, (_check, _battery) in _VISIBLE.items():
-    QUESTIONS[_gid] = Question(_check, None, None, None, QUESTIONS[_battery].reference, QUESTIONS[_battery].backend,
-                               all_or_nothing=True)
+
+
+def _public_check(name: str, args: tuple, kwargs: dict, head: int | None) -> Callable:
+    def check(fn):
+        result = getattr(_checks(), name)(fn, *args, **kwargs)
+        return result if head is None else result.head(head)
+
+    return check
+
+
+for _gid, (_name, (_args, _kwargs), _head, _battery) in _VISIBLE.items():
+    QUESTIONS[_gid] = Question(_public_check(_name, _args, _kwargs, _head), None, None, None,
+                               QUESTIONS[_battery].reference, QUESTIONS[_battery].backend,
+                               all_or_nothing=True, public=(_name, _args, _kwargs))
 
 
 @contextmanager
@@ -305,16 +316,9 @@ def run_check(grade_id: str, seed: int, fn):
 def probe_calls(grade_id: str, seed: int) -> list[tuple[tuple, dict, bool]]:
     """The calls ``grade_id``'s checker makes of the student's function on the drawn battery:
     ``[(args, kwargs, grad enabled)]`` (copies, in order)."""
-    import torch
+    from normref.handback import probe
 
-    calls = []
-
-    def probe(*args, **kwargs):
-        calls.append((copy.deepcopy(args), copy.deepcopy(kwargs), torch.is_grad_enabled()))
-        raise RuntimeError("probe")
-
-    run_check(grade_id, seed, probe)
-    return calls
+    return probe(lambda fn: run_check(grade_id, seed, fn))
 
 
 def new_seed() -> int:
@@ -340,7 +344,9 @@ def prepare_inputs(course_root: Path, *, seed: int | None = None, log=print) -> 
     inputs = root / "logs" / "handback"
     inputs.mkdir(parents=True, exist_ok=True)
     for gid in QUESTIONS:
-        torch.save({"calls": probe_calls(gid, seed), "reference": QUESTIONS[gid].reference}, inputs / f"{gid}.pt")
+        q = QUESTIONS[gid]
+        calls = None if q.public else probe_calls(gid, seed)  # public cases: the kernel makes them
+        torch.save({"calls": calls, "public": q.public, "reference": q.reference}, inputs / f"{gid}.pt")
     seeds = root / "logs" / "scoring"
     seeds.mkdir(parents=True, exist_ok=True)
     with (seeds / "seeds.jsonl").open("a") as f:
@@ -532,7 +538,15 @@ def score_class(course_root: Path, pairs, seed: int, *, db_url: str | None = Non
                         grade = gb.find_grade(gid, path.stem, a, st)
                     except Exception:  # noqa: BLE001 - nbgrader raises MissingEntry
                         continue
+                    in_kernel = grade.auto_score
                     grade.auto_score = round(float(grade.max_score) * s.fraction, 2)
+                    if (QUESTIONS[gid].all_or_nothing and in_kernel is not None and s.fraction == 0
+                            and float(in_kernel) >= float(grade.max_score) > 0):
+                        # same checker, same public inputs, same function: only a change made
+                        # inside the kernel (or a function that is not deterministic) does this
+                        s.flags.append(f"{gid}: the notebook's own check passed in its kernel, the grader's "
+                                       "scoring of the same outputs did not (checkers changed at run time?): "
+                                       "scored 0")
                     if s.flags:
                         flags.setdefault((a, st), []).extend(s.flags)
                 gb.db.commit()

@@ -205,6 +205,24 @@ def run_calls(fn, calls: list, reference: dict | None = None) -> list[dict] | di
     return records
 
 
+def probe(check, *args, **kwargs) -> list[tuple[tuple, dict, bool]]:
+    """The calls a checker makes of the student's function: ``check(probe_fn, *args,
+    **kwargs)`` with a stand-in that records each call (copies of its arguments, and whether
+    autograd was on) and raises. Returns ``[(args, kwargs, grad enabled)]`` in order."""
+    import copy
+
+    import torch
+
+    calls = []
+
+    def stand_in(*a, **k):
+        calls.append((copy.deepcopy(a), copy.deepcopy(k), torch.is_grad_enabled()))
+        raise RuntimeError("probe")
+
+    check(stand_in, *args, **kwargs)
+    return calls
+
+
 def hand_back(grade_id: str, fn) -> float | None:
     """Run ``fn`` on the grader's inputs for ``grade_id`` and show the outputs (autograde only).
 
@@ -213,9 +231,10 @@ def hand_back(grade_id: str, fn) -> float | None:
         fn: the student's function.
 
     Returns:
-        In autograde, 0.0 (the cell's nbgrader score until the grader's scoring stage writes
-        the real one into the gradebook); elsewhere None (no output: Validate judges the visible
-        part of the cell).
+        In autograde, 0.0 for a battery (the cell's nbgrader score until the grader's scoring
+        stage writes the real one into the gradebook) and None for a visible check (nbgrader's
+        pass/fail of the cell stands until then); elsewhere None (no output: Validate judges the
+        visible part of the cell).
     """
     if os.environ.get("NBGRADER_EXECUTION") != "autograde":
         return None  # nothing to hand back; and validate must not read a score of 0 here
@@ -231,9 +250,17 @@ def hand_back(grade_id: str, fn) -> float | None:
     from IPython.display import display
 
     inputs = torch.load(path, weights_only=False)  # written by the grader, read-only in here
-    bundle = {"grade_id": grade_id, "calls": run_calls(fn, inputs["calls"], inputs.get("reference"))}
+    calls = inputs.get("calls")
+    if calls is None:  # a visible check: its public cases, made here by the course's checker
+        from . import checks
+
+        name, args, kwargs = inputs["public"]
+        calls = probe(getattr(checks, name), *args, **kwargs)
+    bundle = {"grade_id": grade_id, "calls": run_calls(fn, calls, inputs.get("reference"))}
     display({MIME: bundle, "text/plain": f"{grade_id}: outputs handed to the grader"}, raw=True)
-    return 0.0
+    # A visible check keeps nbgrader's pass/fail of its cell until the grader's score replaces
+    # it (the grader compares the two); a battery scores 0 until then.
+    return None if inputs.get("public") else 0.0
 
 
 def as_graded(result, grade_id: str, points: float) -> None:

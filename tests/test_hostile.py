@@ -259,11 +259,43 @@ FAKE_NORMREF = ("class _R:\n    passed, score = True, 1.0\n    def __str__(self)
                 "def check_rms_norm(fn, **kw):\n    return _R()\n")
 
 
+def visible_battery_lookup() -> str:
+    """An answer that knows the visible battery's outputs (it is public) and returns its input
+    for anything else."""
+    from normref import rms_norm
+    from normref.checks.norms import battery
+
+    rows = [f"    (torch.tensor({c.x.tolist()!r}, dtype={c.x.dtype}), "
+            f"torch.tensor({rms_norm(c.x, c.weight, eps=c.eps).tolist()!r}, dtype={c.x.dtype}))," for c in
+            battery("rms", "torch")]
+    return ("KNOWN = [\n" + "\n".join(rows) + "\n]\n\n\ndef rms_norm(x, weight, eps=1e-6):\n"
+            "    for known_x, known_y in KNOWN:\n"
+            "        if known_x.shape == x.shape and known_x.dtype == x.dtype and torch.equal(known_x, x):\n"
+            "            return known_y.clone()\n"
+            "    return x.clone()\n")
+
+
+# correct, but not the reference's algebra: float64 statistics, a sum over D, sqrt then divide
+RMS_FLOAT64 = ("def rms_norm(x, weight, eps=1e-6):\n    h = x.double()\n"
+               "    ms = (h * h).sum(dim=-1, keepdim=True) / h.shape[-1]\n"
+               "    return (h / torch.sqrt(ms + eps) * weight.double()).to(x.dtype)\n")
+# n-1 (honestly 0 points), plus a patch of the checkers' results that no syntax rule names
+RUNTIME_PATCH = RMS_N_MINUS_1 + ("\nResult = type(check_rms_norm(rms_norm, quick=True))\n"
+                                 "Result.passed = property(lambda self: True)\n"
+                                 "Result.score = property(lambda self: 1.0)\n")
+INDIRECT_REFERENCE = ("def rms_norm(x, weight, eps=1e-6):\n"
+                      "    ref = getattr(torch.nn.functional, 'rms' + '_norm')\n"
+                      "    return ref(x.float(), (x.shape[-1],), weight.float(), eps).to(x.dtype)\n")
+
+
 @pytest.mark.slow
-def test_caps_and_shadowing_through_make_grade(bubblewrap, course_copy, tmp_path):
-    """Issue 14 items 3 and 5 through grade_class: a process flood and a write flood in the
-    answer cell cost that question (the rest keeps its points) and are flagged; a module
-    beside the notebook shadows nothing, and is flagged; the honest student is unaffected."""
+def test_forgeries_caps_and_shadowing_through_make_grade(bubblewrap, course_copy, tmp_path):
+    """Issue 14 through grade_class: an answer that only knows the visible battery earns the
+    visible point only; a run-time patch of the checkers the syntax scan cannot see, an
+    indirect reference call, a process flood and a write flood in the answer cell earn what a
+    blank answer earns for that question (the rest keeps its points) and are flagged; a module
+    beside the notebook shadows nothing, and is flagged; honest answers, including one written
+    differently from the reference, keep full marks."""
     from grader.sandbox import MAX_PROCS, MAX_WRITE_BYTES
 
     if not sandbox_available():
@@ -272,6 +304,11 @@ def test_caps_and_shadowing_through_make_grade(bubblewrap, course_copy, tmp_path
     w = lambda nb: nbformat.writes(nb).encode()  # noqa: E731
     corpus = {
         "honest": ({"hostile.ipynb": w(answered(release))}, FULL),
+        "honest_float64": ({"hostile.ipynb": w(answered(release, q1=RMS_FLOAT64))}, FULL),
+        "visible_only": ({"hostile.ipynb": w(answered(release, q1=visible_battery_lookup()))},
+                         {**Q1_ZERO, "rms_norm_shape": 1.0}),
+        "runtime_patch": ({"hostile.ipynb": w(answered(release, q1=RUNTIME_PATCH))}, Q1_ZERO),
+        "indirect_reference": ({"hostile.ipynb": w(answered(release, q1=INDIRECT_REFERENCE))}, Q1_ZERO),
         "process_flood": ({"hostile.ipynb": w(answered(release, q1=PROCESS_FLOOD))}, Q1_ZERO),
         "write_flood": ({"hostile.ipynb": w(answered(release, q1=WRITE_FLOOD))}, Q1_ZERO),
         "shadows_course": ({"hostile.ipynb": w(answered(release, q1=RMS_N_MINUS_1)),
@@ -289,7 +326,12 @@ def test_caps_and_shadowing_through_make_grade(bubblewrap, course_copy, tmp_path
     assert run.sandboxed
     assert {sid: run.scores.get(("hostile", sid)) for sid in corpus} == {sid: exp for sid, (_, exp) in corpus.items()}
     flags = json.loads((course_copy / "reports" / "report.json").read_text())["flags"]
-    assert not flags.get("honest"), flags.get("honest")
+    assert not flags.get("honest") and not flags.get("honest_float64"), flags
+    assert any("checkers changed at run time" in f for f in flags["runtime_patch"]), flags["runtime_patch"]
+    assert any("calls torch's rms_norm" in f and "grading gives this question 0" in f
+               for f in flags["indirect_reference"]), flags["indirect_reference"]
+    # the secret seed is in the run log, and no kernel could read it
+    assert (course_copy / "logs" / "scoring" / "seeds.jsonl").read_text().count('"seed"') == 1
     assert any(f"more than {MAX_PROCS} processes" in f for f in flags["process_flood"]), flags["process_flood"]
     assert any(f"more than the {MAX_WRITE_BYTES // 2**20} MiB" in f for f in flags["write_flood"]), flags["write_flood"]
     shadow = " ".join(flags["shadows_course"])
