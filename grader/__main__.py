@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import re
 import signal
 import sys
 from pathlib import Path
@@ -70,8 +71,25 @@ def _stop_on_signals() -> None:
     signal.signal(signal.SIGHUP, handler)
 
 
+_DISK_ERRORS = (("No space left on device", "the disk is full", "free some space"),
+                ("Read-only file system", "the file system is read-only", "grade in a writable copy"),
+                ("Permission denied", "no permission to write", "fix the permissions (or run as the owner)"))
+
+
+def _short(message: str) -> str:
+    """An nbgrader failure that is really a full disk or a permission error, in one line."""
+    for needle, what, todo in _DISK_ERRORS:
+        if needle in message:
+            seg = message[message.index(needle):][:1000]
+            where = re.search(r"->\s*'(/[^']+)'", seg) or re.search(r"'(/[^']+)'", seg)
+            return f"{what}{f' (writing {where.group(1)})' if where else ''}: {todo} and run again"
+    return message
+
+
 def _os_error_line(e: OSError) -> str:
     """One line for a failed write: what, where, what to do."""
+    if e.errno is None:  # shutil.Error: a list of the files that failed
+        return _short(str(e))
     where = e.filename or "the course folder"
     if e.errno == errno.ENOSPC:
         return f"the disk is full (writing {where}): free some space and run again"
@@ -106,7 +124,7 @@ def grade(argv: list[str]) -> int:
                           demo_students=args.demo_students, lms_gradebook=args.lms_gradebook,
                           use_sandbox=False if args.no_sandbox else None)
     except (*ERRORS_THAT_END_A_RUN, CourseStateError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {_short(str(e))}", file=sys.stderr)
         return 1
     except OSError as e:
         print(f"error: {_os_error_line(e)}", file=sys.stderr)

@@ -460,7 +460,11 @@ def collect(course: Course, submissions: Path, assignments: list[str]) -> Collec
                                          for a, st in pairs})
         for a, st in out.pairs:
             shutil.rmtree(tree.submitted(st, a), ignore_errors=True)
-            shutil.copytree(submissions / st / a, tree.submitted(st, a))
+            try:
+                shutil.copytree(submissions / st / a, tree.submitted(st, a))
+            except OSError:  # a full disk leaves no half-copied submission
+                shutil.rmtree(tree.submitted(st, a), ignore_errors=True)
+                raise
         _remember(tree, hashes)
     out.students = sorted({st for _, st in pairs})
     return out

@@ -382,12 +382,17 @@ def _keep_as_received(b: Batch) -> None:
     """The batch's input, byte for byte, under ``logs/batches/<run id>/received/`` (never
     overwritten: every run has its own folder)."""
     dest = b.tree.logs / "batches" / b.run_id / "received"
-    dest.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name("received.part")
+    part.mkdir(parents=True, exist_ok=True)
     src = Path(b.submissions)
-    if src.is_file():
-        shutil.copy2(src, dest / src.name)
-    else:
-        shutil.copytree(src, dest / src.name, dirs_exist_ok=True)
+    try:
+        if src.is_file():
+            shutil.copy2(src, part / src.name)
+        else:
+            shutil.copytree(src, part / src.name, dirs_exist_ok=True)
+        os.replace(part, dest)
+    finally:  # a full disk leaves no half copy
+        shutil.rmtree(part, ignore_errors=True)
 
 
 def repair(b: Batch) -> None:

@@ -360,3 +360,25 @@ def test_the_hand_grading_hint_names_what_works_with_the_pinned_nbgrader():
     old = subprocess.run([sys.executable, "-m", "nbgrader", "formgrader"], capture_output=True, text=True,
                          timeout=120)
     assert "No command given" in old.stdout + old.stderr
+
+
+def test_a_full_disk_ends_the_run_with_one_line_and_no_half_copy(course_copy, tmp_path):
+    """The course on a 4 MiB tmpfs (a private mount namespace, `unshare -rm`); a submission with a
+    6 MiB data file fills it while the batch is kept as received."""
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("this machine cannot make a private mount namespace (unshare -rm)")
+    only_assignments(course_copy, {"rmsnorm"})
+    tree = submitted_tree(tmp_path / "in", {"ada": "correct"})
+    (tree / "ada" / "rmsnorm" / "data.bin").write_bytes(b"\0" * (6 * 2**20))
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    script = (f"mount -t tmpfs -o size=4m tmpfs {mnt} && cp -r {course_copy} {mnt}/course && "
+              f"{sys.executable} -m grader --submissions {tree} --course-root {mnt}/course; echo rc=$?; "
+              f"find {mnt}/course/logs {mnt}/course/submitted -type f 2>/dev/null")
+    out = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, timeout=600)
+    err = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
+    assert len(err) == 1 and err[0].startswith("error: the disk is full (writing ") and \
+        err[0].endswith("free some space and run again"), out.stderr[-2000:]
+    assert "Traceback" not in out.stderr and "rc=1" in out.stdout
+    left = [ln for ln in out.stdout.splitlines() if ln.startswith("/")]
+    assert left == [f"{mnt}/course/logs/runs.jsonl"], left  # no half-copied batch or submission
