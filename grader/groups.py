@@ -85,8 +85,26 @@ def answer_source(nb, name: str) -> str:
     return ""
 
 
+def _imports_only(source: str) -> bool:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    return all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in tree.body)
+
+
+def _answer_or_setup(cell) -> bool:
+    """The cells the answers need: answer cells, cells the student inserted (no nbgrader
+    metadata: a helper they wrote), and locked cells that only import. Test cells and lesson
+    cells (plots, experiments) are left out."""
+    meta = _nbg(cell)
+    if meta.get("grade"):
+        return False
+    return bool(meta.get("solution")) or not meta or _imports_only(cell.source)
+
+
 def records_notebook(notebooks: dict[str, nbformat.NotebookNode]) -> tuple[nbformat.NotebookNode, list[str]]:
-    """One notebook that runs each assignment's code cells (all but the test cells), then prints
+    """One notebook that runs each assignment's answer and setup cells (:func:`_answer_or_setup`), then prints
     its record, then resets the namespace. Returns it and the assignments in order (one record
     cell each)."""
     nb = nbformat.v4.new_notebook()
@@ -96,7 +114,7 @@ def records_notebook(notebooks: dict[str, nbformat.NotebookNode]) -> tuple[nbfor
         if not calls:
             continue
         for cell in src.cells:
-            if cell.cell_type == "code" and not _nbg(cell).get("grade"):
+            if cell.cell_type == "code" and _answer_or_setup(cell):
                 nb.cells.append(nbformat.v4.new_code_cell(cell.source))
         items = ", ".join(f"({c.check!r}, globals().get({c.obj!r}), {c.args!r})" for c in calls)
         nb.cells.append(nbformat.v4.new_code_cell(
@@ -134,7 +152,7 @@ def _run_student(job) -> tuple[str, dict[str, dict], str]:
     if not order:
         return student, {}, ""
     ksm = KernelSpecManager()
-    env = dict(os.environ)
+    env = dict(os.environ, NBGRADER_EXECUTION="autograde")  # lesson cells skip their plots, as in autograde
     km_kwargs = {}
     if kernel is not None:
         args, extra_env = kernel
@@ -183,7 +201,7 @@ def collect_records(course_root: Path, assignments: list[str], students: list[st
                     nbs[a] = nbformat.read(p, as_version=4)
                 except Exception:  # noqa: BLE001 - an unreadable notebook has no record
                     pass
-        if nbs:
+        if any(check_calls(nb) for nb in nbs.values()):
             jobs_in.append([s, course_root / "autograded" / s, nbs, None])
     records: dict[tuple[str, str], dict] = {}
     failed: dict[str, str] = {}
