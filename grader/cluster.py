@@ -313,8 +313,9 @@ class DaskCluster:
     """The Dask client of one grading run: to ``scheduler`` (or ``$DASK_SCHEDULER_ADDRESS``), or to
     an embedded local cluster of ``jobs`` single-threaded worker processes (default: all cores).
 
-    Both are reached in the constructor, so a wrong address fails before anything is touched.
-    The embedded cluster's workers are forked from this process with nbgrader already imported
+    An existing scheduler is reached in the constructor, so a wrong address fails before
+    anything is touched; the embedded cluster starts when :meth:`client` is first called (the
+    autograde stage), its workers forked from this process with nbgrader already imported
     (0.2 s instead of ~9 s each). Use as a context manager, or call :meth:`close`.
 
     Raises:
@@ -328,7 +329,8 @@ class DaskCluster:
         self.log = log
         self._client = self._cluster = None
         self._states: dict[str, str] = {}
-        self._start()
+        if self.address is not None:
+            self._start()
 
     def _start(self) -> None:
         import dask
@@ -370,6 +372,8 @@ class DaskCluster:
         Raises:
             ClusterError: a worker cannot run the sandbox.
         """
+        if self._client is None:
+            self._start()
         if use_sandbox and "no-sandbox" in self._states.values():
             bad = ", ".join(w for w, s in self._states.items() if s != "sandboxed")
             raise ClusterError(f"the grading sandbox (bubblewrap) cannot start on Dask worker(s) {bad}: "
