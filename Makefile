@@ -11,6 +11,9 @@ JOBS ?=
 DUEDATE ?=
 FRESH ?=
 YES ?=
+# a Dask scheduler (tcp://HOST:8786) for the autograde tasks; a gradebook database URL (PostgreSQL)
+SCHEDULER ?=
+DB ?=
 LMS_GRADEBOOK ?=
 
 .PHONY: install lab lab-instructor test grade release bench clean student-repo screenshots notebooks
@@ -42,7 +45,8 @@ test: $(STAMP)
 grade: $(STAMP)
 	$(BIN)/python -m grader $(if $(SUBMISSIONS),--submissions "$(SUBMISSIONS)") $(if $(JOBS),--jobs $(JOBS)) \
 		$(if $(DUEDATE),--duedate "$(DUEDATE)") $(if $(FRESH),--fresh) $(if $(YES),--yes) \
-		$(if $(LMS_GRADEBOOK),--lms-gradebook "$(LMS_GRADEBOOK)")
+		$(if $(LMS_GRADEBOOK),--lms-gradebook "$(LMS_GRADEBOOK)") \
+		$(if $(SCHEDULER),--scheduler "$(SCHEDULER)") $(if $(DB),--db "$(DB)")
 
 # Figures, not a test: make grade vs plain sequential nbgrader on the demo class.
 bench: $(STAMP)

@@ -58,6 +58,17 @@ def _grade_parser() -> argparse.ArgumentParser:
                    "as lms-import-<lms>.csv with this course's points filled in, to import into the LMS")
     p.add_argument("--demo-students", type=int, default=None, metavar="N",
                    help="with no --submissions: grade only the first N demo students (default: all 30)")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="run the autograde tasks on the Dask cluster of this scheduler, e.g. "
+                   "tcp://HOST:8786, whose workers were started with `dask worker ADDRESS` "
+                   "(default: $DASK_SCHEDULER_ADDRESS, else an embedded local Dask cluster of --jobs "
+                   "workers)")
+    p.add_argument("--engine", choices=("dask", "processes"), default=None,
+                   help="without --scheduler: an embedded local Dask cluster (dask, the default) or "
+                   "--jobs plain `nbgrader autograde` processes (processes)")
+    p.add_argument("--db", default=None, metavar="URL",
+                   help="the gradebook's database URL, e.g. postgresql://USER@HOST:5432/DBNAME (nbgrader's "
+                   "CourseDirectory.db_url; the database must exist); default: gradebook.db here (SQLite)")
     return p
 
 
@@ -122,6 +133,7 @@ def grade(argv: list[str]) -> int:
                           fresh=args.fresh, progress=True, cell_timeout=args.cell_timeout,
                           duedates=duedates, yes=args.yes, command=" ".join(["python -m grader", *argv]),
                           demo_students=args.demo_students, lms_gradebook=args.lms_gradebook,
+                          scheduler=args.scheduler, db_url=args.db, engine=args.engine,
                           use_sandbox=False if args.no_sandbox else None)
     except (*ERRORS_THAT_END_A_RUN, CourseStateError) as e:
         print(f"error: {_short(str(e))}", file=sys.stderr)
