@@ -282,3 +282,22 @@ def test_student_table_links_groups_history_and_csvs(course):
     text = summary_text(rep)
     assert "1 group of wrong answers, the largest 2 students (rms_norm)" in text
     assert len(text.splitlines()) < 20
+
+
+def test_the_rerun_notebook_holds_answers_and_imports_not_lesson_cells():
+    from grader.groups import records_notebook
+
+    repo = Path(__file__).resolve().parents[1]
+    block = nbformat.read(repo / "release" / "block" / "block.ipynb", as_version=4)
+    extra = nbformat.v4.new_code_cell("def helper(x):\n    return x")  # a cell the student inserted
+    block.cells.insert(3, extra)
+    nb, order = records_notebook({"block": block})
+    sources = [c.source for c in nb.cells]
+    assert order == ["block"]
+    assert any(s.startswith("import torch") for s in sources)  # block_imports
+    assert not any("NBGRADER_EXECUTION" in s for s in sources)  # warmup_plots left out
+    assert extra.source in sources and any(s.startswith("class PreNormBlock") for s in sources)
+    assert not any("check_pre_ln_block(PreNormBlock)" in s and "round(" in s for s in sources)  # no test cell
+    record = [c for c in nb.cells if c.metadata.get("normref_record")]
+    assert len(record) == 1 and "('check_pre_ln_block', globals().get('PreNormBlock'), ())" in record[0].source
+    assert sources[-1] == "%reset -f"
