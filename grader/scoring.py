@@ -326,13 +326,15 @@ def new_seed() -> int:
     return secrets.randbits(62)
 
 
-def prepare_inputs(course_root: Path, *, seed: int | None = None, log=print) -> tuple[int, Path]:
+def prepare_inputs(course_root: Path, *, seed: int | None = None, log=print,
+                   set_env: bool = True) -> tuple[int, Path]:
     """Draw this run's graded inputs and point the kernels at them.
 
     Writes ``logs/handback/<grade_id>.pt`` (what the kernels may read) and appends the seed to
     ``logs/scoring/seeds.jsonl`` (what reproduces the grades; no kernel can read ``logs/``), and
-    sets ``NORMREF_HANDBACK_DIR`` in this process's environment, which nbgrader's autograde
-    processes and the sandbox inherit.
+    sets ``NORMREF_HANDBACK_DIR`` in this process's environment (unless ``set_env`` is
+    False: then pass it to nbgrader yourself), which nbgrader's autograde processes and the
+    sandbox inherit.
 
     Returns:
         ``(seed, inputs folder)``.
@@ -352,7 +354,8 @@ def prepare_inputs(course_root: Path, *, seed: int | None = None, log=print) -> 
     with (seeds / "seeds.jsonl").open("a") as f:
         f.write(json.dumps({"time": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "seed": seed,
                             "questions": sorted(QUESTIONS)}) + "\n")
-    os.environ[ENV] = str(inputs.resolve())
+    if set_env:
+        os.environ[ENV] = str(inputs.resolve())
     log(f"scoring: graded inputs drawn for {len(QUESTIONS)} questions (seed in {seeds / 'seeds.jsonl'})")
     return seed, inputs
 
