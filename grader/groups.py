@@ -234,7 +234,8 @@ class Group:
         checker: the checker's name (``CheckResult.name``).
         students: who is in it, sorted.
         representative: whose answer cell is shown (the first in sorted order).
-        diagnosis: the checker's words for the representative (the first failing case's hint).
+        diagnosis: the checker's words for the representative: each distinct hint of its failing
+            cases (case name and error sizes removed), joined by " / ".
         faults: the fault kinds of the representative's failing cases.
         variant: the ``[variant: ...]`` id when the search named one, else None.
         cell: the representative's answer cell.
@@ -305,7 +306,7 @@ def group_records(assignment: str, check: str, records: dict[str, dict],
         else:
             bad = [c for c in cases if not c["passed"]]
             g = Group(assignment, check, rec.get("checker", check), [s], s,
-                      diagnosis=_hint(bad[0]["message"]),
+                      diagnosis=" / ".join(dict.fromkeys(_hint(c["message"]) for c in bad)),
                       faults=list(dict.fromkeys(c["fault"] for c in bad if c["fault"])),
                       variant=next((v for v in (c.get("variant") or _variant(c["message"]) for c in bad) if v),
                                    None),
