@@ -38,7 +38,7 @@ __all__ = ["THRESHOLD", "MIN_OVERLAP", "COMMON_SHARE", "COMMON_MIN", "K", "WIN",
 #: (guarantee threshold 30 - 25 + 1): its command-line defaults.
 K, WIN = 25, 6
 #: A pair is listed from this score on (smaller of the two similarities).
-THRESHOLD = 0.75
+THRESHOLD = 0.8
 #: ... and when at least this much normalised code (characters) is in common.
 MIN_OVERLAP = 60
 #: A fingerprint in more than this share of the submissions (and at least COMMON_MIN of them) is

@@ -2,15 +2,15 @@
 
 How the threshold was chosen (the numbers are asserted below): in the demo class every student
 writes the answer-bank code of their variant, so two students with *different* variants wrote
-different code independently ("honest" pairs) and two with the *same* variant submitted the same
-code (clones, as a copy would be). Over all five assignments the highest honest score is 0.66
-(a `partial` layer_norm against `low_precision_stats`: they share the reference's lines).
-Deliberate copies, renamed, respaced and recommented, score 1.0; a copy of a student's whole
-block assignment with one line added scores 0.79. THRESHOLD = 0.75 sits between 0.66 and 0.79.
-What it does not catch: one line added to a three-line answer (layer_norm: 0.44), where so little
-code is left after the starter and the solution are removed that any edit changes most of it.
-MIN_OVERLAP = 60 normalised characters (about two lines) keeps a shared one-token slip (two
-students who both wrote `ddof=1`) from counting as a copy.
+different code ("honest" pairs) and two with the *same* variant submitted the same code (clones,
+as a copy would be). Over all five assignments the highest honest score is 0.77 (a `partial`
+layer_norm against `low_precision_stats`: two of their three lines are the same). Deliberate
+copies, renamed, respaced and recommented, score 1.0. THRESHOLD = 0.8 sits between.
+What it does not catch: a copy with a line added. Whole block answers copied and disguised with
+one line added score 0.79, a three-line layer_norm 0.44: so little code is left once the starter
+and the solution are removed that any edit changes most of what is left. MIN_OVERLAP = 60
+normalised characters (about two lines) keeps a shared one-token slip (two students who both
+wrote `ddof=1`) from counting as a copy.
 """
 from __future__ import annotations
 
@@ -57,10 +57,14 @@ def test_no_honest_pair_of_the_demo_class_reaches_the_threshold(demo):
     assert 0.5 < highest < THRESHOLD  # the margin the threshold was chosen with (0.66)
 
 
+def _with(assignment: str, variant: str) -> list[str]:
+    return sorted(st.student_id for st in demo_class() if st.variants.get(assignment) == variant)
+
+
 def test_clones_in_the_demo_class_are_found(demo):
     found = {(p.a, p.b) for p in similar_pairs(demo, "layernorm", _students(demo))}
-    assert ("kofi", "yusuf") in found  # both submitted the bank's mutates_input layer_norm
-    assert _variant("kofi", "layernorm") == _variant("yusuf", "layernorm") == "mutates_input"
+    clones = _with("layernorm", "mutates_input")  # the bank's longest wrong layer_norm (copies x first)
+    assert len(clones) >= 2 and tuple(clones[:2]) in found
     for a in ASSIGNMENTS:
         for p in similar_pairs(demo, a, _students(demo)):
             assert _variant(p.a, a) == _variant(p.b, a), (a, p.a, p.b)  # every listed pair is a clone
@@ -93,25 +97,25 @@ def _answers(root: Path, student: str, assignment: str) -> dict[str, str]:
     return out
 
 
-def test_deliberate_copies_renamed_and_reformatted_are_found(demo, tmp_path):
+def test_deliberate_copies_renamed_and_reformatted_are_found_a_line_added_is_not(demo, tmp_path):
     root = tmp_path / "course"
     shutil.copytree(demo, root)
-    assert _variant("emeka", "layernorm") == "low_precision_stats"
-    original = _answers(root, "emeka", "layernorm")
+    source = _with("layernorm", "low_precision_stats")[0]
+    original = _answers(root, source, "layernorm")
     copied = {k: disguise(v) for k, v in original.items()}
     assert copied != original and "sigma_sq" in copied["layer_norm_impl"]
     _add_student(root, "copycat", "layernorm", copied)
-    assert _variant("ivan", "block") == "missing_residual"
-    block = {k: disguise(v) for k, v in _answers(root, "ivan", "block").items()}
+    block_source = _with("block", "missing_residual")[0]
+    block = {k: disguise(v) for k, v in _answers(root, block_source, "block").items()}
     block["block_impl"] = block["block_impl"].replace("return", "y = 0\n        return", 1)  # and a line added
     _add_student(root, "editor", "block", block)
     students = _students(root)
     pairs = {(p.a, p.b): p for p in similar_pairs(root, "layernorm", students)}
-    assert pairs[("copycat", "emeka")].score == pytest.approx(1.0)
-    pairs_block = {(p.a, p.b): p for p in similar_pairs(root, "block", students)}
-    assert THRESHOLD <= pairs_block[("editor", "ivan")].score < 0.9
-    page = side_by_side(pairs[("copycat", "emeka")])
-    assert "<mark>" in page and "copycat" in page and "emeka" in page
+    assert pairs[tuple(sorted(("copycat", source)))].score == pytest.approx(1.0)
+    edited = {(p.a, p.b): p for p in similar_pairs(root, "block", students, all_pairs=True)}
+    assert 0.6 < edited[tuple(sorted(("editor", block_source)))].score < THRESHOLD  # the stated limit
+    page = side_by_side(pairs[tuple(sorted(("copycat", source)))])
+    assert "<mark>" in page and "copycat" in page and source in page
 
 
 def test_unanswered_and_starter_only_submissions_are_not_compared(demo):
