@@ -599,8 +599,12 @@ def _links(rep: ClassReport, out_dir: Path, student: str, assignment: str) -> st
 def _student_table(rep: ClassReport, out_dir: Path) -> list[str]:
     e = html.escape
     member: dict[str, list[str]] = defaultdict(list)
-    for gs in rep.groups.values():
+    chip: dict[str, str] = {}
+    for a, gs in rep.groups.items():
         for g in gs:
+            n = g.group_id.rsplit("-", 1)[-1]
+            chip[g.group_id] = (f"<span class='chip' title='{e(a)}: {e(g.diagnosis)}'>"
+                                f"{e(g.checker)} #{e(n)}</span>")
             for s in g.students:
                 member[s].append(g.group_id)
     assignments = list(rep.totals)
@@ -635,7 +639,7 @@ def _student_table(rep: ClassReport, out_dir: Path) -> list[str]:
         notes = rep.flags.get(s, [])
         cells.append(f"<td class='num' data-v='{len(notes)}' title='{e(' | '.join(notes))}'>"
                      f"{len(notes) or ''}</td>")
-        chips = "".join(f"<span class='chip'>{e(g)}</span>" for g in member.get(s, []))
+        chips = "".join(chip[g] for g in member.get(s, []))
         cells.append(f"<td>{chips}</td>")
         links = "<br>".join(f"{e(a)}: {_links(rep, out_dir, s, a)}" for a in assignments if _links(rep, out_dir, s, a))
         cells.append(f"<td>{links}</td>")
@@ -662,7 +666,8 @@ def _groups_html(rep: ClassReport) -> list[str]:
         for g in gs:
             kinds = ", ".join(g.faults) + (f"; variant {g.variant}" if g.variant else "")
             parts.append(
-                f"<tr id='{e(g.group_id)}' data-group='{e(g.group_id)}'><td>{g.size}</td><td>{e(g.checker)}<br>"
+                f"<tr id='{e(g.group_id)}' data-group='{e(g.group_id)}'><td>{g.size}</td>"
+                f"<td>{e(g.checker)} #{e(g.group_id.rsplit('-', 1)[-1])}<br>"
                 f"<small>{g.failed} of {g.cases} cases fail</small></td>"
                 f"<td>{e(g.diagnosis)}<br><small><code>{e(kinds)}</code></small></td>"
                 f"<td>{e(', '.join(g.students))}<br><button type='button' data-show-group='{e(g.group_id)}'>"
