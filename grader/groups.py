@@ -239,7 +239,9 @@ class Group:
         faults: the fault kinds of the representative's failing cases.
         variant: the ``[variant: ...]`` id when the search named one, else None.
         cell: the representative's answer cell.
-        failed: cases failed, of ``cases``.
+        failed: cases failed, of ``cases`` (the graded ones and the diagnostic probes of
+            :mod:`normref.diagnosis.probes`).
+        probe_only: every graded case passed; only a diagnostic probe failed (no points lost).
     """
 
     assignment: str
@@ -253,6 +255,7 @@ class Group:
     cell: str = ""
     failed: int = 0
     cases: int = 0
+    probe_only: bool = False
 
     @property
     def size(self) -> int:
@@ -267,7 +270,8 @@ class Group:
         return {"assignment": self.assignment, "check": self.check, "checker": self.checker,
                 "size": self.size, "students": self.students, "representative": self.representative,
                 "diagnosis": self.diagnosis, "faults": self.faults, "variant": self.variant,
-                "cell": self.cell, "failed": self.failed, "cases": self.cases, "id": self.group_id}
+                "cell": self.cell, "failed": self.failed, "cases": self.cases, "id": self.group_id,
+                "probe_only": self.probe_only}
 
 
 _HEAD = re.compile(r"^case '.*?': ")
@@ -310,7 +314,8 @@ def group_records(assignment: str, check: str, records: dict[str, dict],
                       faults=list(dict.fromkeys(c["fault"] for c in bad if c["fault"])),
                       variant=next((v for v in (c.get("variant") or _variant(c["message"]) for c in bad) if v),
                                    None),
-                      cell=(cells or {}).get(s, ""), failed=len(bad), cases=len(cases))
+                      cell=(cells or {}).get(s, ""), failed=len(bad), cases=len(cases),
+                      probe_only=all(c.get("probe") for c in bad))
             groups.append((rec, g))
     out = sorted((g for _, g in groups), key=lambda g: (-g.size, g.representative))
     for i, g in enumerate(out, 1):

@@ -668,7 +668,8 @@ def _groups_html(rep: ClassReport) -> list[str]:
             parts.append(
                 f"<tr id='{e(g.group_id)}' data-group='{e(g.group_id)}'><td>{g.size}</td>"
                 f"<td>{e(g.checker)} #{e(g.group_id.rsplit('-', 1)[-1])}<br>"
-                f"<small>{g.failed} of {g.cases} cases fail</small></td>"
+                f"<small>{g.failed} of {g.cases} cases fail"
+                f"{': only a diagnostic input, no points lost' if g.probe_only else ''}</small></td>"
                 f"<td>{e(g.diagnosis)}<br><small><code>{e(kinds)}</code></small></td>"
                 f"<td>{e(', '.join(g.students))}<br><button type='button' data-show-group='{e(g.group_id)}'>"
                 "show in the table</button></td>"

@@ -430,3 +430,23 @@ def test_one_pass_variance_is_named_on_an_input_that_exposes_it_and_invisible_on
     found = search(norm_grammar("layer", "layer_norm"), obs)
     assert found is not None and variant_id(found.best) == "var_formula=one_pass"
     assert "E[x**2] - E[x]**2" in found.sentence()
+
+
+def test_the_report_records_a_diagnostic_probe_that_names_the_one_pass_variance():
+    """The record the class report groups by (normref.diagnosis.record) adds a float16 row with
+    mean 1000: the one-pass answer passes every graded case and fails only there, named; an
+    honest float64 answer passes it; the graded score is untouched."""
+    from normref.diagnosis.record import record
+
+    def ln_float64(x, w, b, eps=1e-5):
+        h = x.astype(np.float64)
+        return ((h - h.mean(-1, keepdims=True)) / np.sqrt(h.var(-1, keepdims=True) + eps) * w + b).astype(x.dtype)
+
+    rec = record([("check_layer_norm", ln_one_pass_variance, ("numpy",))])["check_layer_norm, 'numpy'"]
+    graded = [c for c in rec["cases"] if not c["probe"]]
+    probe = [c for c in rec["cases"] if c["probe"]]
+    assert rec["score"] == 1.0 and all(c["passed"] for c in graded) and len(graded) == 6
+    assert len(probe) == 1 and not probe[0]["passed"]
+    assert probe[0]["variant"] == "var_formula=one_pass" and "E[x**2] - E[x]**2" in probe[0]["message"]
+    honest = record([("check_layer_norm", ln_float64, ("numpy",))])["check_layer_norm, 'numpy'"]
+    assert all(c["passed"] for c in honest["cases"])

@@ -301,3 +301,12 @@ def test_the_rerun_notebook_holds_answers_and_imports_not_lesson_cells():
     record = [c for c in nb.cells if c.metadata.get("normref_record")]
     assert len(record) == 1 and "('check_pre_ln_block', globals().get('PreNormBlock'), ())" in record[0].source
     assert sources[-1] == "%reset -f"
+
+
+def test_a_group_that_fails_only_a_diagnostic_probe_is_marked():
+    from grader.groups import group_records
+
+    rec = _rec([[1.0], [2.0]], [True, False])
+    rec["cases"][1]["probe"] = True
+    groups = group_records("hw", "check_layer_norm", {"ann": rec, "bob": _rec([[1.0], [2.0]], [False, False])})
+    assert [(g.students, g.probe_only) for g in groups] == [(["ann"], True), (["bob"], False)]

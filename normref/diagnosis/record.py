@@ -38,8 +38,10 @@ def record(calls: list[tuple[str, object, tuple]]) -> dict:
             ``[("check_layer_norm", layer_norm, ("numpy",))]``.
 
     Returns:
-        ``{call_key(name, args): {"checker": CheckResult.name, "score": float, "cases": [{"name",
-        "passed", "fault", "message", "variant", "got", "want", "shape", "rtol", "atol"}, ...]}}``; a call whose
+        ``{call_key(name, args): {"checker": CheckResult.name, "score": float (the graded cases'),
+        "cases": [{"name", "passed", "fault", "message", "variant", "probe", "got", "want",
+        "shape", "rtol", "atol"}, ...]}}`` (the graded cases, then the diagnostic probes of
+        :mod:`normref.diagnosis.probes`); a call whose
         checker is unknown or raised is ``{"error": "..."}``.
     """
     from .. import checks
@@ -51,11 +53,17 @@ def record(calls: list[tuple[str, object, tuple]]) -> dict:
         except Exception as e:  # noqa: BLE001 - checkers do not raise; an unknown name might
             out[call_key(name, args)] = {"error": f"{type(e).__name__}: {e}"}
             continue
+        from .probes import run_probes
+
         cases = []
-        for c in r.cases:
+        try:
+            probes = run_probes(name, obj, args, r)
+        except Exception:  # noqa: BLE001 - a probe only adds to the record
+            probes = []
+        for c in list(r.cases) + probes:
             seen = c.observed
             cases.append({"name": c.name, "passed": c.passed, "fault": c.fault, "message": c.message,
-                          "variant": getattr(c, "variant", None),
+                          "variant": getattr(c, "variant", None), "probe": any(c is p for p in probes),
                           "got": _list(seen[0]) if seen else None,
                           "want": _list(seen[1]) if seen else None,
                           "shape": list(np.shape(seen[0])) if seen else None,
