@@ -10,7 +10,9 @@ Each is a thin layer over a keyword-only function (:func:`grader.pipeline.grade_
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
+import os
 import re
 import signal
 import sys
@@ -72,14 +74,37 @@ def _grade_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (read from /proc), children first."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(0), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
 def _stop_on_signals() -> None:
-    """SIGTERM ends the run like Ctrl-C (KeyboardInterrupt), so that every ``finally`` runs:
-    autograde workers are stopped and the run lock is released."""
+    """Ctrl-C, SIGTERM and SIGHUP end the run at once: every process the run started (autograde
+    workers, Dask workers, sandboxes, kernels) is killed, then KeyboardInterrupt lets every
+    ``finally`` run (the run lock is released, the run is logged)."""
     def handler(signum, _frame):
+        for pid in _descendants(os.getpid()):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGHUP, handler)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, handler)
 
 
 _DISK_ERRORS = (("No space left on device", "the disk is full", "free some space"),
