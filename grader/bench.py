@@ -8,6 +8,7 @@ imports torch and runs one correct submission's tests). Not a test: figures to r
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import subprocess
 import sys
@@ -74,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=None, help="parallel processes (default: all cores)")
     p.add_argument("--students", type=int, default=None,
                    help="grade only the first N demo students (default: all 30)")
+    p.add_argument("--db", default=None, metavar="URL",
+                   help="a PostgreSQL database for the PostgreSQL rows (its nbgrader tables are "
+                   "dropped); default: a private server started from Debian's postgresql, if installed")
     args = p.parse_args(argv)
     jobs = args.jobs or default_jobs()
     roster = demo_class()[: args.students]
@@ -97,8 +101,68 @@ def main(argv: list[str] | None = None) -> int:
         print("  stages: " + ", ".join(f"{k} {v:.1f} s" for k, v in run.stage_seconds.items()))
         print(f"autograde stage speed-up: {seq_auto / par_auto:.2f}x")
         print(f"speed-up over sequential nbgrader: {seq_total / run.seconds:.2f}x")
+        engine_rows(Path(td), args.students, n, jobs, seq_total, seq_auto, args.db)
     diagnosis_bench()
     return 0
+
+
+def engine_rows(td: Path, students: int | None, n: int, jobs: int, seq_total: float, seq_auto: float,
+                db_url: str | None) -> None:
+    """Issue 15's rows: the whole pipeline with autograde as ``jobs`` nbgrader processes (before
+    Dask), as Dask tasks on an embedded local cluster of 1 and ``jobs`` workers, and the same with
+    the gradebook on PostgreSQL (``db_url``, or a private server when Debian's postgresql is
+    installed). Per row: submissions per minute and core-seconds per submission of the autograde
+    stage, and the speed-up over sequential nbgrader (autograde stage; whole pipeline)."""
+    configs = [("processes", jobs, None), ("dask", 1, None), ("dask", jobs, None)]
+    with contextlib.ExitStack() as stack:
+        pg = db_url or _private_postgres(stack)
+        if pg:
+            configs += [("dask", 1, "pg"), ("dask", jobs, "pg"), ("processes", jobs, "pg")]
+        else:
+            print("(PostgreSQL rows skipped: no --db and no Debian postgresql here)")
+        print("autograde engine          workers  gradebook   subs/min  core-s/sub  speed-up autograde  pipeline",
+              flush=True)
+        for i, (engine, workers, db) in enumerate(configs):
+            root = _course_copy(td / f"engine-{i}")
+            write_demo_submissions(root, td / f"engine-{i}-submitted", students)
+            url = None if db is None else _fresh_database(pg, i, own=db_url is None)
+            run = grade_class(course_root=root, submissions=td / f"engine-{i}-submitted", jobs=workers,
+                              engine=engine, db_url=url, fresh=True, yes=True, log=lambda *_: None)
+            auto = run.autograde.seconds
+            name = "nbgrader processes" if engine == "processes" else "Dask (local cluster)"
+            print(f"{name:<26}{workers:>7}  {'PostgreSQL' if db else 'SQLite':<10}{60 * n / auto:>10.1f}"
+                  f"{auto * workers / n:>12.2f}{seq_auto / auto:>19.2f}x{seq_total / run.seconds:>9.2f}x",
+                  flush=True)
+
+
+def _private_postgres(stack: contextlib.ExitStack) -> str | None:
+    """A private PostgreSQL server (tests/services.py) for the bench, if Debian's is installed."""
+    services = REPO_ROOT / "tests" / "services.py"
+    if not services.is_file() or not Path("/usr/lib/postgresql/15/bin/initdb").exists():
+        return None
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_bench_services", services)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    server = stack.enter_context(mod.postgres_server())
+    return server.url("postgres")
+
+
+def _fresh_database(url: str, i: int, own: bool) -> str:
+    """A database of its own for row ``i`` on our private server; the given one, reset, otherwise."""
+    if not own:
+        from .database import reset
+
+        reset(url)
+        return url
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    u = make_url(url)
+    with psycopg.connect(host=u.host, port=u.port, user=u.username, dbname=u.database, autocommit=True) as c:
+        c.execute(f"CREATE DATABASE bench_{i}")
+    return u.set(database=f"bench_{i}").render_as_string(hide_password=False)
 
 
 def diagnosis_bench() -> None:
