@@ -144,6 +144,7 @@ def _private_postgres(stack: contextlib.ExitStack) -> str | None:
 
     spec = importlib.util.spec_from_file_location("_bench_services", services)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up
     spec.loader.exec_module(mod)
     server = stack.enter_context(mod.postgres_server())
     return server.url("postgres")
