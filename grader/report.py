@@ -416,8 +416,9 @@ def summary_text(rep: ClassReport) -> str:
         gs = rep.groups.get(a, [])
         if gs:
             top = gs[0]
-            lines.append(f"    {len(gs)} group{'s' if len(gs) != 1 else ''} of wrong answers, the largest "
-                         f"{top.size} students ({top.checker}): {textwrap.shorten(top.diagnosis, 70)}")
+            lines.append(f"    {len(gs)} group{'s' if len(gs) != 1 else ''} of wrong answers (largest: "
+                         f"{top.size} student{'s' if top.size != 1 else ''}, {top.checker}): "
+                         f"{textwrap.shorten(top.diagnosis, 70)}")
         if rep.similar.get(a):
             lines.append(f"    {len(rep.similar[a])} pair{'s' if len(rep.similar[a]) != 1 else ''} of "
                          "near-identical answer code (see the report)")

@@ -280,7 +280,7 @@ def test_student_table_links_groups_history_and_csvs(course):
     assert data["groups"]["hw"][0]["students"] == ["ana", "cid"]
     assert data["similar"]["hw"][0]["students"] == ["ana", "cid"]
     text = summary_text(rep)
-    assert "1 group of wrong answers, the largest 2 students (rms_norm)" in text
+    assert "1 group of wrong answers (largest: 2 students, rms_norm): you divided by the largest |x|" in text
     assert len(text.splitlines()) < 20
 
 
