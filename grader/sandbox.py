@@ -372,6 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     if "-f" not in args:
         print("usage: python grader/sandbox.py -f CONNECTION_FILE [ipykernel args]", file=sys.stderr)
         return 2
+    parent = os.getppid()
     i = args.index("-f")
     connection_file = args[i + 1]
     kernel_args = args[:i] + args[i + 2:]
@@ -403,6 +404,14 @@ def main(argv: list[str] | None = None) -> int:
     cmd = bwrap_argv(connection_file, cwd, kernel_args, files=files,
                      pids_events=str(cgroup / "pids.events") if cgroup else None,
                      max_write_bytes=max_write, max_procs=max_procs)
+    # Die with the autograde worker that started this kernel, also when it died while this was
+    # still preparing: bwrap's --die-with-parent is set only after exec, too late if the worker
+    # is already gone (it then watches init, which never dies). The signal survives exec.
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        return 1
     os.execv(cmd[0], cmd)
     return 127  # pragma: no cover - execv does not return
 
