@@ -164,6 +164,22 @@ def _start_time(pid: int) -> str:
     return "" if fields[0] in ("Z", "X") else fields[19]
 
 
+def _of_course(course: Path) -> dict[int, str]:
+    """Live processes, anywhere, whose command line or environment names the course folder
+    (a kernel started just as the run was killed is in no snapshot of its descendants)."""
+    out = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            text = (d / "cmdline").read_bytes() + (d / "environ").read_bytes()
+        except OSError:
+            continue
+        if str(course).encode() in text and _start_time(int(d.name)):
+            out[int(d.name)] = _cmdline(int(d.name))
+    return out
+
+
 def _cmdline(pid: int) -> str:
     try:
         return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
@@ -202,6 +218,7 @@ def test_a_killed_run_leaves_nothing_behind_and_a_rerun_finishes_the_batch(cours
             time.sleep(0.1)
         assert not alive, {p: _cmdline(p) for p in alive}
         assert first.poll() is not None, "python -m grader still running 5 s after the signal"
+        assert _of_course(course_copy) == {}
     finally:
         if first.poll() is None:
             first.kill()
