@@ -25,7 +25,11 @@ Accepted forms (anything else gets a message saying what form is expected):
 Each numeric question takes its numbers as an argument (``x=``, ``x_shape=``) whose default is
 the seed's, so a graded assignment can ask the same question about numbers the lesson does not
 answer and get the same diagnoses; numbers that are not a flat tuple of at least two raise
-ValueError (an author's mistake), while a student's answer never raises.
+ValueError (an author's mistake), while a student's answer never raises. The other questions
+take their setting the same way (``ask=``, ``sublayer=``, ``layout=``; default the seed's), so
+the graded assignment can ask them in a setting whose answer the lesson does not print: whether
+a constant shift changes RMSNorm's output, the Pre-LN formula of the feed-forward half, whether
+a norm keeps a given shape, the axis number in a ``[B, D, T]`` layout.
 
 Source: the Lesson 16 seed text (``shared/seed``), Practice studio and its "Check solutions".
 """
@@ -297,19 +301,39 @@ def parse_axis(value, *, what: str = "the answer") -> str:
 
 
 _NORM_NAMES = {"norm", "ln", "layernorm", "layer_norm", "rmsnorm", "rms_norm", "normalize",
-               "normalise", "normalization", "normalisation", "rmsn", "n"}
-_SUBLAYER_NAMES = {"attention", "attn", "selfattention", "self_attention", "self_attn", "mha",
-                   "mhsa", "multiheadattention", "sublayer", "f", "sa", "a", "att"}
+               "normalise", "normalization", "normalisation", "rmsn", "n",
+               # a block's two norms, by number or by MiniMind's / nanoGPT's names
+               "norm1", "norm2", "ln1", "ln2", "ln_1", "ln_2", "input_layernorm",
+               "post_attention_layernorm"}
+_ATTENTION_NAMES = {"attention", "attn", "selfattention", "self_attention", "self_attn", "mha",
+                    "mhsa", "multiheadattention", "sa", "a", "att"}
+_GENERIC_SUBLAYER_NAMES = {"sublayer", "f"}
+_SUBLAYER_NAMES = _ATTENTION_NAMES | _GENERIC_SUBLAYER_NAMES
+_FFN_NAMES = {"ffn", "mlp", "feedforward", "feed_forward", "ff", "fnn", "feedforwardnetwork"}
+_SUBLAYER_KINDS = {"attention": (_ATTENTION_NAMES, _FFN_NAMES),
+                   "ffn": (_FFN_NAMES, _ATTENTION_NAMES)}
 _INPUT_NAMES = {"x", "h", "hidden", "hidden_states", "residual", "x_l", "xl", "input"}
 
 
-def parse_formula(value, *, what: str = "the answer") -> str:
+def parse_formula(value, *, what: str = "the answer", sublayer: str = "attention") -> str:
     """Reduce a residual-block formula to a canonical string over ``X``, ``N()`` (any norm)
-    and ``A()`` (any sublayer), e.g. ``"Y = x + attn(LN(x))"`` -> ``"X+A(N(X))"``.
+    and ``A()`` (the question's sublayer), e.g. ``"Y = x + attn(LN(x))"`` -> ``"X+A(N(X))"``.
+
+    Args:
+        value: the student's string.
+        what: how messages name the answer.
+        sublayer: the question's sublayer, ``"attention"`` (the seed's) or ``"ffn"`` (the
+            feed-forward network): its names and the generic ``F``/``sublayer`` become ``A()``;
+            the other sublayer's names (``MLP``/``FFN`` in an attention question, ``Attention``
+            in a feed-forward one) become ``W()``, a wrong sublayer.
 
     Raises:
         AnswerFormatError: not a string, not answered, or a name that is not recognised.
+        ValueError: an unknown ``sublayer`` (an author's mistake).
     """
+    if sublayer not in _SUBLAYER_KINDS:
+        raise ValueError(f"sublayer is 'attention' or 'ffn', got {sublayer!r}")
+    asked, other = _SUBLAYER_KINDS[sublayer]
     if value is None or value is Ellipsis:
         raise AnswerFormatError(f"{what} is not answered yet: write the formula as a string")
     if not isinstance(value, str):
@@ -328,15 +352,18 @@ def parse_formula(value, *, what: str = "the answer") -> str:
             out.append("X")
         elif low in _NORM_NAMES:
             out.append("N")
-        elif low in _SUBLAYER_NAMES:
+        elif low in asked or low in _GENERIC_SUBLAYER_NAMES:
             out.append("A")
+        elif low in other:
+            out.append("W")
         elif tok in "()+":
             out.append(tok)
         elif tok == "*":
             continue
         else:
+            names = "Attention(...)" if sublayer == "attention" else "FFN(...)"
             raise AnswerFormatError(f"{what}: did not recognise {tok!r} in {value!r}; use X, "
-                                    "Norm(...), Attention(...) (or F(...)), + and parentheses")
+                                    f"Norm(...), {names} (or F(...)), + and parentheses")
     return "".join(out)
 
 
@@ -389,6 +416,13 @@ def _values(x) -> np.ndarray:
 def _show(x: np.ndarray) -> str:
     """``(2, 2, 4, 4)``: the numbers as the question states them."""
     return "(" + ", ".join(f"{v:g}" for v in x) + ")"
+
+
+def _label(prefix: str, x: np.ndarray) -> str:
+    """The answer's variable name for these numbers: ``ln_2244``, ``rms_34``, ``rms_5_12``
+    (an underscore between the numbers once one has two digits)."""
+    parts = [f"{v:g}" for v in x]
+    return f"{prefix}_" + ("_" if any(len(p) > 1 for p in parts) else "").join(parts)
 
 
 def check_mean_var(mean, var, x=_X2244) -> CheckResult:
@@ -476,7 +510,7 @@ def check_layer_norm_2244(y, x=_X2244) -> CheckResult:
     var = ((x - mu) ** 2).mean()
     want = (x - mu) / math.sqrt(var)
     try:
-        g = parse_vector(y, what="ln_2244")
+        g = parse_vector(y, what=_label("ln", x))
     except AnswerFormatError as e:
         return _result(name, _format_case(name, e))
     if g.shape != want.shape:
@@ -517,7 +551,7 @@ def check_rms_34(rms, x=(3.0, 4.0)) -> CheckResult:
     x = _values(x)
     name = f"rms {_show(x)}"
     try:
-        r = parse_number(rms, what="rms_34")
+        r = parse_number(rms, what=_label("rms", x))
     except AnswerFormatError as e:
         return _result(name, _format_case(name, e))
     ms = float((x**2).mean())
@@ -539,12 +573,43 @@ def check_rms_34(rms, x=(3.0, 4.0)) -> CheckResult:
                                "take the square root.", "wrong_values"))
 
 
-def check_rms_subtracts_mean(answer) -> CheckResult:
+_CENTERING_ASKS = ("subtracts_mean", "shift_changes_output")
+
+
+def check_rms_subtracts_mean(answer, ask: str = "subtracts_mean") -> CheckResult:
     """Practice studio 4: does RMSNorm subtract the mean? (a yes/no answer).
 
-    Never raises. Source: the seed ("RMSNorm: scale without centering"); Zhang and
-    Sennrich 2019, section 3.
+    Args:
+        answer: the student's yes/no (see :func:`parse_yes_no`).
+        ask: which question about centering: ``"subtracts_mean"`` (the seed's: does RMSNorm
+            subtract the mean? right answer no) or ``"shift_changes_output"`` (does adding
+            the same constant to every feature change RMSNorm's output? right answer yes,
+            because RMSNorm does not subtract the mean). Either wrong answer is the fault
+            ``subtracts_mean``.
+
+    Returns:
+        :class:`CheckResult` with one case. Never raises on a student's answer.
+
+    Raises:
+        ValueError: an unknown ``ask`` (an author's mistake).
+
+    Source: the seed ("RMSNorm: scale without centering"); Zhang and Sennrich 2019, section 3.
     """
+    if ask not in _CENTERING_ASKS:
+        raise ValueError(f"ask is one of {_CENTERING_ASKS}, got {ask!r}")
+    if ask == "shift_changes_output":
+        name = "rms_shift_changes"
+        try:
+            says = parse_yes_no(answer, what=name)
+        except AnswerFormatError as e:
+            return _result(name, _format_case(name, e))
+        if says:
+            return _result(name, _case(name, True))
+        return _result(name, _fault_case(name, "subtracts_mean", "an output that a constant "
+                                         "shift leaves unchanged is LayerNorm's: subtracting "
+                                         "the mean removes the shift. ",
+                                         _msg("subtracts_mean") + " Nothing removes the "
+                                         "shift, so RMSNorm's output changes."))
     name = "rms_subtracts_mean"
     try:
         says = parse_yes_no(answer, what=name)
@@ -581,25 +646,47 @@ _FORMULA_HINTS = {
 }
 
 
-def check_pre_ln_formula(formula) -> CheckResult:
+_SUBLAYER_WORDS = {"attention": "attention", "ffn": "the feed-forward network (FFN, the MLP)"}
+
+
+def check_pre_ln_formula(formula, sublayer: str = "attention") -> CheckResult:
     """Practice studio 5: "normalize, attend, add the original" as one Pre-LN formula.
 
     Args:
         formula: a string, e.g. ``"Y = X + Attention(Norm(X))"``; any of the names listed in
             :func:`parse_formula` and LaTeX are accepted, as is the residual written second.
+        sublayer: the block's sublayer, ``"attention"`` (the seed's) or ``"ffn"`` (the
+            feed-forward half: ``"Y = H + FFN(Norm(H))"``). Naming the other sublayer is
+            wrong (``wrong_values``), whatever the placement.
 
     Returns:
         :class:`CheckResult` with one case. Post-LN (pre_post_swapped), the norm after the
         sublayer (norm_on_sublayer_output), a missing residual, a residual from Norm(X) and a
-        missing norm are each named, with the placement checkers' fault kinds. Never raises.
+        missing norm are each named, with the placement checkers' fault kinds. Never raises
+        on a student's answer.
+
+    Raises:
+        ValueError: an unknown ``sublayer`` (an author's mistake).
 
     Source: the seed, "Placement is a separate choice"; Xiong et al. 2020, Figure 1.
     """
     name = "pre_ln formula"
+    if sublayer not in _SUBLAYER_KINDS:
+        raise ValueError(f"sublayer is 'attention' or 'ffn', got {sublayer!r}")
     try:
-        canon = parse_formula(formula, what="pre_ln_formula")
+        canon = parse_formula(formula, what="pre_ln_formula", sublayer=sublayer)
     except AnswerFormatError as e:
         return _result(name, _format_case(name, e))
+    if "W" in canon:
+        other = "ffn" if sublayer == "attention" else "attention"
+        placed = canon.replace("W", "A")
+        also = ""
+        if placed not in _PRE_LN and placed in _FORMULA_FAULTS:
+            also = " The placement is off too: " + _FORMULA_HINTS[_FORMULA_FAULTS[placed]]
+        return _result(name, _case(name, False, f"this block's sublayer is "
+                                   f"{_SUBLAYER_WORDS[sublayer]}, not {_SUBLAYER_WORDS[other]}: "
+                                   "name the sublayer the question describes." + also,
+                                   "wrong_values"))
     if canon in _PRE_LN:
         return _result(name, _case(name, True))
     if canon in _FORMULA_FAULTS:
@@ -612,18 +699,33 @@ def check_pre_ln_formula(formula) -> CheckResult:
                                "original X plus the sublayer's output.", "wrong_values"))
 
 
-def check_norm_changes_shape(answer) -> CheckResult:
+def check_norm_changes_shape(answer, ask: str = "changes") -> CheckResult:
     """Practice studio 6 (the yes/no half): does normalization change the tensor shape?
 
     The one-line explanation is graded by hand (see the assignment's mark scheme).
-    Never raises. Source: the seed, Practice studio item 6 and the Shape check.
+
+    Args:
+        answer: the student's yes/no (see :func:`parse_yes_no`).
+        ask: ``"changes"`` (the seed's: does it change the shape? right answer no) or
+            ``"keeps"`` (does the norm's output keep its input's shape? right answer yes).
+            Either wrong answer is the fault ``says_shape_changes``.
+
+    Returns:
+        :class:`CheckResult` with one case. Never raises on a student's answer.
+
+    Raises:
+        ValueError: an unknown ``ask`` (an author's mistake).
+
+    Source: the seed, Practice studio item 6 and the Shape check.
     """
-    name = "norm_changes_shape"
+    if ask not in ("changes", "keeps"):
+        raise ValueError(f"ask is 'changes' or 'keeps', got {ask!r}")
+    name = "norm_changes_shape" if ask == "changes" else "norm_keeps_shape"
     try:
         says = parse_yes_no(answer, what=name)
     except AnswerFormatError as e:
         return _result(name, _format_case(name, e))
-    if says:
+    if says is (ask == "changes"):
         return _result(name, _fault_case(name, "says_shape_changes"))
     return _result(name, _case(name, True))
 
@@ -664,19 +766,70 @@ def check_rms_shape(shape, x_shape=(2, 3, 8)) -> CheckResult:
                                "wrong_values"))
 
 
-def check_stats_axis(axis) -> CheckResult:
+_AXIS_NAMES = {"B": "batch", "T": "sequence", "D": "feature"}
+
+
+def _axis_number(value) -> int | None:
+    """An axis given by position: an int, ``"1"``, ``"dim=1"``, ``"axis -2"``, ``"the last
+    axis"`` (-1), ``"the first axis"`` (0); None for anything else (a name such as "feature")."""
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, str):
+        s = value.strip().lower().strip(" .")
+        m = re.fullmatch(r"(?:the\s+)?(?:axis|dim|dimension)?\s*[=:]?\s*(-?\d+)", s)
+        if m:
+            return int(m.group(1))
+        if re.search(r"\blast\b", s):
+            return -1
+        if re.search(r"\bfirst\b", s):
+            return 0
+    return None
+
+
+def check_stats_axis(axis, layout: str = "BTD") -> CheckResult:
     """Retrieval check: which axis supplies the mean and variance for one token?
 
     Args:
-        axis: an int axis of ``[B, T, D]`` or words (see :func:`parse_axis`).
+        axis: for the seed's ``layout="BTD"``, an int axis of ``[B, T, D]`` or words (see
+            :func:`parse_axis`). For any other layout (e.g. ``"BDT"``, the ``[B, D, T]`` of
+            ``torch.nn.Conv1d``) the question asks for the axis *number*: an int, ``"dim=1"``
+            or "the last axis"; a name ("feature") is answered with a request for the number.
+        layout: the tensor's axes in order, a permutation of ``"BTD"``.
 
     Returns:
         :class:`CheckResult` with one case; the batch axis (BatchNorm) and the sequence axis
-        are named. Never raises.
+        are named (in another layout, ``-1`` is often the sequence axis: said so). Never
+        raises on a student's answer.
+
+    Raises:
+        ValueError: ``layout`` is not a permutation of ``"BTD"`` (an author's mistake).
 
     Source: the seed, Retrieval check ("calculate statistics across its d features").
     """
     name = "statistics axis"
+    if sorted(layout) != sorted("BTD"):
+        raise ValueError(f"layout is a permutation of 'BTD', got {layout!r}")
+    if layout != "BTD":
+        shape = "[" + ", ".join(layout) + "]"
+        if axis is None or axis is Ellipsis:
+            return _result(name, _case(name, False, "stats_axis is not answered yet: set it to "
+                                       f"an axis number of {shape}", "not_answered"))
+        n = _axis_number(axis)
+        if n is None:
+            return _result(name, _case(name, False, f"this question asks for the axis number "
+                                       f"of a {shape} tensor (an int such as 0 or -1), not the "
+                                       f"axis's name; got {axis!r}", "bad_format"))
+        if not -3 <= n <= 2:
+            return _result(name, _case(name, False, f"a {shape} tensor has axes 0, 1, 2 (or -3, "
+                                       f"-2, -1), got {n}", "bad_format"))
+        letter = layout[n]
+        if letter == "D":
+            return _result(name, _case(name, True))
+        return _result(name, _fault_case(name, f"{_AXIS_NAMES[letter]}_axis",
+                                         f"axis {n} of {shape} is the {_AXIS_NAMES[letter]} "
+                                         f"axis {letter}: "))
     try:
         ax = parse_axis(axis, what="stats_axis")
     except AnswerFormatError as e:

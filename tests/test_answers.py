@@ -276,3 +276,71 @@ def test_rms_shape_on_another_shape():
 def test_an_author_mistake_in_the_question_numbers_raises():
     with pytest.raises(ValueError):
         check_mean_var(1, 1, x=(3,))
+
+
+def test_an_unanswered_question_names_the_variable_of_its_numbers():
+    assert "ln_2244 is not answered" in check_layer_norm_2244(None).messages[0]
+    assert "ln_1357 is not answered" in check_layer_norm_2244(None, x=(1, 3, 5, 7)).messages[0]
+    assert "rms_34 is not answered" in check_rms_34(None).messages[0]
+    assert "rms_5_12 is not answered" in check_rms_34(None, x=(5, 12)).messages[0]
+
+
+# ----------------------------------------------------------------- other settings, same faults
+# The graded practice asks the non-numeric questions in settings the lesson does not answer:
+# adding 5 to every feature of (1, -1, 2) changes RMSNorm's output (no centering removes the
+# shift): yes; the Pre-LN feed-forward half is Y = H + FFN(Norm(H)); a norm keeps x's shape: yes;
+# in a [B, D, T] tensor the features are axis 1 (= -2), and axis -1 is the sequence axis.
+
+
+@pytest.mark.parametrize("answer", [True, "yes", "Yes."])
+def test_a_shift_changes_rms_norms_output(answer):
+    assert check_rms_subtracts_mean(answer, ask="shift_changes_output").score == 1.0
+
+
+def test_saying_a_shift_leaves_rms_norm_unchanged_is_the_subtracts_mean_fault():
+    r = check_rms_subtracts_mean("no", ask="shift_changes_output")
+    assert_fault(r, "subtracts_mean")
+    assert "LayerNorm" in r.messages[0]
+    assert check_rms_subtracts_mean("no").score == 1.0  # the seed's question is unchanged
+
+
+@pytest.mark.parametrize("formula", ["Y = H + FFN(Norm(H))", "MLP(LN(x)) + x",
+                                     "h + mlp(post_attention_layernorm(h))", "X + F(Norm(X))"])
+def test_pre_ln_formula_of_the_feed_forward_half(formula):
+    assert check_pre_ln_formula(formula, sublayer="ffn").score == 1.0
+
+
+def test_naming_the_other_sublayer_is_wrong_and_said_so():
+    r = check_pre_ln_formula("Y = X + Attention(Norm(X))", sublayer="ffn")
+    assert_fault(r, "wrong_values")
+    assert "feed-forward" in r.messages[0]
+    r = check_pre_ln_formula("Y = Norm(X + Attention(X))", sublayer="ffn")
+    assert "Post-LN" in r.messages[0]  # the placement mistake is named too
+    assert_fault(check_pre_ln_formula("Y = Norm(H + FFN(H))", sublayer="ffn"), "pre_post_swapped")
+    assert_fault(check_pre_ln_formula("X + MLP(Norm(X))"), "wrong_values")  # seed: attention
+    with pytest.raises(ValueError):
+        check_pre_ln_formula("X", sublayer="conv")
+
+
+def test_norm_keeps_shape_is_the_seed_question_turned_round():
+    assert check_norm_changes_shape(True, ask="keeps").score == 1.0
+    assert_fault(check_norm_changes_shape("no", ask="keeps"), "says_shape_changes")
+    assert check_norm_changes_shape(False).score == 1.0
+    with pytest.raises(ValueError):
+        check_norm_changes_shape(True, ask="grows")
+
+
+@pytest.mark.parametrize("axis", [1, -2, "1", "dim=1", "axis = -2"])
+def test_stats_axis_number_in_another_layout(axis):
+    assert check_stats_axis(axis, layout="BDT").score == 1.0
+
+
+@pytest.mark.parametrize("axis, fault", [(-1, "sequence_axis"), ("dim=-1", "sequence_axis"),
+                                         ("the last axis", "sequence_axis"), (0, "batch_axis"),
+                                         ("feature", "bad_format"), (5, "bad_format"),
+                                         (None, "not_answered"), (True, "bad_format")])
+def test_stats_axis_in_another_layout_names_the_axis_given(axis, fault):
+    r = check_stats_axis(axis, layout="BDT")
+    assert_fault(r, fault)
+    if fault == "sequence_axis":
+        assert "[B, D, T] is the sequence axis T" in r.messages[0]
