@@ -32,7 +32,7 @@ ASSIGNMENTS = sorted(ANSWERS)
 # What a failing hidden test must show in the feedback: (assignment, variant, diagnosis texts);
 # the fault tags themselves ride in output metadata, never in the student's text.
 DIAGNOSES = [
-    ("practice", "unbiased_variance", ["4/3", "did you divide by n-1"]),
+    ("practice", "unbiased_variance", ["20/3", "did you divide by n-1"]),
     ("practice", "pre_post_swapped", ["that is the original Post-LN"]),
     ("layernorm", "unbiased_variance", ["did you divide by n-1"]),  # graded on drawn D: no fixed factor
     ("layernorm", "low_precision_stats", ["x.astype(np.float32)"]),  # numpy words for numpy

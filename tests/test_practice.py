@@ -1,7 +1,10 @@
 """normref.practice: the seed's self-check questions grade right answers right, diagnose the
 usual mistakes, and keep the answer hidden until a real attempt."""
 import math
+import re
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -180,3 +183,137 @@ def test_rms_3_4_truncated_to_two_decimals_is_right_in_both():
     fb = P.check("ps_rms_3_4", 3.5)
     assert fb.faults == ("mean_abs_not_rms",)
     assert "you gave 3.5: that is the mean of the values, (3 + 4) / 2" in fb.message
+
+
+# ------------------------------------------------ lessons teach, the graded practice assesses
+# Issue 16, item 5: no lesson's "Show answer" may answer a graded `practice` cell. The graded
+# answers are derived here by hand from each question's own numbers and setting; the lessons'
+# revealed answers are read from what their quiz cells reveal after an attempt.
+
+_REPO = Path(__file__).resolve().parents[1]
+_PRACTICE_SOURCE = _REPO / "source" / "practice" / "practice.ipynb"
+
+#: grade_id -> {answer variable: the graded answer, derived by hand}
+_GRADED = {
+    # (1 + 3 + 5 + 7) / 4 = 4; ((-3)^2 + (-1)^2 + 1^2 + 3^2) / 4 = 20 / 4 = 5
+    "practice_mean_var": {"mean_1357": 4.0, "var_1357": 5.0},
+    # (x - 4) / sqrt(5) = (-1.342, -0.447, 0.447, 1.342)
+    "practice_layer_norm": {"ln_1357": tuple((v - 4) / math.sqrt(5) for v in (1, 3, 5, 7))},
+    # sqrt((25 + 144) / 2) = sqrt(84.5) = 9.192
+    "practice_rms": {"rms_5_12": math.sqrt(84.5)},
+    # (1, -1, 2) / sqrt(6/3) has a negative entry; (6, 4, 7) / sqrt(101/3) has none: it changes
+    "practice_subtracts_mean": {"rms_shift_changes": True},
+    "practice_pre_ln_formula": {"pre_ln_formula": "Y = H + FFN(Norm(H))"},
+    "practice_shape": {"norm_keeps_shape": True},  # [3, 7, 16] -> [3, 7, 16]
+    "trace_rms_shape": {"rms_shape": (4, 5, 1)},  # [4, 5, 6] reduced over the last axis, kept
+    "retrieval_stats_axis": {"stats_axis": 1},  # [B, D, T]: D is axis 1
+}
+
+#: lesson question -> the graded cell that once asked the same question with the same numbers
+_ONCE_REVEALED = {
+    "trace_rms_shape": "trace_rms_shape", "retrieval_axis": "retrieval_stats_axis",
+    "ps_mean_var": "practice_mean_var", "ps_layernorm": "practice_layer_norm",
+    "ps_rms_3_4": "practice_rms", "ps_rms_subtracts_mean": "practice_subtracts_mean",
+    "ps_pre_ln_formula": "practice_pre_ln_formula", "ps_shape_change": "practice_shape",
+}
+
+
+def _lesson_questions() -> set[str]:
+    """Every self-check question a lesson (notebooks/*.md) asks, by id."""
+    ids = set()
+    for md in sorted((_REPO / "notebooks").glob("*.md")):
+        ids |= set(re.findall(r"practice\.(?:quiz|check)\(\s*[\"'](\w+)[\"']", md.read_text()))
+    return ids
+
+
+def _graded_cells():
+    """(imports source, {grade_id: hidden-test expression}) of the source practice notebook."""
+    import nbformat
+
+    nb = nbformat.read(_PRACTICE_SOURCE, as_version=4)
+    imports = next(c.source for c in nb.cells
+                   if c.metadata.get("nbgrader", {}).get("grade_id") == "practice_imports")
+    hidden = {}
+    for c in nb.cells:
+        meta = c.metadata.get("nbgrader", {})
+        if meta.get("grade") and c.cell_type == "code":
+            body = c.source.split("### BEGIN HIDDEN TESTS")[1].split("### END HIDDEN TESTS")[0]
+            hidden[meta["grade_id"]] = body.strip()
+    return imports, hidden
+
+
+def _score(imports: str, expr: str, answers: dict) -> float:
+    ns: dict = {}
+    exec(imports, ns)
+    ns.update(answers)
+    return float(eval(expr, ns))
+
+
+def _revealed_forms(qid: str) -> list[dict]:
+    """What a student copying the lesson's revealed answer could type into the graded cell:
+    the revealed text, its pieces (``a = b ≈ c``), the meaning of a revealed option, and for
+    the axis question the lesson's ``dim=-1``; one dict of answer variables per form."""
+    P.check(qid, SEED_ANSWERS[qid])  # an attempt unlocks the answer, as the Show-answer button
+    text = P.reveal(qid)
+    assert text.startswith("Standard answer: "), text
+    text = text.removeprefix("Standard answer: ")
+    names = list(_GRADED[_ONCE_REVEALED[qid]])
+    if len(names) == 2:  # mean and variance: the two numbers the lesson prints
+        nums = [float(n) for n in re.findall(r"-?\d+(?:\.\d+)?", text)]
+        return [dict(zip(names, nums))]
+    q = P.QUESTIONS[qid]
+    forms = {text, *(p.strip() for p in re.split(r"\s=\s|≈", text))}
+    if q.kind == "choice":
+        forms.add(q._values[q.options.index(text)])
+    if qid == "retrieval_axis":
+        forms |= {-1, "dim=-1", "the last axis"}
+    return [{names[0]: f} for f in forms]
+
+
+def test_every_lesson_question_is_mapped_and_every_graded_answer_is_derived():
+    _, hidden = _graded_cells()
+    assert _lesson_questions() == set(_ONCE_REVEALED) == set(SEED_ANSWERS)
+    assert set(hidden) == set(_GRADED)  # the hand-graded explanation has no hidden test
+
+
+@pytest.mark.parametrize("grade_id", sorted(_GRADED))
+def test_the_hand_derived_answer_earns_the_graded_point(grade_id):
+    imports, hidden = _graded_cells()
+    assert _score(imports, hidden[grade_id], _GRADED[grade_id]) == 1.0
+
+
+def _same(a, b) -> bool:
+    """Whether two answers are the same value (numbers to 3 decimals, words case-blind)."""
+    try:
+        return bool(np.allclose(np.asarray(a, float), np.asarray(b, float), atol=5e-3)) \
+            and np.shape(a) == np.shape(b)
+    except (TypeError, ValueError):
+        pass
+    if isinstance(a, (bool, str)) and isinstance(b, (bool, str)):
+        try:
+            return A.parse_yes_no(a) == A.parse_yes_no(b)
+        except A.AnswerFormatError:
+            return str(a).strip().lower() == str(b).strip().lower()
+    return False
+
+
+@pytest.mark.parametrize("qid", sorted(_ONCE_REVEALED))
+def test_no_lesson_reveals_a_graded_answer(qid):
+    imports, hidden = _graded_cells()
+    grade_id = _ONCE_REVEALED[qid]
+    for form in _revealed_forms(qid):
+        for name, value in form.items():
+            assert not _same(value, _GRADED[grade_id][name]), (qid, grade_id, name, value)
+        # copied into the graded cell, the lesson's answer earns nothing
+        assert _score(imports, hidden[grade_id], form) == 0.0, (qid, form)
+
+
+def test_no_lesson_text_states_the_graded_explanation():
+    """The hand-graded `practice_shape_why` asks about x of shape [3, 7, 16]; no lesson question,
+    answer or feedback names its statistic's shape [3, 7, 1]."""
+    for qid, q in P.QUESTIONS.items():
+        P.check(qid, SEED_ANSWERS[qid])
+        said = " ".join([q.prompt, q.right, P.reveal(qid), *q.options])
+        assert "3, 7" not in said, qid
+    for md in sorted((_REPO / "notebooks").glob("*.md")):
+        assert "3, 7, 1" not in md.read_text() and "3, 7, 16" not in md.read_text(), md.name
