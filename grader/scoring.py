@@ -60,12 +60,13 @@ def _gen(seed: int, grade_id: str):
 
 
 def _token(g):
-    """Three distinct small integers as floats: the kind of the seed's (1, 2, 3)."""
+    """Three distinct small integers as floats, of nonzero mean: the kind of the seed's
+    (1, 2, 3) (a zero mean would let RMSNorm and LayerNorm agree on it)."""
     import torch
 
     while True:
         t = torch.randint(-6, 7, (3,), generator=g).float()
-        if len(set(t.tolist())) == 3:
+        if len(set(t.tolist())) == 3 and abs(float(t.sum())) >= 3:
             return t
 
 
@@ -103,7 +104,7 @@ def draw_norm_battery(kind: str, backend: str, g) -> list:
     big = float(_pick(g, [264, 300, 384, 500, 640, 1000]))
     tok = _token(g)
     w, b = 1 + 0.5 * rnd(d), 0.1 * rnd(d)
-    btd, nnn = rnd(b_, t_, d, shift=0.5), rnd(n, n, n, scale=2.0, shift=1.0)
+    btd, nnn, tiny = rnd(b_, t_, d, shift=0.5), rnd(n, n, n, scale=2.0, shift=1.0), rnd(2, d2)
     if kind == "layer":
         # Where eps sits shows in float32 only on a token of small variance. Every token gets a
         # std between 1 and 2, but one of std 0.2 in [B, T, D] (both eps faults show) and one
@@ -112,18 +113,21 @@ def draw_norm_battery(kind: str, backend: str, g) -> list:
         nnn = _with_std(nnn, 1 + torch.rand(n, n, 1, generator=g))
         btd[0, 0] = _with_std(btd[0, 0], 0.2)
         nnn[0, 0] = _with_std(nnn[0, 0], 0.4)
+        # tiny values: std 1e-3 to 2e-3 against eps = 1e-4, so var still shows (n-1 is seen)
+        tiny = _with_std(tiny, 1e-3 * (1 + torch.rand(2, 1, generator=g)))
     else:  # RMS between 1 and 2 in every token: eps stays below float32's tolerance there
         btd = btd / btd.pow(2).mean(-1, keepdim=True).sqrt() * (1 + torch.rand(b_, t_, 1, generator=g))
         nnn = nnn / nnn.pow(2).mean(-1, keepdim=True).sqrt() * (1 + torch.rand(n, n, 1, generator=g))
+        tiny = tiny / tiny.pow(2).mean(-1, keepdim=True).sqrt() * 1e-3 * (1 + torch.rand(2, 1, generator=g))
     cases = [
         NormCase(f"token {tuple(int(v) for v in tok.tolist())}", tok, torch.ones(3), bias(torch.zeros(3)), eps),
         NormCase(f"[{b_}, {t_}, {d}] float32 with a trained gamma", btd, w, bias(b), eps),
         NormCase(f"B = T = D [{n}, {n}, {n}] (a wrong axis still broadcasts)", nnn,
                  1 + 0.5 * rnd(n), bias(0.1 * rnd(n)), eps),
-        NormCase(f"tiny values 1e-3 [2, {d2}] with eps=1e-4 (where eps sits matters)", rnd(2, d2, scale=1e-3),
+        NormCase(f"tiny values 1e-3 [2, {d2}] with eps=1e-4 (where eps sits matters)", tiny,
                  torch.ones(d2), bias(torch.zeros(d2)), 1e-4),
         NormCase(f"float16 row [{big:g}, -{big:g}, {big:g}, -{big:g}] (x**2 overflows float16)",
-                 torch.stack([torch.tensor([big, -big, big, -big]), rnd(4, scale=2.0)]).to(torch.float16),
+                 torch.stack([torch.tensor([big, -big, big, -big]), rnd(4, shift=2.5)]).to(torch.float16),
                  torch.ones(4), bias(torch.zeros(4)), eps),
         NormCase(f"bfloat16 [{b_}, {t_}, 8]", rnd(b_, t_, 8).to(torch.bfloat16), 1 + 0.5 * rnd(8),
                  bias(0.1 * rnd(8)), eps),
