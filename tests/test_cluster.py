@@ -205,3 +205,31 @@ def test_a_wrong_database_url_fails_in_seconds_with_one_line_touching_nothing(tm
         assert line.startswith("error: ") and why in line, line
         assert "secret" not in line  # a password is never printed
     assert _digest(root) == before
+
+
+@pytest.mark.slow
+def test_ctrl_c_cancels_the_runs_tasks_on_the_cluster(tmp_path, dask_cluster, bubblewrap):
+    import signal
+
+    from distributed import Client
+
+    root = _course(tmp_path / "c", {"rmsnorm", "layernorm"})
+    subs = tmp_path / "subs"
+    write_demo_submissions(root, subs, 6)
+    proc = subprocess.Popen([sys.executable, "-m", "grader", "--course-root", str(root), "--submissions", str(subs),
+                             "--scheduler", dask_cluster.address], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    with Client(dask_cluster.address, timeout=10) as c:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and not any(c.processing().values()):
+            time.sleep(0.2)
+        assert any(c.processing().values()), "the run never reached the cluster"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130 and "stopped" in err, err[-2000:]
+        deadline = time.monotonic() + 30  # its tasks leave the scheduler: none queued, none running
+        while time.monotonic() < deadline and (c.processing() and any(c.processing().values())
+                                               or c.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks))):
+            time.sleep(0.5)
+        assert not any(c.processing().values())
+        assert c.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks)) == 0
