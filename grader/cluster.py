@@ -42,10 +42,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .course import CourseTree
+from .parallel import AutogradeOutcome, _reason, default_jobs
 
 #: The environment variable that points kernels at this run's graded inputs (normref.handback.ENV).
 HANDBACK_ENV = "NORMREF_HANDBACK_DIR"
-from .parallel import AutogradeOutcome, _reason, default_jobs
 
 #: How many workers may die while running one task before it is given up (embedded cluster).
 ALLOWED_FAILURES = 1
@@ -558,5 +558,5 @@ def autograde(course: CourseTree | Path, assignments: list[str], *, jobs: int | 
     return outcome
 
 
-__all__ = ["autograde", "connect", "DaskCluster", "ClusterOutcome", "grade_submission", "record", "assignment_definitions",
-           "scheduler_address", "ClusterError", "ALLOWED_FAILURES"]
+__all__ = ["autograde", "connect", "DaskCluster", "ClusterOutcome", "grade_submission", "record",
+           "assignment_definitions", "scheduler_address", "ClusterError", "ALLOWED_FAILURES"]
