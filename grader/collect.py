@@ -287,7 +287,11 @@ def _known_lms_ids(tree: CourseTree) -> dict[str, str]:
 
     from sqlalchemy.exc import SQLAlchemyError
 
-    if tree.is_sqlite and not tree.gradebook_path.is_file():
+    from .state import gradebook_problem
+
+    if tree.is_sqlite and (not tree.gradebook_path.is_file() or gradebook_problem(tree)):
+        # Opening an empty or broken file with nbgrader would write a new schema into it: leave
+        # it untouched for the run's own check, which refuses it and names a good backup.
         return {}
     try:
         with Gradebook(tree.gradebook_url) as gb:

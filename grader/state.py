@@ -100,6 +100,28 @@ def backups(tree: CourseTree) -> list[Path]:
     return sorted(d.glob("gradebook-*.db")) if d.is_dir() else []
 
 
+def _gradebook_file_problem(path: Path) -> str | None:
+    """Why the SQLite file at ``path`` is not a usable nbgrader gradebook, or None."""
+    if path.stat().st_size == 0:
+        return f"{path} is empty (0 bytes)"
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            ok = db.execute("PRAGMA integrity_check").fetchone()[0]
+            tables = {r[0] for r in db.execute("select name from sqlite_master where type='table'")}
+    except sqlite3.DatabaseError as e:
+        return f"{path} is not a readable SQLite database ({e})"
+    if ok != "ok":
+        return f"{path} is corrupt (SQLite integrity check: {ok})"
+    if "assignment" not in tables:
+        return f"{path} is not an nbgrader gradebook (no assignment table)"
+    return None
+
+
+def good_backups(tree: CourseTree) -> list[Path]:
+    """The backups that are readable nbgrader gradebooks, oldest first (what restore may pick)."""
+    return [p for p in backups(tree) if _gradebook_file_problem(p) is None]
+
+
 def backup_gradebook(tree: CourseTree, tag: str, log=print) -> Path | None:
     """Copy the gradebook to ``logs/backups/gradebook-<tag>.db`` with SQLite's online backup API
     (consistent even while another process reads it); keep the newest :data:`KEEP_BACKUPS`.
@@ -114,6 +136,10 @@ def backup_gradebook(tree: CourseTree, tag: str, log=print) -> Path | None:
         return None
     src = tree.gradebook_path
     if not src.is_file() or src.stat().st_size == 0:
+        return None
+    problem = gradebook_problem(tree)
+    if problem:  # a broken gradebook must never become "the newest backup" that restore picks
+        log(f"backup: skipped, {problem}")
         return None
     dest_dir = tree.logs / "backups"
     dest_dir.mkdir(parents=True, exist_ok=True)
@@ -146,19 +172,7 @@ def gradebook_problem(tree: CourseTree) -> str | None:
     path = tree.gradebook_path
     if not path.exists():
         return f"{path} is missing, but this course has been graded before" if has_grading_state(tree) else None
-    if path.stat().st_size == 0:
-        return f"{path} is empty (0 bytes)"
-    try:
-        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
-            ok = db.execute("PRAGMA integrity_check").fetchone()[0]
-            tables = {r[0] for r in db.execute("select name from sqlite_master where type='table'")}
-    except sqlite3.DatabaseError as e:
-        return f"{path} is not a readable SQLite database ({e})"
-    if ok != "ok":
-        return f"{path} is corrupt (SQLite integrity check: {ok})"
-    if "assignment" not in tables:
-        return f"{path} is not an nbgrader gradebook (no assignment table)"
-    return None
+    return _gradebook_file_problem(path)
 
 
 def check_gradebook(tree: CourseTree) -> None:
@@ -170,9 +184,9 @@ def check_gradebook(tree: CourseTree) -> None:
     problem = gradebook_problem(tree)
     if problem is None:
         return
-    found = backups(tree)
+    found = good_backups(tree)
     if found:
-        how = (f"the newest backup is {found[-1]} ({len(found)} kept); restore it with "
+        how = (f"the newest good backup is {found[-1]} ({len(found)} kept); restore it with "
                f"`python -m grader restore --course-root {tree.root}` (or `cp {found[-1]} {tree.gradebook_path}`)")
     else:
         how = f"no backup exists under {tree.logs / 'backups'}"
@@ -186,10 +200,10 @@ def restore_gradebook(tree: CourseTree, backup: Path | None = None, log=print) -
     Raises:
         CourseStateError: there is no backup.
     """
-    found = backups(tree)
+    found = good_backups(tree)
     if backup is None:
         if not found:
-            raise CourseStateError(f"no backup to restore under {tree.logs / 'backups'}")
+            raise CourseStateError(f"no readable gradebook backup to restore under {tree.logs / 'backups'}")
         backup = found[-1]
     dest = tree.gradebook_path
     if dest.exists() and dest.stat().st_size:

@@ -111,29 +111,47 @@ def test_clean_backs_up_asks_and_restore_brings_the_gradebook_back(course_copy):
         assert db.execute("select id from student").fetchall() == [("realstudent",)]
 
 
-@pytest.mark.parametrize("damage, problem", [
-    ("empty", "is empty (0 bytes)"),
-    ("corrupt", "is not a readable SQLite database"),
-    ("missing", "is missing, but this course has been graded before"),
+@pytest.mark.parametrize("damage, problem, lms", [
+    ("empty", "is empty (0 bytes)", False),
+    ("empty", "is empty (0 bytes)", True),  # LMS names: ids are looked up in the gradebook first
+    ("corrupt", "is not a readable SQLite database", False),
+    ("truncated", "gradebook.db is", True),
+    ("missing", "is missing, but this course has been graded before", False),
 ])
-def test_an_untrusted_gradebook_stops_the_run_before_it_writes(course_copy, tmp_path, damage, problem):
+def test_an_untrusted_gradebook_stops_the_run_before_it_writes(course_copy, tmp_path, damage, problem, lms):
     real_class(course_copy)
     backup = course_copy / "logs" / "backups" / "gradebook-20261130T090000Z-1.db"
     backup.parent.mkdir(parents=True)
     shutil.copy(course_copy / "gradebook.db", backup)
+    # A newer backup that is itself broken (an earlier run backed up a damaged file) is never named.
+    (backup.parent / "gradebook-20261130T100000Z-2.db").write_bytes(b"")
     gb = course_copy / "gradebook.db"
     if damage == "empty":
         gb.write_bytes(b"")
     elif damage == "corrupt":
         gb.write_bytes(b"this is not a database, it was overwritten" * 100)
+    elif damage == "truncated":
+        gb.write_bytes(gb.read_bytes()[:20000])
     else:
         gb.unlink()
     before = snapshot(course_copy)
-    out = grader("--submissions", submitted_tree(tmp_path / "in", {"ada": "correct"}), course=course_copy)
+    if lms:
+        src = tmp_path / "lms"
+        src.mkdir()
+        shutil.copy(course_copy / "release" / "rmsnorm" / "rmsnorm.ipynb", src / "lovelaceada_1001_2001_rmsnorm.ipynb")
+    else:
+        src = submitted_tree(tmp_path / "in", {"ada": "correct"})
+    out = grader("--submissions", src, course=course_copy)
     assert out.returncode == 1
     assert problem in out.stderr and "nothing was written" in out.stderr, out.stderr
-    assert f"the newest backup is {backup}" in out.stderr and "python -m grader restore" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert f"the newest good backup is {backup}" in out.stderr and "python -m grader restore" in out.stderr
     assert snapshot(course_copy) == before
+
+    back = grader("restore", course=course_copy)  # picks the newest *readable* backup
+    assert back.returncode == 0, back.stderr
+    with sqlite3.connect(course_copy / "gradebook.db") as db:
+        assert db.execute("select id from student").fetchall() == [("realstudent",)]
 
 
 def _descendants(pid: int) -> dict[int, str]:
