@@ -121,13 +121,18 @@ class ReferenceRecorder:
         self._old_profile = None
 
     def _student_frame(self, frame) -> bool:
-        """Is the nearest caller outside torch/numpy/the standard library the student's code?"""
+        """Is the nearest caller outside torch/numpy/the standard library the student's code?
+
+        Only the course's own norms and sublayers (``normref/modules.py``, ``blocks.py``,
+        ``functional.py``: what a checker hands in) may call a reference; any other normref
+        frame (a checker's call helper, say) is walked through, so it cannot launder a call.
+        """
         while frame is not None:
             f = os.path.abspath(frame.f_code.co_filename) if not frame.f_code.co_filename.startswith("<") \
                 else frame.f_code.co_filename
             if not f.startswith(self._library) or f.startswith("<"):
                 return True
-            if f.startswith(self._normref):
+            if f.startswith(self._normref) and os.path.basename(f) in _HANDED_IN:
                 return False
             frame = frame.f_back
         return False
@@ -151,6 +156,10 @@ class ReferenceRecorder:
                 return func(*args, **(kwargs or {}))
 
         def profile(frame, event, arg):
+            if event == "c_call" and (getattr(arg, "__module__", None), getattr(arg, "__name__", None)) in _ESCAPES:
+                # Work moved to another thread or process runs where this recorder cannot see it.
+                self._add(f"runs code in another thread or process ({arg.__module__}.{arg.__name__})")
+                return
             if event != "call" or not frame.f_code.co_filename.startswith(self._normref):
                 return
             rel = os.path.relpath(frame.f_code.co_filename, os.path.dirname(self._normref.rstrip(os.sep)))
@@ -161,14 +170,38 @@ class ReferenceRecorder:
         self._mode = Mode()
         self._mode.__enter__()
         self._old_profile = sys.getprofile()
+        self._profile = profile
         sys.setprofile(profile)
         return self
 
     def __exit__(self, *exc) -> None:
         import sys
 
+        from torch.overrides import _get_current_function_mode_stack
+
+        if sys.getprofile() is not self._profile:
+            self._add("switched off the grader's call recorder (sys.setprofile)")
+        stack = _get_current_function_mode_stack()
+        if not stack or stack[-1] is not self._mode:
+            self._add("switched off the grader's call recorder (torch function mode)")
         sys.setprofile(self._old_profile)
-        self._mode.__exit__(*exc)
+        if stack and self._mode in stack:
+            self._mode.__exit__(*exc)
+
+
+#: normref files whose code a checker hands in (a norm, a sublayer): they may run a reference.
+_HANDED_IN = {"modules.py", "blocks.py", "functional.py"}
+#: C functions that move work out of the recorded call: a thread or a child process.
+_ESCAPES = {("_thread", "start_new_thread"), ("_thread", "start_new"), ("_thread", "start_joinable_thread"),
+            ("posix", "fork"), ("posix", "forkpty"), ("posix", "posix_spawn"), ("posix", "posix_spawnp"),
+            ("_posixsubprocess", "fork_exec"), ("posix", "system")}
+#: The recorder's methods as this module defined them (compared before every graded call).
+_RECORDER_METHODS = {k: v for k, v in ReferenceRecorder.__dict__.items() if callable(v)}
+
+
+def _recorder_intact() -> bool:
+    """False if :class:`ReferenceRecorder`'s methods were replaced in this kernel (a patched class)."""
+    return all(ReferenceRecorder.__dict__.get(k) is v for k, v in _RECORDER_METHODS.items())
 
 
 def run_calls(fn, calls: list, reference: dict | None = None) -> list[dict] | dict:
@@ -196,6 +229,8 @@ def run_calls(fn, calls: list, reference: dict | None = None) -> list[dict] | di
             rec["timeout"] = True
         except Exception as e:  # noqa: BLE001 - the student's error is handed back as it is
             rec["raised"] = [type(e).__name__[:80], str(e)[:500]]
+        if not _recorder_intact():
+            recorder.found.append("changed the grader's call recorder (its class was patched)")
         if recorder.found:
             rec["references"] = recorder.found
         changed = {str(i): encode(args[i]) for i, b in before if not _same(args[i], b)}

@@ -157,6 +157,43 @@ def test_a_reference_call_by_any_spelling_earns_zero_and_says_the_rule(spelling)
     assert s.flags and "rms_norm" in s.flags[0]
 
 
+# Found by a red-team student: each earned full battery points before the recorder walked
+# through normref's own helpers, saw threads and processes start, and checked its own class.
+EVASIONS = {
+    "thread": ("import threading\ndef rms_norm(x, weight, eps=1e-6):\n    out = {}\n"
+               "    def work():\n        out['y'] = getattr(F, 'rms' + '_norm')(x, (x.shape[-1],), weight, eps)\n"
+               "    th = threading.Thread(target=work)\n    th.start()\n    th.join()\n    return out['y']",
+               "another thread or process"),
+    "launder": ("from normref.checks.core import _call_with_timeout as _c\ndef rms_norm(x, weight, eps=1e-6):\n"
+                "    return _c(getattr(F, 'rms' + '_norm'), (x, (x.shape[-1],), weight, eps), {}, 10)",
+                "rms_norm"),
+    "fork": ("import os\ndef rms_norm(x, weight, eps=1e-6):\n    pid = os.fork()\n"
+             "    if pid == 0:\n        os._exit(0)\n    os.waitpid(pid, 0)\n"
+             "    return F.__dict__['rms_norm'](x, (x.shape[-1],), weight, eps)",
+             "another thread or process"),
+}
+
+
+@pytest.mark.parametrize("evasion", sorted(EVASIONS))
+def test_a_reference_call_hidden_in_a_thread_a_process_or_a_course_helper_earns_zero(evasion):
+    code, said = EVASIONS[evasion]
+    ns = {"torch": torch, "F": torch.nn.functional}
+    exec(code, ns)
+    s = graded("rms_norm_battery", ns["rms_norm"], 5)
+    assert s.fraction == 0.0 and s.flags and said in s.flags[0], (s.fraction, s.flags)
+
+
+def test_a_patched_recorder_class_earns_zero(monkeypatch):
+    from normref.handback import ReferenceRecorder
+
+    monkeypatch.setattr(ReferenceRecorder, "__enter__", lambda self: self)
+    monkeypatch.setattr(ReferenceRecorder, "__exit__", lambda self, *a: None)
+    ns = {"torch": torch, "F": torch.nn.functional}
+    exec(REFERENCE_SPELLINGS["getattr"], ns)
+    s = graded("rms_norm_battery", ns["rms_norm"], 5)
+    assert s.fraction == 0.0 and s.flags and "recorder" in s.flags[0], (s.fraction, s.flags)
+
+
 def test_honest_answers_and_a_norm_the_checker_hands_in_are_not_reference_calls():
     ns = {"torch": torch}
     exec(RMS_HONEST, ns)
