@@ -15,6 +15,7 @@ YES ?=
 SCHEDULER ?=
 DB ?=
 LMS_GRADEBOOK ?=
+GROUPS ?=
 
 .PHONY: install lab lab-instructor test grade release bench clean student-repo screenshots notebooks
 
@@ -46,7 +47,7 @@ grade: $(STAMP)
 	$(BIN)/python -m grader $(if $(SUBMISSIONS),--submissions "$(SUBMISSIONS)") $(if $(JOBS),--jobs $(JOBS)) \
 		$(if $(DUEDATE),--duedate "$(DUEDATE)") $(if $(FRESH),--fresh) $(if $(YES),--yes) \
 		$(if $(LMS_GRADEBOOK),--lms-gradebook "$(LMS_GRADEBOOK)") \
-		$(if $(SCHEDULER),--scheduler "$(SCHEDULER)") $(if $(DB),--db "$(DB)")
+		$(if $(SCHEDULER),--scheduler "$(SCHEDULER)") $(if $(DB),--db "$(DB)") $(if $(GROUPS),--groups)
 
 # Figures, not a test: make grade vs plain sequential nbgrader on the demo class.
 bench: $(STAMP)

@@ -58,6 +58,9 @@ def _grade_parser() -> argparse.ArgumentParser:
     p.add_argument("--lms-gradebook", type=Path, default=None, metavar="CSV",
                    help="the LMS's gradebook export (Canvas) or grading worksheet (Moodle): written back "
                    "as lms-import-<lms>.csv with this course's points filled in, to import into the LMS")
+    p.add_argument("--groups", action="store_true",
+                   help="add the groups of wrong answers to the class report (reruns each student's answer "
+                   "cells once more in the sandbox, about 4 s per student)")
     p.add_argument("--demo-students", type=int, default=None, metavar="N",
                    help="with no --submissions: grade only the first N demo students (default: all 30)")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
@@ -157,7 +160,7 @@ def grade(argv: list[str]) -> int:
         run = grade_class(course_root=course_root, submissions=args.submissions, jobs=args.jobs,
                           fresh=args.fresh, progress=True, cell_timeout=args.cell_timeout,
                           duedates=duedates, yes=args.yes, command=" ".join(["python -m grader", *argv]),
-                          demo_students=args.demo_students, lms_gradebook=args.lms_gradebook,
+                          demo_students=args.demo_students, lms_gradebook=args.lms_gradebook, groups=args.groups,
                           scheduler=args.scheduler, db_url=args.db, engine=args.engine,
                           use_sandbox=False if args.no_sandbox else None)
     except (*ERRORS_THAT_END_A_RUN, CourseStateError) as e:

@@ -262,6 +262,7 @@ class Batch:
     dask: object = None  # grader.cluster.DaskCluster: autograde as Dask tasks; None: processes
     demo_students: int | None = None
     lms_gradebook: Path | None = None
+    groups: bool = False
 
 
 def prepare(b: Batch) -> None:
@@ -546,7 +547,8 @@ def report(b: Batch) -> None:
         if rep.unrecoverable:
             ungraded[f"{st} ({a})"] = rep.unrecoverable + " (scored 0)"
     run.report = build_report(b.tree.root, run.assignments, run.scores, run.max_points,
-                              ungraded=ungraded, flags=flags, gradebook_url=b.tree.gradebook_url)
+                              ungraded=ungraded, flags=flags, gradebook_url=b.tree.gradebook_url,
+                              groups=b.groups)
     if not run.sandboxed:
         run.report.flags.setdefault("(all)", []).append("graded WITHOUT the sandbox")
     run.report_html = write_report(run.report, b.tree.reports)
@@ -567,7 +569,8 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
                 use_sandbox: bool | None = None, cell_timeout: int | None = None,
                 duedates: dict[str, str] | None = None, yes: bool = False, command: str | None = None,
                 demo_students: int | None = None, scheduler: str | None = None, db_url: str | None = None,
-                engine: str | None = None, lms_gradebook: Path | None = None, log=print) -> GradeRun:
+                engine: str | None = None, lms_gradebook: Path | None = None, groups: bool = False,
+                log=print) -> GradeRun:
     """Grade a class end to end with nbgrader: the :data:`STAGES` in order, holding the course's
     run lock, with one record per run appended to ``logs/runs.jsonl``.
 
@@ -597,6 +600,9 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
             class (a quick look; default: all 30).
         lms_gradebook: the LMS's own gradebook export (Canvas) or grading worksheet (Moodle):
             written back filled in as ``lms-import-<lms>.csv`` (:mod:`grader.lms`).
+        groups: add the groups of wrong answers to the class report (:mod:`grader.groups`:
+            reruns every student's answer cells once more in the sandbox, ~4 s per student).
+            Off by default: it runs student code a second time, outside the scored path.
         scheduler: the address of a Dask scheduler (``tcp://HOST:8786``) whose workers run the
             autograde tasks (default: ``$DASK_SCHEDULER_ADDRESS``); see :mod:`grader.cluster`.
         db_url: the gradebook's SQLAlchemy URL, e.g. ``postgresql://USER@HOST:5432/DBNAME``
@@ -635,7 +641,7 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
               jobs=jobs or default_jobs(), fresh=fresh, progress=progress, use_sandbox=use_sandbox,
               cell_timeout=cell_timeout, duedates=dict(duedates or {}), log=log, yes=yes,
               run_id=state.run_id(), demo_students=demo_students,
-              lms_gradebook=None if lms_gradebook is None else Path(lms_gradebook))
+              lms_gradebook=None if lms_gradebook is None else Path(lms_gradebook), groups=groups)
     from .cluster import ClusterError, DaskCluster, scheduler_address
 
     try:  # a wrong scheduler address fails here, before anything is touched
