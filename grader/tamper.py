@@ -49,20 +49,10 @@ class Finding:
     what: str
 
 
-def _root(node: ast.AST) -> str | None:
-    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
-        node = node.value if not isinstance(node, ast.Call) else node.func
-    return node.id if isinstance(node, ast.Name) else None
-
-
-def _dotted(node: ast.AST) -> str:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-    return ".".join(reversed(parts))
+# The name a chain of attributes, subscripts and calls starts from, and its dotted spelling:
+# one implementation, the student-side rule's (normref/rules.py).
+_root = _rules._root
+_dotted = _rules._dotted
 
 
 def _import_targets(node) -> list[tuple[str, str]]:
