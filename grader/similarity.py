@@ -21,6 +21,8 @@ not evidence). How the numbers were chosen is in ``tests/test_similarity.py`` an
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import html
 import io
 import itertools
@@ -63,11 +65,37 @@ def answer_code(notebooks: list[Path]) -> str:
     return "\n\n".join(parts)
 
 
+def stable_kgram_hashes(string: str, k: int) -> np.ndarray:
+    """The hash of every ``k``-character substring of ``string``: ``[len(string) - k + 1]`` int64.
+
+    copydetect 0.5 hashes k-grams with Python's ``hash()``, which is salted per process
+    (``PYTHONHASHSEED``): winnowing then keeps different fingerprints in each run and a pair's
+    score moved by up to 0.1 between two runs of the same class. This hash (the first
+    8 bytes of BLAKE2b) is the same in every process, so a score is reproducible.
+    """
+    return np.array([int.from_bytes(hashlib.blake2b(string[i:i + k].encode(), digest_size=8).digest(),
+                                    "little", signed=True) for i in range(len(string) - k + 1)],
+                    dtype=np.int64)
+
+
+@contextlib.contextmanager
+def _stable_hashes():
+    from copydetect import utils
+
+    salted = utils.hashed_kgrams
+    utils.hashed_kgrams = stable_kgram_hashes
+    try:
+        yield
+    finally:
+        utils.hashed_kgrams = salted
+
+
 def _fingerprint(code: str, boilerplate=None):
     from copydetect import CodeFingerprint
 
-    return CodeFingerprint("answer.py", K, WIN, boilerplate=[] if boilerplate is None else boilerplate,
-                           fp=io.StringIO(code), language="python")
+    with _stable_hashes():
+        return CodeFingerprint("answer.py", K, WIN, boilerplate=[] if boilerplate is None else boilerplate,
+                               fp=io.StringIO(code), language="python")
 
 
 def _hashes(code: str) -> set[int]:
