@@ -258,12 +258,233 @@ def probe(check, *args, **kwargs) -> list[tuple[tuple, dict, bool]]:
     return calls
 
 
-def hand_back(grade_id: str, fn) -> float | None:
+# ------------------------------------------------------------------ classes and short answers
+
+#: Attributes reported after a class is constructed, at most (their names come from the grader).
+MAX_REPORTED = 64
+
+
+def _describe(obj, seen: dict) -> dict:
+    """What the grader needs of one attribute of a built module: a tensor's values (and whether
+    it is an ``nn.Parameter``), a submodule's or callable's type, and which earlier attribute
+    is the same object (``seen``: ``{id(obj): attribute name}``)."""
+    import torch
+    from torch import nn
+
+    if id(obj) in seen:
+        return {"kind": "same", "as": seen[id(obj)]}
+    if isinstance(obj, torch.Tensor):
+        return {"kind": "tensor", "param": isinstance(obj, nn.Parameter), "value": encode(obj.detach())}
+    kind = "module" if isinstance(obj, nn.Module) else "callable" if callable(obj) else "other"
+    return {"kind": kind, "type": type(obj).__name__[:80]}
+
+
+def _report(m, attrs) -> dict:
+    """The built module as the grader sees it: ``named_parameters`` names and the ``attrs``."""
+    names = []
+    try:
+        for name, _ in m.named_parameters():
+            names.append(str(name)[:200])
+            if len(names) >= MAX_REPORTED:
+                break
+    except Exception as e:  # noqa: BLE001 - the student's module may break named_parameters
+        names = {"raised": [type(e).__name__[:80], str(e)[:500]]}
+    seen: dict = {}
+    out = {}
+    for a in list(attrs)[:MAX_REPORTED]:
+        try:
+            obj = getattr(m, a)
+        except Exception:  # noqa: BLE001 - a missing attribute, or a property that raises
+            out[a] = {"kind": "absent"}
+            continue
+        out[a] = _describe(obj, seen)
+        seen.setdefault(id(obj), a)
+    return {"params": names, "attrs": out}
+
+
+def _timed(fn, args: tuple, kwargs: dict, reference: dict | None = None) -> dict:
+    """One call of the student's code: ``{"out": encode(...)}``, ``{"raised": [type, message]}``
+    or ``{"timeout": True}``, with ``"references"`` when ``reference`` is given and the call ran
+    a reference normalization (see :func:`run_calls`)."""
+    from .checks.core import CALL_TIMEOUT_S, _call_with_timeout, _Timeout
+
+    rec: dict = {}
+    recorder = ReferenceRecorder(**reference) if reference is not None else None
+    try:
+        if recorder is None:
+            rec["value"] = _call_with_timeout(fn, tuple(args), dict(kwargs), CALL_TIMEOUT_S)
+        else:
+            with recorder:
+                rec["value"] = _call_with_timeout(fn, tuple(args), dict(kwargs), CALL_TIMEOUT_S)
+    except _Timeout:
+        rec["timeout"] = True
+    except Exception as e:  # noqa: BLE001 - the student's error is handed back as it is
+        rec["raised"] = [type(e).__name__[:80], str(e)[:500]]
+    if recorder is not None:
+        if not _recorder_intact():
+            recorder.found.append("changed the grader's call recorder (its class was patched)")
+        if recorder.found:
+            rec["references"] = recorder.found
+    return rec
+
+
+def _value(expr, x, outs: list):
+    """An input of a traced call: ``"x"``, ``"r<i>"`` (the i-th traced output) or ``["+", a, b]``."""
+    if isinstance(expr, (list, tuple)) and len(expr) == 3 and expr[0] == "+":
+        return _value(expr[1], x, outs) + _value(expr[2], x, outs)
+    if expr == "x":
+        return x
+    return outs[int(str(expr)[1:])]
+
+
+def run_plan(cls, plan: list[dict], reference: dict | None = None) -> list[dict] | dict:
+    """Perform the grader's plan for a class question (its checker's cases, decided by the
+    grader) on the student's class ``cls`` and record what happened; nothing is judged here.
+
+    Each case of ``plan`` is a dict, performed in this order:
+
+    * ``"new": [args, kwargs]``: ``cls(*args, **kwargs)`` (with the global torch RNG state kept
+      when ``"seeded"``; a built ``nn.Module`` is deep-copied instead, never modified);
+    * ``"attrs"``: attribute names to report (:func:`_report`: tensors with values, submodules
+      by type, which are the same object), with the ``named_parameters`` names;
+    * ``"load": {name: tensor}``: copied into those tensors of the module (a trained weight);
+    * ``"swap": [[name, module], ...]``: the grader's own submodules set in place of the student's;
+    * ``"trace": {"x": x, "calls": [[attribute, input], ...]}``: the module's own submodules
+      called in the grader's wiring, each input ``"x"``, ``"r<i>"`` (an earlier output) or
+      ``["+", a, b]``, outputs recorded in order with the input each got;
+    * ``"forward": x``: ``module(x)`` without autograd, under the reference recorder.
+
+    Returns:
+        One record per case (``{"new": {...}, "report": ..., "trace": [...], "forward": {...}}``),
+        or ``{"not_callable": type name}``.
+    """
+    import copy
+
+    import torch
+    from torch import nn
+
+    from .checks.core import seeded
+
+    if not callable(cls):
+        return {"not_callable": type(cls).__name__[:80]}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny tensors; two threads were 10x slower on a loaded machine
+    records = []
+    try:
+        for case in plan:
+            rec: dict = {}
+            records.append(rec)
+            args, kwargs = case["new"]
+            if isinstance(cls, nn.Module):
+                new = _timed(copy.deepcopy, (cls,), {})
+            elif case.get("seeded"):
+                with seeded():
+                    new = _timed(cls, args, kwargs)
+            else:
+                new = _timed(cls, args, kwargs)
+            m = new.pop("value", None)
+            if not new:  # it returned
+                new["module"] = isinstance(m, nn.Module)
+                if not new["module"]:
+                    new["type"] = type(m).__name__[:80]
+            rec["new"] = new
+            if not new.get("module"):
+                continue
+            rec["report"] = _report(m, case.get("attrs", ()))
+            try:
+                with torch.no_grad():
+                    for name, value in (case.get("load") or {}).items():
+                        w = getattr(m, name, None)
+                        if isinstance(w, torch.Tensor) and tuple(w.shape) == tuple(value.shape):
+                            w.copy_(value)
+                for name, part in case.get("swap") or ():
+                    setattr(m, name, part)
+            except Exception as e:  # noqa: BLE001 - the student's module refused a weight or a part
+                rec["forward"] = {"raised": [type(e).__name__[:80], str(e)[:500]]}
+                continue
+            x = case.get("forward")
+            with torch.no_grad():
+                if case.get("trace"):
+                    outs, trace = [], []
+                    rec["trace"] = trace
+                    tx = case["trace"]["x"]
+                    for name, expr in case["trace"]["calls"]:
+                        arg = _value(expr, tx, outs)
+                        part = getattr(m, name, None)
+                        one = _timed(part, (arg,), {}, reference or {}) if callable(part) else {
+                            "raised": ["TypeError", f"{name} is not callable"]}
+                        one["in"] = encode(arg)
+                        out = one.pop("value", None)
+                        if "raised" in one or "timeout" in one:
+                            trace.append(one)
+                            break
+                        one["out"] = encode(out)
+                        trace.append(one)
+                        outs.append(out)
+                if x is not None:
+                    before = _copy(x)
+                    one = _timed(m, (x,), {}, reference or {})
+                    if "value" in one:
+                        one["out"] = encode(one.pop("value"))
+                    if not _same(x, before):
+                        one["after"] = {"0": encode(x)}
+                    rec["forward"] = one
+    finally:
+        torch.set_num_threads(threads)
+    return records
+
+
+def encode_answer(value, depth: int = 0) -> dict:
+    """A short answer as JSON, for the grader to check: numbers, strings, bools and None as
+    they are; tuples, lists and ``torch.Size`` item by item; numpy scalars, arrays and tensors
+    as ``.npy`` with their dtype; anything else by its type name and ``repr`` (and its value
+    as a number, when it has one), which the grader notes in the feedback."""
+    import math
+
+    import torch
+
+    if value is None or isinstance(value, bool) or (isinstance(value, int) and abs(value) < 2**63):
+        return {"t": "py", "value": value}
+    if isinstance(value, float):
+        return {"t": "py", "value": value} if math.isfinite(value) else {"t": "float", "repr": repr(value)}
+    if isinstance(value, str):
+        return {"t": "str", "value": value[:10000]}
+    if value is Ellipsis:
+        return {"t": "ellipsis"}
+    if isinstance(value, (tuple, list)) and depth < 3 and len(value) <= 64:
+        kind = "Size" if isinstance(value, torch.Size) else "list" if isinstance(value, list) else "tuple"
+        return {"t": "seq", "type": kind, "items": [encode_answer(v, depth + 1) for v in value]}
+    if isinstance(value, np.generic) and not isinstance(value, np.object_):
+        return {"t": "npscalar", "npy": _npy(np.asarray(value))}
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        return encode(value)
+    out = {"t": "repr", "type": type(value).__name__[:80]}
+    try:
+        out["repr"] = repr(value)[:500]
+    except Exception:  # noqa: BLE001 - a repr that raises
+        out["repr"] = f"<{out['type']}>"
+    try:
+        number = np.asarray(value, dtype=np.float64)
+        if number.size == 1 and np.isfinite(number).all():
+            out["number"] = float(number.reshape(()))
+    except Exception:  # noqa: BLE001 - not a number
+        pass
+    return out
+
+
+def hand_back(grade_id: str, fn, *more) -> float | None:
     """Run ``fn`` on the grader's inputs for ``grade_id`` and show the outputs (autograde only).
+
+    What is handed back depends on the question (the grader's inputs file says which): a
+    function's outputs on the checker's calls (:func:`run_calls`); a class's record of the
+    grader's plan (:func:`run_plan`: ``fn`` is the class); a short answer's values
+    (:func:`encode_answer`: ``fn`` and ``more`` are the answers, e.g.
+    ``hand_back("practice_mean_var", mean_1357, var_1357)``).
 
     Args:
         grade_id: the hidden test's nbgrader ``grade_id``, e.g. ``"rms_norm_battery"``.
-        fn: the student's function.
+        fn: the student's function or class, or the first answer.
+        more: further answers of a short-answer question.
 
     Returns:
         In autograde, 0.0 for a battery (the cell's nbgrader score until the grader's scoring
@@ -285,6 +506,15 @@ def hand_back(grade_id: str, fn) -> float | None:
     from IPython.display import display
 
     inputs = torch.load(path, weights_only=False)  # written by the grader, read-only in here
+    kind = inputs.get("kind", "function")
+    if kind == "values":
+        bundle = {"grade_id": grade_id, "values": [encode_answer(v) for v in (fn, *more)]}
+        display({MIME: bundle, "text/plain": f"{grade_id}: answers handed to the grader"}, raw=True)
+        return 0.0
+    if kind == "class":
+        bundle = {"grade_id": grade_id, "cases": run_plan(fn, inputs["plan"], inputs.get("reference"))}
+        display({MIME: bundle, "text/plain": f"{grade_id}: outputs handed to the grader"}, raw=True)
+        return None if inputs.get("visible") else 0.0
     calls = inputs.get("calls")
     if calls is None:  # a visible check: its public cases, made here by the course's checker
         from . import checks
@@ -317,17 +547,6 @@ def as_graded(result, grade_id: str, points: float) -> None:
         return
     n_ok = sum(c.passed for c in result.cases)
     earned = round(points * result.score, 2)
-    why = ""
-    if getattr(result, "breaches", None):
-        why = result.breaches[0]
-    else:
-        for c in result.cases:
-            if not c.passed:
-                text = c.message.split("': ", 1)[-1]
-                why = text.split("; ", 1)[-1]
-                break
-    import textwrap
-
-    # validate shows each line of an error up to 80 characters: wrap the diagnosis
+    # validate shows each line of an error up to 80 characters: CheckResult.problem is wrapped
     raise AssertionError(f"{grade_id}: {n_ok}/{len(result.cases)} cases, {earned:g} of {points:g} points:\n"
-                         + textwrap.fill(why, 76))
+                         + result.problem)

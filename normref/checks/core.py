@@ -115,6 +115,25 @@ class CheckResult:
         the same rule breaches."""
         return CheckResult(self.name, self.cases[:n], list(self.breaches))
 
+    @property
+    def problem(self) -> str:
+        """What grading would hold against this result first, for an error message: the first
+        broken rule, else the first failing case's diagnosis (without the case name and the
+        raw error it explains, e.g. ``"use keepdim=True ..."`` rather than ``"raised
+        RuntimeError: The size of tensor a (8) ..."``); ``""`` when passed. Wrapped at 76
+        columns, as ``nbgrader validate`` cuts every line of an error at 80."""
+        import textwrap
+
+        why = ""
+        if self.breaches:
+            why = self.breaches[0]
+        else:
+            for c in self.cases:
+                if not c.passed:
+                    why = c.message.split("': ", 1)[-1].split("; ", 1)[-1]
+                    break
+        return textwrap.fill(why, 76)
+
     def report(self) -> str:
         """The human summary shown in self-check and grader cells (no internal tags)."""
         n_ok = sum(c.passed for c in self.cases)
