@@ -15,7 +15,8 @@ YES ?=
 SCHEDULER ?=
 DB ?=
 LMS_GRADEBOOK ?=
-GROUPS ?=
+# GROUPS=0: the class report without its groups of wrong answers (--no-groups)
+GROUPS ?= 1
 
 .PHONY: install lab lab-instructor test grade release bench clean student-repo screenshots notebooks
 
@@ -47,7 +48,7 @@ grade: $(STAMP)
 	$(BIN)/python -m grader $(if $(SUBMISSIONS),--submissions "$(SUBMISSIONS)") $(if $(JOBS),--jobs $(JOBS)) \
 		$(if $(DUEDATE),--duedate "$(DUEDATE)") $(if $(FRESH),--fresh) $(if $(YES),--yes) \
 		$(if $(LMS_GRADEBOOK),--lms-gradebook "$(LMS_GRADEBOOK)") \
-		$(if $(SCHEDULER),--scheduler "$(SCHEDULER)") $(if $(DB),--db "$(DB)") $(if $(GROUPS),--groups)
+		$(if $(SCHEDULER),--scheduler "$(SCHEDULER)") $(if $(DB),--db "$(DB)") $(if $(filter 0 no,$(GROUPS)),--no-groups)
 
 # Figures, not a test: make grade vs plain sequential nbgrader on the demo class.
 bench: $(STAMP)

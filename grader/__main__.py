@@ -2,10 +2,12 @@
 
     python -m grader [--submissions PATH] [--jobs N] ...   # grade (no PATH: the demo class)
     python -m grader restore [--backup FILE]               # put a gradebook backup back
+    python -m grader restore --state [ARCHIVE] [--yes]     # put a whole state backup back
     python -m grader clean [--yes]                         # remove grading state, after a backup
 
 Each is a thin layer over a keyword-only function (:func:`grader.pipeline.grade_class`,
-:func:`grader.state.restore_gradebook`, :func:`grader.pipeline.start_over`).
+:func:`grader.state.restore_gradebook`, :func:`grader.pipeline.restore_state`,
+:func:`grader.pipeline.start_over`).
 """
 from __future__ import annotations
 
@@ -58,9 +60,9 @@ def _grade_parser() -> argparse.ArgumentParser:
     p.add_argument("--lms-gradebook", type=Path, default=None, metavar="CSV",
                    help="the LMS's gradebook export (Canvas) or grading worksheet (Moodle): written back "
                    "as lms-import-<lms>.csv with this course's points filled in, to import into the LMS")
-    p.add_argument("--groups", action="store_true",
-                   help="add the groups of wrong answers to the class report (reruns each student's answer "
-                   "cells once more in the sandbox, about 4 s per student)")
+    p.add_argument("--groups", action=argparse.BooleanOptionalAction, default=True,
+                   help="the groups of wrong answers in the class report (default: on; read from the outputs "
+                   "the scoring recorded, no code runs again); --no-groups leaves them out")
     p.add_argument("--demo-students", type=int, default=None, metavar="N",
                    help="with no --submissions: grade only the first N demo students (default: all 30)")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
@@ -184,6 +186,8 @@ def grade(argv: list[str]) -> int:
     print(f"class report: {run.report_html}")
     if run.lms_import:
         print(f"LMS import:   {run.lms_import}")
+    for path in run.feedback_zips:
+        print(f"LMS feedback: {path} (bulk feedback upload)")
     print(f"run log:      {run.course_root / 'logs' / 'runs.jsonl'} (backups: {run.course_root / 'logs' / 'backups'})")
     print(f"done in {run.seconds:.1f} s")
     return 0
@@ -191,18 +195,41 @@ def grade(argv: list[str]) -> int:
 
 def restore(argv: list[str]) -> int:
     from .course import CourseTree
+    from .pipeline import restore_state, state_backups
     from .state import CourseStateError, restore_gradebook, run_lock
 
-    p = argparse.ArgumentParser(prog="python -m grader restore",
-                                description="Put a gradebook backup (logs/backups/) back as gradebook.db; "
-                                "the gradebook it replaces is kept beside the backups.")
-    p.add_argument("--backup", type=Path, default=None, help="the backup file (default: the newest)")
+    p = argparse.ArgumentParser(
+        prog="python -m grader restore",
+        description="Put a backup from logs/backups/ back. By default the gradebook alone: a gradebook "
+        "backup (gradebook-<run>.db, written before every run that writes) becomes gradebook.db, the one it "
+        "replaces kept beside the backups. With --state, a whole course state (state-<run>.tar.gz, written "
+        "before `clean` and --fresh): the gradebook with its hand grades, submitted/, autograded/, "
+        "feedback/, the CSVs, roster.csv and the LMS's late marks and download names; grading state "
+        "here now is replaced only with --yes (or a yes at the terminal), after a backup of it.")
+    p.add_argument("--backup", type=Path, default=None, help="the gradebook backup file (default: the newest)")
+    p.add_argument("--state", type=Path, nargs="?", const="newest", default=None, metavar="ARCHIVE",
+                   help="restore a whole state backup, state-<run>.tar.gz (no ARCHIVE: the newest)")
+    p.add_argument("--yes", action="store_true",
+                   help="with --state: replace the grading state here (after backing it up)")
     p.add_argument("--course-root", type=Path, default=REPO_ROOT)
     args = p.parse_args(argv)
+    if args.state is not None and args.backup is not None:
+        p.error("give --backup (a gradebook) or --state (a whole state), not both")
     tree = CourseTree(args.course_root)
     try:
         with run_lock(tree, " ".join(["python -m grader restore", *argv])):
-            restore_gradebook(tree, args.backup)
+            if args.state is None:
+                restore_gradebook(tree, args.backup)
+            else:
+                archive = args.state
+                if str(archive) == "newest":
+                    found = state_backups(tree)
+                    if not found:
+                        raise CourseStateError(f"no state backup (state-*.tar.gz) under {tree.logs / 'backups'}")
+                    archive = found[-1]
+                if not Path(archive).is_file():
+                    raise CourseStateError(f"no state backup at {archive}")
+                restore_state(tree, Path(archive), yes=args.yes)
     except CourseStateError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -1,78 +1,90 @@
-"""Groups of wrong answers: submissions whose wrong outputs agree on a checker's battery.
+"""Groups of wrong answers: submissions whose wrong outputs agree on a graded battery.
 
-For each student, the autograded notebooks' code cells (the answers as graded, after repair
-and the tamper scan) run once more in a grading kernel (the sandbox of :mod:`grader.sandbox`
-when bubblewrap works, through nbclient; one kernel per student, its namespace reset between
-assignments), followed by a cell that calls :func:`normref.diagnosis.record.record_json` with
-the same checker calls the assignment's test cells make (read from those cells). The record
-holds the student's output on every battery case. Submissions of one checker whose outputs
-agree on every case within twice the checker's tolerance (:func:`normref.diagnosis.record.agree`)
-form a group, named or not: the group carries the checker's diagnosis of its first member
+No student code runs here. Each question of :data:`grader.scoring.QUESTIONS` with a drawn
+battery is a hidden test that hands the student's outputs on the run's drawn inputs back to
+the grader (``hand_back(grade_id, fn)``); the scoring stage replays them through the checker in
+the grader's own process (:func:`grader.scoring.score_notebook`) and keeps, in the test cell's
+output metadata, the record of what they computed case by case
+(:func:`normref.diagnosis.record.result_record`). Every student graded in one run has the same
+inputs, so their records compare. This module reads the records from the autograded notebooks:
+submissions of one question whose records agree (:func:`normref.diagnosis.record.agree`: the
+same inputs, the same cases passed, every failing output within twice the checker's tolerance)
+form a group, named or not. A group carries the trusted scoring's diagnosis of its first member
 (a known fault kind, a variant found by :mod:`normref.diagnosis`, or what was measured), one
 representative answer cell and who is in it.
+
+Questions still scored inside the kernel (a checker called in a test cell, no outputs handed
+back) have no record: they are reported as not grouped, as are submissions graded in another
+run (other inputs: grouped among themselves) and notebooks scored before records were kept.
 """
 from __future__ import annotations
 
-import ast
-import json
-import os
 import re
-import subprocess
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 
-from normref.diagnosis.record import MARKER, agree, call_key
+from normref.diagnosis.record import agree
+from normref.faults import METADATA_KEY
 
-__all__ = ["Group", "CheckCall", "check_calls", "answer_source", "records_notebook", "collect_records",
+__all__ = ["Group", "question_records", "handed_back_name", "answer_source", "unrecorded_questions",
            "group_records", "mistake_groups"]
 
+_HAND_BACK = re.compile(r"\bhand_back\(\s*[\"']([\w-]+)[\"']\s*,\s*([A-Za-z_]\w*)\s*\)")
 _CALL = re.compile(r"\b(check_[a-z_]+)\(\s*([A-Za-z_]\w*)\s*((?:,\s*[^()\n]*?)?)\)")
-CELL_TIMEOUT_S = 60
-
-
-@dataclass(frozen=True)
-class CheckCall:
-    """One checker call of an assignment's test cells: ``check(obj, *args)``."""
-
-    check: str  # e.g. "check_layer_norm"
-    obj: str  # the student's name it is called on, e.g. "layer_norm"
-    args: tuple = ()
-
-    @property
-    def key(self) -> str:
-        return call_key(self.check, self.args)
 
 
 def _nbg(cell) -> dict:
     return cell.get("metadata", {}).get("nbgrader", {})
 
 
-def check_calls(nb) -> list[CheckCall]:
-    """The code checkers the test cells of ``nb`` call, each once, in order.
+def handed_back_name(source: str, grade_id: str) -> str | None:
+    """The name a test cell hands back for ``grade_id`` (``hand_back("<grade_id>", name)``), or
+    the first name a checker is called on in it, or None."""
+    for gid, name in _HAND_BACK.findall(source):
+        if gid == grade_id:
+            return name
+    m = _CALL.search(source)
+    return m.group(2) if m else None
 
-    Only calls with literal extra arguments (``check_layer_norm(layer_norm, "numpy")``) and
-    without keyword arguments (the quick self-checks) count.
-    """
+
+def question_records(nb) -> dict[str, tuple[dict, str | None]]:
+    """``{grade_id: (record, the name handed back)}`` of an autograded notebook's scored
+    questions (the record :func:`grader.scoring.score_class` put in the test cell's output
+    metadata). Only test cells of :data:`grader.scoring.QUESTIONS` are read."""
+    from .scoring import QUESTIONS, RECORD_KEY
+
+    out: dict[str, tuple[dict, str | None]] = {}
+    for cell in nb.cells:
+        gid = _nbg(cell).get("grade_id")
+        if cell.get("cell_type") != "code" or gid not in QUESTIONS:
+            continue
+        for o in cell.get("outputs", []):
+            rec = ((o.get("metadata") or {}).get(METADATA_KEY) or {}).get(RECORD_KEY)
+            if isinstance(rec, dict) and isinstance(rec.get("cases"), list):
+                out[gid] = (rec, handed_back_name(cell.get("source", ""), gid))
+    return out
+
+
+def unrecorded_questions(nb) -> list[str]:
+    """Grade ids of the test cells that call a course checker on the student's code (not a
+    quick self-check: no keyword arguments) and are not scored from handed-back outputs: their
+    outputs are not kept, so they cannot be grouped."""
     from normref.diagnosis.coverage import CHECKERS
 
+    from .scoring import QUESTIONS
+
     known = {fn for fn, _ in CHECKERS.values()}
-    out: list[CheckCall] = []
+    out = []
     for cell in nb.cells:
-        if cell.cell_type != "code" or not _nbg(cell).get("grade") or _nbg(cell).get("solution"):
+        meta = _nbg(cell)
+        if cell.get("cell_type") != "code" or not meta.get("grade") or meta.get("solution"):
             continue
-        for fn, obj, rest in _CALL.findall(cell.source):
-            if fn not in known or "=" in rest:
-                continue
-            try:
-                args = tuple(ast.literal_eval(f"({rest.lstrip(', ')},)")) if rest.strip(", ") else ()
-            except (ValueError, SyntaxError):
-                continue
-            call = CheckCall(fn, obj, args)
-            if call not in out:
-                out.append(call)
+        if meta.get("grade_id") in QUESTIONS:
+            continue
+        if any(fn in known and "=" not in rest for fn, _, rest in _CALL.findall(cell.get("source", ""))):
+            out.append(meta.get("grade_id"))
     return out
 
 
@@ -85,163 +97,21 @@ def answer_source(nb, name: str) -> str:
     return ""
 
 
-def _imports_only(source: str) -> bool:
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return False
-    return all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in tree.body)
-
-
-def _answer_or_setup(cell) -> bool:
-    """The cells the answers need: answer cells, cells the student inserted (no nbgrader
-    metadata: a helper they wrote), and locked cells that only import. Test cells and lesson
-    cells (plots, experiments) are left out."""
-    meta = _nbg(cell)
-    if meta.get("grade"):
-        return False
-    return bool(meta.get("solution")) or not meta or _imports_only(cell.source)
-
-
-def records_notebook(notebooks: dict[str, nbformat.NotebookNode]) -> tuple[nbformat.NotebookNode, list[str]]:
-    """One notebook that runs each assignment's answer and setup cells (:func:`_answer_or_setup`), then prints
-    its record, then resets the namespace. Returns it and the assignments in order (one record
-    cell each)."""
-    nb = nbformat.v4.new_notebook()
-    order: list[str] = []
-    for a, src in notebooks.items():
-        calls = check_calls(src)
-        if not calls:
-            continue
-        for cell in src.cells:
-            if cell.cell_type == "code" and _answer_or_setup(cell):
-                nb.cells.append(nbformat.v4.new_code_cell(cell.source))
-        items = ", ".join(f"({c.check!r}, globals().get({c.obj!r}), {c.args!r})" for c in calls)
-        nb.cells.append(nbformat.v4.new_code_cell(
-            "from normref.diagnosis.record import record_json as _normref_record_json\n"
-            f"print(_normref_record_json([{items}]))", metadata={"normref_record": a}))
-        nb.cells.append(nbformat.v4.new_code_cell("%reset -f"))
-        order.append(a)
-    return nb, order
-
-
-def _parse(nb) -> dict[str, dict]:
-    out: dict[str, dict] = {}
-    for cell in nb.cells:
-        a = cell.get("metadata", {}).get("normref_record")
-        if not a:
-            continue
-        for o in cell.get("outputs", []):
-            if o.get("output_type") == "stream":
-                for line in str(o.get("text", "")).splitlines():
-                    if line.startswith(MARKER):
-                        try:
-                            out[a] = json.loads(line[len(MARKER):])
-                        except ValueError:
-                            pass
-    return out
-
-
-def _run_student(job) -> tuple[str, dict[str, dict], str]:
-    from jupyter_client import KernelManager
-    from jupyter_client.kernelspec import KernelSpecManager
-    from nbclient import NotebookClient
-
-    student, folder, notebooks, kernel = job
-    nb, order = records_notebook(notebooks)
-    if not order:
-        return student, {}, ""
-    ksm = KernelSpecManager()
-    env = dict(os.environ, NBGRADER_EXECUTION="autograde")  # lesson cells skip their plots, as in autograde
-    km_kwargs = {}
-    if kernel is not None:
-        args, extra_env = kernel
-        env.update(extra_env)
-        ksm = KernelSpecManager(kernel_dirs=[p + "/kernels" for p in extra_env["JUPYTER_PATH"].split(os.pathsep) if p])
-        opts = dict(a.lstrip("-").split("=", 1) for a in args)
-        km_kwargs = {"transport": opts.get("KernelManager.transport", "tcp"),
-                     "ip": opts.get("KernelManager.ip", "127.0.0.1")}
-        name = opts.get("Execute.kernel_name", "python3")
-    else:
-        name = "python3"
-    km = KernelManager(kernel_name=name, kernel_spec_manager=ksm, **km_kwargs)
-    client = NotebookClient(nb, km=km, timeout=CELL_TIMEOUT_S, allow_errors=True, interrupt_on_timeout=True,
-                            resources={"metadata": {"path": str(folder)}},
-                            extra_arguments=["--IPKernelApp.log_level=ERROR"])
-    why = ""
-    try:
-        client.execute(env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    except Exception as e:  # noqa: BLE001 - one student's kernel never stops the report
-        why = f"{type(e).__name__}: {e}"[:300]
-    return student, _parse(nb), why
-
-
-def collect_records(course_root: Path, assignments: list[str], students: list[str], *, jobs: int = 1,
-                    sandboxed: bool | None = None) -> tuple[dict[tuple[str, str], dict], dict[str, str]]:
-    """Every student's checker records, from their autograded notebooks run once more.
-
-    Args:
-        course_root: the course (``autograded/<student>/<assignment>/*.ipynb``).
-        sandboxed: run in the grading sandbox (default: when bubblewrap works here).
-
-    Returns:
-        ``({(assignment, student): {check: record}}, {student: why its kernel failed})``.
-    """
-    from . import sandbox
-
-    course_root = Path(course_root)
-    if sandboxed is None:
-        sandboxed = sandbox.available()
-    jobs_in: list = []
-    for s in students:
-        nbs = {}
-        for a in assignments:
-            for p in sorted((course_root / "autograded" / s / a).glob("*.ipynb")):
-                try:
-                    nbs[a] = nbformat.read(p, as_version=4)
-                except Exception:  # noqa: BLE001 - an unreadable notebook has no record
-                    pass
-        if any(check_calls(nb) for nb in nbs.values()):
-            jobs_in.append([s, course_root / "autograded" / s, nbs, None])
-    records: dict[tuple[str, str], dict] = {}
-    failed: dict[str, str] = {}
-    if not jobs_in:
-        return records, failed
-    session = sandbox.SandboxSession(course_root) if sandboxed else None
-    try:
-        if session is not None:
-            session.__enter__()
-            for i, job in enumerate(jobs_in):
-                job[3] = session.worker(i % max(1, jobs))
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            for student, recs, why in pool.map(_run_student, [tuple(j) for j in jobs_in]):
-                for a, rec in recs.items():
-                    records[(a, student)] = rec
-                if why:
-                    failed[student] = why
-    finally:
-        if session is not None:
-            session.__exit__(None, None, None)
-    return records, failed
-
-
 @dataclass
 class Group:
-    """Submissions of one assignment whose wrong outputs agree on one checker's battery.
+    """Submissions of one assignment whose wrong outputs agree on one question's battery.
 
     Attributes:
-        assignment, check: where (``check`` is the call, e.g. ``check_layer_norm, 'numpy'``).
-        checker: the checker's name (``CheckResult.name``).
+        assignment, check: where (``check``: the question's grade id, e.g. ``layer_norm_battery``).
+        checker: the checker's name (``CheckResult.name``, e.g. ``layer_norm``).
         students: who is in it, sorted.
         representative: whose answer cell is shown (the first in sorted order).
         diagnosis: the checker's words for the representative: each distinct hint of its failing
             cases (case name and error sizes removed), joined by " / ".
         faults: the fault kinds of the representative's failing cases.
-        variant: the ``[variant: ...]`` id when the search named one, else None.
+        variant: the variant id when the search named one, else None.
         cell: the representative's answer cell.
-        failed: cases failed, of ``cases`` (the graded ones and the diagnostic probes of
-            :mod:`normref.diagnosis.probes`).
-        probe_only: every graded case passed; only a diagnostic probe failed (no points lost).
+        failed: cases failed, of ``cases``.
     """
 
     assignment: str
@@ -255,7 +125,6 @@ class Group:
     cell: str = ""
     failed: int = 0
     cases: int = 0
-    probe_only: bool = False
 
     @property
     def size(self) -> int:
@@ -263,15 +132,14 @@ class Group:
 
     @property
     def group_id(self) -> str:
-        """A stable id for links and filters: ``<assignment>-<check>-<n>`` is set by the caller."""
+        """A stable id for links and filters: ``<assignment>-<checker>-<n>`` is set by the caller."""
         return getattr(self, "_id", "")
 
     def to_json(self) -> dict:
         return {"assignment": self.assignment, "check": self.check, "checker": self.checker,
                 "size": self.size, "students": self.students, "representative": self.representative,
                 "diagnosis": self.diagnosis, "faults": self.faults, "variant": self.variant,
-                "cell": self.cell, "failed": self.failed, "cases": self.cases, "id": self.group_id,
-                "probe_only": self.probe_only}
+                "cell": self.cell, "failed": self.failed, "cases": self.cases, "id": self.group_id}
 
 
 _HEAD = re.compile(r"^case '.*?': ")
@@ -292,7 +160,7 @@ def _variant(message: str) -> str | None:
 
 def group_records(assignment: str, check: str, records: dict[str, dict],
                   cells: dict[str, str] | None = None) -> list[Group]:
-    """Group the wrong records of one checker (``{student: record}``), largest group first.
+    """Group the wrong records of one question (``{student: record}``), largest group first.
 
     Two students are in one group when :func:`normref.diagnosis.record.agree` holds between
     the student and the group's first member. Records with every case passed are left out.
@@ -314,8 +182,7 @@ def group_records(assignment: str, check: str, records: dict[str, dict],
                       faults=list(dict.fromkeys(c["fault"] for c in bad if c["fault"])),
                       variant=next((v for v in (c.get("variant") or _variant(c["message"]) for c in bad) if v),
                                    None),
-                      cell=(cells or {}).get(s, ""), failed=len(bad), cases=len(cases),
-                      probe_only=all(c.get("probe") for c in bad))
+                      cell=(cells or {}).get(s, ""), failed=len(bad), cases=len(cases))
             groups.append((rec, g))
     out = sorted((g for _, g in groups), key=lambda g: (-g.size, g.representative))
     for i, g in enumerate(out, 1):
@@ -323,35 +190,62 @@ def group_records(assignment: str, check: str, records: dict[str, dict],
     return out
 
 
-def mistake_groups(course_root: Path, assignments: list[str], students: list[str], *, jobs: int = 1,
-                   sandboxed: bool | None = None) -> tuple[dict[str, list[Group]], dict[str, str]]:
-    """The groups of wrong answers of every assignment (see the module docstring).
+def mistake_groups(course_root: Path, assignments: list[str],
+                   students: list[str]) -> tuple[dict[str, list[Group]], dict[str, str]]:
+    """The groups of wrong answers of every assignment, from the records the scoring stage kept
+    in ``autograded/<student>/<assignment>/*.ipynb`` (see the module docstring). Reads
+    notebooks only: no kernel, no sandbox, no student code.
 
     Returns:
-        ``({assignment: [Group, ...] largest first}, {student: why their records are missing})``.
+        ``({assignment: [Group, ...] largest first}, {what: why it is not in the groups})``:
+        ``what`` is ``"<assignment>: <grade ids>"`` for questions scored in the kernel, or for
+        a question graded on the inputs of several runs (grouped within each run), or
+        ``"<student> (<assignment>)"`` for a notebook without records.
     """
     course_root = Path(course_root)
-    records, failed = collect_records(course_root, assignments, students, jobs=jobs, sandboxed=sandboxed)
     out: dict[str, list[Group]] = {}
+    missing: dict[str, str] = {}
     for a in assignments:
-        by_check: dict[str, dict[str, dict]] = {}
-        for (a2, s), recs in records.items():
-            if a2 != a:
-                continue
-            for check, rec in recs.items():
-                if "cases" in rec:
-                    by_check.setdefault(check, {})[s] = rec
-        groups: list[Group] = []
-        for check, recs in by_check.items():
-            cells: dict[str, str] = {}
-            for s in recs:
-                for p in sorted((course_root / "autograded" / s / a).glob("*.ipynb")):
+        by_question: dict[str, dict[str, dict]] = {}
+        cells: dict[str, dict[str, str]] = {}
+        unrecorded: list[str] = []
+        for s in students:
+            for p in sorted((course_root / "autograded" / s / a).glob("*.ipynb")):
+                try:
                     nb = nbformat.read(p, as_version=4)
-                    call = next((c for c in check_calls(nb) if c.key == check), None)
-                    if call is not None:
-                        cells[s] = answer_source(nb, call.obj)
-            groups += group_records(a, check, recs, cells)
+                except Exception:  # noqa: BLE001 - an unreadable notebook has no record
+                    missing[f"{s} ({a})"] = f"{p.name} could not be read"
+                    continue
+                recs = question_records(nb)
+                for gid in unrecorded_questions(nb):
+                    if gid not in unrecorded:
+                        unrecorded.append(gid)
+                lost = [gid for gid in _drawn_questions(nb) if gid not in recs]
+                if lost:
+                    missing[f"{s} ({a})"] = (f"{', '.join(lost)}: no outputs recorded (none handed back, or "
+                                             "scored before records were kept): not grouped")
+                for gid, (rec, name) in recs.items():
+                    by_question.setdefault(gid, {})[s] = rec
+                    cells.setdefault(gid, {})[s] = answer_source(nb, name) if name else ""
+        if unrecorded:
+            missing[f"{a}: {', '.join(unrecorded)}"] = ("scored in the kernel (no outputs handed back to the "
+                                                        "grader): not grouped")
+        groups: list[Group] = []
+        for gid, recs in by_question.items():
+            runs = {r.get("inputs") for r in recs.values()}
+            if len(runs) > 1:
+                missing[f"{a}: {gid}"] = (f"graded on the inputs of {len(runs)} runs: wrong answers are grouped "
+                                          "within each run's inputs")
+            groups += group_records(a, gid, recs, cells.get(gid))
         groups.sort(key=lambda g: (-g.size, g.checker, g.representative))
         if groups:
             out[a] = groups
-    return out, failed
+    return out, missing
+
+
+def _drawn_questions(nb) -> list[str]:
+    """The grade ids of ``nb``'s test cells that are scored from handed-back outputs on drawn inputs."""
+    from .scoring import QUESTIONS
+
+    gids = (_nbg(c).get("grade_id") for c in nb.cells if c.get("cell_type") == "code")
+    return [g for g in gids if g in QUESTIONS and QUESTIONS[g].draw is not None]

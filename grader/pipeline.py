@@ -62,6 +62,9 @@ class GradeRun:
         autograde: timing and failures of the autograde stage.
         repairs: ``{(assignment, student): Repair}`` for every submission repair touched.
         sandboxed: whether kernels ran in the bubblewrap sandbox.
+        lms_import: the LMS's gradebook export filled in (``lms-import-<lms>.csv``), when given.
+        feedback_zips: ``{feedback-<lms>-<assignment>.zip: [students]}`` for the LMS's bulk
+            feedback upload (students collected from Canvas or Moodle downloads).
         seconds: wall time of the whole run.
         stage_seconds: ``{stage: seconds}``, one entry per stage of :data:`STAGES` (prepare,
             generate, collect, repair, autograde, feedback, export, score, report).
@@ -82,6 +85,7 @@ class GradeRun:
     repairs: dict[tuple[str, str], Repair] = field(default_factory=dict)
     sandboxed: bool = False
     lms_import: Path | None = None
+    feedback_zips: dict[Path, list[str]] = field(default_factory=dict)
     seconds: float = 0.0
     stage_seconds: dict[str, float] = field(default_factory=dict)
 
@@ -193,9 +197,11 @@ def clean(course_root: Path) -> None:
 def start_over(tree: CourseTree, *, yes: bool, tag: str, log=print) -> None:
     """:func:`clean`, after a backup, and only with a yes when real students are graded here.
 
-    The gradebook is backed up with SQLite's backup API and every other piece of grading state
-    (``submitted/``, ``autograded/``, ``feedback/``, the CSVs, ``reports/``) is archived as
-    ``logs/backups/state-<tag>.tar.gz`` before anything is removed.
+    The gradebook is backed up with SQLite's backup API and, with every other piece of grading
+    state (``submitted/``, ``autograded/``, ``feedback/``, the CSVs, ``reports/``, and what
+    ``logs/`` holds besides the backups and the run log: the LMS's late marks and download names,
+    the batches as received), archived as ``logs/backups/state-<tag>.tar.gz`` before anything is
+    removed; :func:`restore_state` puts such an archive back.
 
     Raises:
         CourseStateError: real students are here and nobody said yes (``--yes``, or ``yes`` typed
@@ -204,7 +210,7 @@ def start_over(tree: CourseTree, *, yes: bool, tag: str, log=print) -> None:
     real = state.has_grading_state(tree) and not (tree.root / DEMO_MARKER).exists()
     if real:
         gb = state.backup_gradebook(tree, tag, log=log)
-        archive = _archive_state(tree, tag)
+        archive = _archive_state(tree, tag, gb)
         log(f"backup: {', '.join(str(p) for p in (gb, archive) if p)}")
         n = len(tree.students())
         if not state.confirm(f"This removes the grading state of {n} students in {tree.root} "
@@ -218,11 +224,21 @@ def start_over(tree: CourseTree, *, yes: bool, tag: str, log=print) -> None:
         database.reset(tree.gradebook_url)
 
 
-def _archive_state(tree: CourseTree, tag: str) -> Path | None:
+def _logs_state(tree: CourseTree) -> list[Path]:
+    """What ``logs/`` holds that :func:`clean` removes (all but :data:`KEPT_LOGS`)."""
+    if not tree.logs.is_dir():
+        return []
+    return sorted(c for c in tree.logs.iterdir() if c.name not in KEPT_LOGS and not c.name.endswith(".part"))
+
+
+def _archive_state(tree: CourseTree, tag: str, gradebook: Path | None = None) -> Path | None:
+    """``logs/backups/state-<tag>.tar.gz``: the grading state :func:`clean` removes, with the
+    gradebook backup ``gradebook`` as ``gradebook.db`` (one archive is a whole course state)."""
     import tarfile
 
     names = [n for n in GRADING_STATE if n not in ("logs", "gradebook.db") and (tree.root / n).exists()]
-    if not names:
+    logs = _logs_state(tree)
+    if not names and not logs and gradebook is None:
         return None
     dest = tree.logs / "backups" / f"state-{tag}.tar.gz"
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -231,12 +247,139 @@ def _archive_state(tree: CourseTree, tag: str) -> Path | None:
         with tarfile.open(part, "w:gz") as tf:
             for n in names:
                 tf.add(tree.root / n, arcname=n)
+            for c in logs:
+                tf.add(c, arcname=f"logs/{c.name}")
+            if gradebook is not None:
+                tf.add(gradebook, arcname=GRADEBOOK_IN_ARCHIVE)
         os.replace(part, dest)
     finally:
         part.unlink(missing_ok=True)
     for old in sorted(dest.parent.glob("state-*.tar.gz"))[:-state.KEEP_BACKUPS]:
         old.unlink()
     return dest
+
+
+#: The gradebook's name inside a state archive.
+GRADEBOOK_IN_ARCHIVE = "gradebook.db"
+
+
+def state_backups(tree: CourseTree) -> list[Path]:
+    """The state archives ``logs/backups/state-*.tar.gz``, oldest first."""
+    d = tree.logs / "backups"
+    return sorted(d.glob("state-*.tar.gz")) if d.is_dir() else []
+
+
+def current_state(tree: CourseTree) -> list[str]:
+    """What grading state the course root holds now (what a restore would replace): the
+    gradebook, the non-empty folders and files of :data:`GRADING_STATE`, and ``logs/`` entries
+    besides the backups and the run log. ``[]`` after :func:`clean`."""
+    out = []
+    if tree.gradebook_path.is_file() and tree.gradebook_path.stat().st_size:
+        out.append(GRADEBOOK_IN_ARCHIVE)
+    for n in GRADING_STATE:
+        p = tree.root / n
+        if n in ("logs", "gradebook.db") or not p.exists():
+            continue
+        if p.is_dir():
+            if any(f.name != ".gitkeep" for f in p.rglob("*")):
+                out.append(f"{n}/")
+        else:
+            out.append(n)
+    return out + [f"logs/{c.name}" for c in _logs_state(tree)]
+
+
+def _restorable(name: str) -> bool:
+    """True for an archive member :func:`restore_state` may write: under a name of
+    :data:`GRADING_STATE` or ``logs/<entry>`` other than the backups and the run log."""
+    parts = Path(name).parts
+    if not parts or Path(name).is_absolute() or ".." in parts:
+        return False
+    if parts[0] == "logs":
+        return len(parts) == 1 or parts[1] not in KEPT_LOGS
+    return parts[0] in GRADING_STATE
+
+
+def restore_state(tree: CourseTree, archive: Path, *, yes: bool, log=print) -> list[str]:
+    """Put a state archive (``logs/backups/state-<tag>.tar.gz``, written by :func:`start_over`
+    before ``clean`` and ``--fresh``) back: the gradebook, ``submitted/``, ``autograded/``,
+    ``feedback/``, the CSVs and ``roster.csv``, and ``logs/``' state (the LMS's late marks
+    ``lms_late.json``, download names ``lms_files.json``, the batches as received). An archive
+    written before archives held the gradebook takes it from ``logs/backups/gradebook-<tag>.db``.
+
+    When the course holds grading state now (:func:`current_state`), it is replaced only with a
+    yes (``yes``, or typed at the terminal), and backed up first as :func:`start_over` does.
+
+    Returns:
+        What was put back, one entry per top-level name (e.g. ``"submitted/ (2 students)"``).
+
+    Raises:
+        CourseStateError: no such archive, not a readable one, a member outside the grading
+            state, no gradebook for it, a gradebook that is not a readable nbgrader gradebook, or
+            state here and no yes. Nothing was changed.
+    """
+    import sqlite3
+    import tarfile
+
+    archive = Path(archive).resolve()
+    fail = state.CourseStateError
+    try:
+        with tarfile.open(archive) as tf:
+            members = tf.getmembers()
+    except (OSError, tarfile.TarError, EOFError) as e:
+        raise fail(f"{archive} is not a readable state backup ({e}); nothing was changed") from None
+    bad = [m.name for m in members if not _restorable(m.name)]
+    if bad:
+        raise fail(f"{archive} holds {bad[0]!r}, which is not grading state: not restored; nothing was changed")
+    names = sorted({Path(m.name).parts[0] for m in members})
+    tag = archive.name.removeprefix("state-").removesuffix(".tar.gz")
+    gb_backup = tree.logs / "backups" / f"gradebook-{tag}.db"
+    if GRADEBOOK_IN_ARCHIVE not in names and not gb_backup.is_file():
+        raise fail(f"{archive} holds no gradebook and {gb_backup} is gone: nothing was changed "
+                   "(restore its files by hand with tar if you mean to)")
+    here = current_state(tree)
+    if here and not state.confirm(f"Restoring {archive.name} replaces the grading state of {tree.root} "
+                                  f"({', '.join(here)}); it is backed up first.", yes):
+        raise fail(f"{tree.root} holds grading state ({', '.join(here)}): restoring {archive.name} would "
+                   "replace it; run again with --yes to back it up under logs/backups/ first and "
+                   "replace it; nothing was changed")
+    staging = tree.root / ".restore-staging"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    try:
+        with tarfile.open(archive) as tf:
+            tf.extractall(staging, filter="data")  # no links out, no devices, no absolute paths
+        gb = staging / GRADEBOOK_IN_ARCHIVE
+        if not gb.is_file():
+            shutil.copy2(gb_backup, gb)
+        problem = state._gradebook_file_problem(gb)
+        if problem:
+            raise fail(f"the gradebook of {archive.name}: {problem.replace(str(gb), 'it')}; nothing was changed")
+        with contextlib.closing(sqlite3.connect(f"file:{gb}?mode=ro", uri=True)) as db:
+            n_students = db.execute("select count(*) from student").fetchone()[0]
+            n_subs = db.execute("select count(*) from submitted_assignment").fetchone()[0]
+        if here:
+            start_over(tree, yes=True, tag=state.run_id(), log=log)
+        else:
+            clean(tree.root)
+        done = [f"{GRADEBOOK_IN_ARCHIVE} ({n_students} students, {n_subs} submissions)"]
+        for item in sorted(staging.iterdir()):
+            if item.name == GRADEBOOK_IN_ARCHIVE:
+                continue
+            for src in sorted(item.iterdir()) if item.name == "logs" else [item]:
+                dest = tree.root / src.relative_to(staging)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                if dest.is_dir():  # autograded/ with only .gitkeep, left by clean()
+                    shutil.rmtree(dest)
+                os.replace(src, dest)
+                label = str(src.relative_to(staging)) + ("/" if dest.is_dir() else "")
+                if src.name in ("submitted", "autograded", "feedback") and src.parent == staging:
+                    label += f" ({len(tree.students(src.name))} students)"
+                done.append(label)
+        os.replace(gb, tree.gradebook_path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    log(f"restore: {tree.root} is now the state of {archive.name}: {', '.join(done)}")
+    return done
 
 
 @dataclass
@@ -262,7 +405,7 @@ class Batch:
     dask: object = None  # grader.cluster.DaskCluster: autograde as Dask tasks; None: processes
     demo_students: int | None = None
     lms_gradebook: Path | None = None
-    groups: bool = False
+    groups: bool = True
 
 
 def prepare(b: Batch) -> None:
@@ -427,6 +570,10 @@ def autograde_stage(b: Batch) -> None:
     session = sandbox.SandboxSession(tree.root) if run.sandboxed else contextlib.nullcontext()
     with session as sb:
         setup = sb.worker if run.sandboxed else None
+        swept = getattr(sb, "swept", None) or {}
+        if any(swept.values()):
+            log(f"sandbox: swept {swept['cgroups']} stale normref cgroup(s) and {swept['ipc']} kernel-socket "
+                f"folder(s) left by killed runs ({swept['in_use']} still in use, kept)")
         try:
             if b.dask is not None:  # Dask tasks (grader/cluster.py): this machine or a cluster
                 from . import cluster
@@ -489,7 +636,8 @@ def feedback(b: Batch) -> None:
 def export(b: Batch) -> None:
     """``nbgrader export``: ``grades.csv``, one row per (assignment, student), with a ``late``
     column (after the due date, or marked late by the LMS); ``roster.csv`` beside it
-    (``student_id,lms_id,name``)."""
+    (``student_id,lms_id,name``); the LMS's gradebook filled in when given; the feedback HTML zipped
+    for the LMS's bulk feedback upload (``feedback-<lms>-<assignment>.zip``, :mod:`grader.lms`)."""
     try:
         b.run.grades_csv = b.course.export_csv(b.tree.grades_csv)
     except AppError as e:
@@ -499,12 +647,18 @@ def export(b: Batch) -> None:
     if b.lms_gradebook is not None:
         from .lms import fill_lms_gradebook
 
-        got = fill_lms_gradebook(b.tree, b.lms_gradebook, b.run.assignments, b.run.grades_csv)
+        got = fill_lms_gradebook(b.tree, b.lms_gradebook, b.run.assignments)
         b.run.lms_import = got.path
         b.log(f"export: {got.path} is {b.lms_gradebook.name} with the points of {len(got.filled)} students "
               f"filled in: import it into {got.lms.capitalize()}")
         if got.blank:
             b.log(f"export: left blank (no submission here): {', '.join(got.blank)}")
+    from .lms import feedback_zips
+
+    b.run.feedback_zips = feedback_zips(b.tree, b.run.assignments)
+    for path, students in b.run.feedback_zips.items():
+        b.log(f"export: {path}: the feedback of {len(students)} students, named for the LMS's bulk "
+              "feedback upload")
 
 
 def _add_late_column(path: Path, lms_marked: set[tuple[str, str]]) -> None:
@@ -569,7 +723,7 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
                 use_sandbox: bool | None = None, cell_timeout: int | None = None,
                 duedates: dict[str, str] | None = None, yes: bool = False, command: str | None = None,
                 demo_students: int | None = None, scheduler: str | None = None, db_url: str | None = None,
-                engine: str | None = None, lms_gradebook: Path | None = None, groups: bool = False,
+                engine: str | None = None, lms_gradebook: Path | None = None, groups: bool = True,
                 log=print) -> GradeRun:
     """Grade a class end to end with nbgrader: the :data:`STAGES` in order, holding the course's
     run lock, with one record per run appended to ``logs/runs.jsonl``.
@@ -600,9 +754,9 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
             class (a quick look; default: all 30).
         lms_gradebook: the LMS's own gradebook export (Canvas) or grading worksheet (Moodle):
             written back filled in as ``lms-import-<lms>.csv`` (:mod:`grader.lms`).
-        groups: add the groups of wrong answers to the class report (:mod:`grader.groups`:
-            reruns every student's answer cells once more in the sandbox, ~4 s per student).
-            Off by default: it runs student code a second time, outside the scored path.
+        groups: the groups of wrong answers in the class report (:mod:`grader.groups`: read
+            from the outputs the scoring stage recorded; no student code runs again). On by
+            default; False (``--no-groups``) leaves them out.
         scheduler: the address of a Dask scheduler (``tcp://HOST:8786``) whose workers run the
             autograde tasks (default: ``$DASK_SCHEDULER_ADDRESS``); see :mod:`grader.cluster`.
         db_url: the gradebook's SQLAlchemy URL, e.g. ``postgresql://USER@HOST:5432/DBNAME``
@@ -650,7 +804,7 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
     except ClusterError as e:
         raise GradingError(str(e)) from None
     with (b.dask or contextlib.nullcontext()), state.run_lock(tree, command, log=log):
-        status = "failed"
+        status, error = "failed", None
         try:
             for name, stage in STAGES:
                 t = time.perf_counter()
@@ -660,20 +814,32 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
                     raise GradingError(str(e)) from None
                 run.stage_seconds[name] = time.perf_counter() - t
             status = "ok"
+        except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM/SIGHUP through grader.__main__
+            status, error = "interrupted", str(e) or "SIGINT"
+            raise
         except BaseException as e:
-            status = f"failed: {type(e).__name__}: {e}"[:500]
+            error = error_line(e)
             raise
         finally:
             run.seconds = time.perf_counter() - t0
             if status == "ok" or run.stage_seconds.get("prepare") is not None:
-                state.record_run(tree, _run_record(b, command, status))
+                state.record_run(tree, _run_record(b, command, status, error))
     return run
 
 
-def _run_record(b: Batch, command: str, status: str) -> dict:
-    """The ``logs/runs.jsonl`` line of one run."""
+def error_line(e: BaseException) -> str:
+    """An exception as one line for the run log: its type and the first line of its message
+    (an nbgrader failure quotes nbgrader's whole log below that line), at most 300 characters."""
+    first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
+    return f"{type(e).__name__}: {first}"[:300] if first else type(e).__name__
+
+
+def _run_record(b: Batch, command: str, status: str, error: str | None = None) -> dict:
+    """The ``logs/runs.jsonl`` line of one run: ``status`` is ``"ok"``, ``"failed"`` (``error``:
+    the exception's type and first line) or ``"interrupted"`` (``error``: the signal)."""
     got = b.collected
     return {"run_id": b.run_id, "time": state.now_utc(), "command": command, "status": status,
+            **({"error": error} if error else {}),
             "inputs": _input_hashes(b.submissions), "batch": b.run.batch,
             "students_in_course": b.run.students,
             "skipped": dict(got.skipped) if got else {}, "replaced": [list(p) for p in got.replaced] if got else [],

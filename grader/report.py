@@ -203,11 +203,14 @@ class ClassReport:
         flags: ``{student: [notes]}`` from earlier stages (repairs, lateness).
         groups: ``{assignment: [grader.groups.Group]}``, wrong answers that agree on a checker's
             battery, largest first (named or not).
-        groups_missing: ``{student: why}`` whose code could not be rerun for the groups.
+        groups_missing: ``{what: why}`` not in the groups: questions scored in the kernel, a
+            question graded on several runs' inputs, notebooks without records.
         similar: ``{assignment: [grader.similarity.Pair]}``, near-identical answer code.
         late: ``{(assignment, student): seconds late}`` from the gradebook (late ones only).
         course_root: where the links of the HTML report point (feedback, autograded, CSVs).
         runs: the batch history, ``logs/runs.jsonl`` (one dict per grading run).
+        names: ``{student: name as the LMS wrote it}`` where the gradebook knows one (students
+            collected from LMS downloads: its first and last name, as in ``roster.csv``).
     """
 
     totals: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -227,6 +230,7 @@ class ClassReport:
     late: dict[tuple[str, str], float] = field(default_factory=dict)
     course_root: Path | None = None
     runs: list[dict] = field(default_factory=list)
+    names: dict[str, str] = field(default_factory=dict)
 
     @property
     def students(self) -> list[str]:
@@ -283,10 +287,10 @@ def build_report(course_root: Path, assignments: list[str], scores, max_points,
         ungraded: ``{"<student> (<assignment>)" or "file <name>": reason}``; such a submission
             keeps its (zero) score but is left out of the mistake counts, since its notebook
             was not the student's work that ran.
-        groups: find the groups of wrong answers (:func:`grader.groups.mistake_groups`: reruns
-            each student's code cells once, in the grading sandbox when bubblewrap works).
+        groups: find the groups of wrong answers (:func:`grader.groups.mistake_groups`: from
+            the outputs the scoring stage recorded in the autograded notebooks; no code runs).
         similarity: find near-identical answer code (:func:`grader.similarity.similar_pairs`).
-        jobs: kernels at a time for the groups (default: all cores).
+        jobs: unused (the groups start no kernel); kept for callers that pass it.
         gradebook_url: the gradebook's SQLAlchemy URL (``--db``), when it is not the course
             root's ``gradebook.db``.
     """
@@ -330,14 +334,15 @@ def build_report(course_root: Path, assignments: list[str], scores, max_points,
         with Gradebook(url) as gb:
             rep.manual = read_manual_grading(gb, assignments)
             rep.late = read_lateness(gb, assignments)
+            rep.names = {st.id: name for st in gb.students
+                         if (name := " ".join(x for x in (st.first_name, st.last_name) if x))}
     rep.runs = read_runs(course_root)
     graded = {a: sorted(s for s in rep.totals[a] if s not in rep.not_diagnosed.get(a, [])) for a in assignments}
     if groups:
         from .groups import mistake_groups
 
         students = sorted({s for v in graded.values() for s in v})
-        rep.groups, rep.groups_missing = mistake_groups(course_root, assignments, students,
-                                                        jobs=jobs or os.cpu_count() or 1)
+        rep.groups, rep.groups_missing = mistake_groups(course_root, assignments, students)
     if similarity:
         from .similarity import similar_pairs
 
@@ -628,7 +633,8 @@ def _student_table(rep: ClassReport, out_dir: Path) -> list[str]:
     parts.append("<table id='students'><thead><tr>" + "".join(head) + "</tr></thead><tbody>")
     for s in rep.students:
         total = sum(rep.totals[a].get(s, 0.0) for a in assignments)
-        cells = [f"<td>{e(s)}</td>", f"<td class='num' data-v='{total:.4f}'>{total:.2f}</td>"]
+        name = f" <small class='lms-name'>({e(rep.names[s])})</small>" if rep.names.get(s) else ""
+        cells = [f"<td>{e(s)}{name}</td>", f"<td class='num' data-v='{total:.4f}'>{total:.2f}</td>"]
         for a in assignments:
             v = rep.totals[a].get(s)
             cells.append(f"<td class='num' data-v='{'' if v is None else f'{v:.4f}'}'>"
@@ -652,14 +658,15 @@ def _student_table(rep: ClassReport, out_dir: Path) -> list[str]:
 
 def _groups_html(rep: ClassReport) -> list[str]:
     e = html.escape
-    if not rep.groups:
+    if not rep.groups and not rep.groups_missing:
         return []
     parts = ["<h2 id='groups'>Groups of wrong answers</h2>",
-             "<p>Submissions whose wrong outputs agree on every case of a checker's battery (within "
-             "twice its tolerance) form a group, whether or not a fault kind names the mistake: one "
+             "<p>Submissions whose wrong outputs agree on every case of a graded battery (the outputs "
+             "handed back on the run's drawn inputs, within twice the checker's tolerance; no code is "
+             "run again) form a group, whether or not a fault kind names the mistake: one "
              "comment per group reaches all of its students. Largest first.</p>"]
     if rep.groups_missing:
-        parts.append("<p>Not in the groups (their code could not be run again): "
+        parts.append("<p>Not in the groups: "
                      + e("; ".join(f"{s}: {w}" for s, w in sorted(rep.groups_missing.items()))) + "</p>")
     for a, gs in rep.groups.items():
         parts.append(f"<h3>{e(a)}</h3><table class='groups'><tr><th>students</th><th>checker</th>"
@@ -669,8 +676,7 @@ def _groups_html(rep: ClassReport) -> list[str]:
             parts.append(
                 f"<tr id='{e(g.group_id)}' data-group='{e(g.group_id)}'><td>{g.size}</td>"
                 f"<td>{e(g.checker)} #{e(g.group_id.rsplit('-', 1)[-1])}<br>"
-                f"<small>{g.failed} of {g.cases} cases fail"
-                f"{': only a diagnostic input, no points lost' if g.probe_only else ''}</small></td>"
+                f"<small>{g.failed} of {g.cases} cases fail</small></td>"
                 f"<td>{e(g.diagnosis)}<br><small><code>{e(kinds)}</code></small></td>"
                 f"<td>{e(', '.join(g.students))}<br><button type='button' data-show-group='{e(g.group_id)}'>"
                 "show in the table</button></td>"
@@ -719,7 +725,8 @@ def _history_html(rep: ClassReport, out_dir: Path) -> list[str]:
                  "<th>skipped</th><th>replaced</th><th>seconds</th><th>command</th></tr>")
     for r in reversed(rep.runs):
         batch = r.get("batch") or []
-        parts.append(f"<tr><td>{e(str(r.get('time', '')))}</td><td>{e(str(r.get('status', '')))}</td>"
+        why = e(str(r.get("error", "")))  # a failed or interrupted run: its error, on hover
+        parts.append(f"<tr><td>{e(str(r.get('time', '')))}</td><td title='{why}'>{e(str(r.get('status', '')))}</td>"
                      f"<td title='{e(', '.join(map(str, batch)))}'>{len(batch)}</td>"
                      f"<td>{len(r.get('skipped') or {})}</td><td>{len(r.get('replaced') or [])}</td>"
                      f"<td>{r.get('seconds', '')}</td><td><code>{e(str(r.get('command', '')))}</code></td></tr>")
@@ -795,5 +802,5 @@ def write_report(rep: ClassReport, out_dir: Path) -> Path:
         "groups_missing": rep.groups_missing,
         "similar": {a: [p.to_json() for p in ps] for a, ps in rep.similar.items()},
         "late_seconds": {f"{s} ({a})": v for (a, s), v in sorted(rep.late.items())},
-        "ungraded": rep.ungraded, "flags": rep.flags}, indent=2, sort_keys=True))
+        "ungraded": rep.ungraded, "flags": rep.flags, "names": rep.names}, indent=2, sort_keys=True))
     return path

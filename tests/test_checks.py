@@ -218,11 +218,54 @@ def test_layer_norm_low_precision_fails_only_the_float16_overflow_row():
     assert r.faults == ["low_precision_stats"] and not _case(r, "float16 row").passed
 
 
+def _np_ln(x, w, b, eps=1e-5, *, stats=np.float32, one_pass=False, use_var=False):
+    h = x.astype(stats)
+    m = h.mean(-1, keepdims=True)
+    if one_pass:
+        v = (h ** 2).mean(-1, keepdims=True) - m ** 2  # E[x**2] - E[x]**2
+    else:
+        v = np.var(h, axis=-1, keepdims=True) if use_var else ((h - m) ** 2).mean(-1, keepdims=True)
+    return ((h - m) / np.sqrt(v + eps) * w + b).astype(x.dtype)
+
+
+def test_layer_norm_one_pass_variance_fails_only_the_large_mean_row_and_is_named():
+    """The float16 case's second row [1900, 1900, 1901, 1902]: mean 1900.75, variance 0.6875. In
+    float32 every sum of these integers and of their squares is exact (below 2**24), but
+    E[x]**2 = 3612850.5625 rounds to 3612850.5 (spacing 0.25), so the one-pass variance is
+    3612851.25 - 3612850.5 = 0.75. The last value's output is 1.25 / sqrt(0.75) = 1.4434
+    instead of 1.25 / sqrt(0.6875) = 1.5076: off by 0.064, 13 x the float16 tolerance
+    (2e-3 + 2e-3 * 1.5)."""
+    for backend, student in [
+        ("numpy", lambda x, w, b, eps=1e-5: _np_ln(x, w, b, eps, one_pass=True)),
+        ("torch", lambda x, w, b, eps=1e-5: (lambda h: ((h - h.mean(-1, keepdim=True)) / (
+            (h * h).mean(-1, keepdim=True) - h.mean(-1, keepdim=True).square() + eps).sqrt() * w + b
+        ).to(x.dtype))(x.float())),
+    ]:
+        r = check_layer_norm(student, backend=backend)
+        assert [c.name for c in r.cases if not c.passed] == [_case(r, "float16 row").name], r.report()
+        c = _case(r, "float16 row")
+        want = 1.25 / math.sqrt(0.6875 + 1e-5) - 1.25 / math.sqrt(0.75 + 1e-5)  # 0.0642, by hand
+        assert c.max_abs_err == pytest.approx(want, abs=1e-3)  # + float16 rounding of the output
+        assert (c.fault, c.variant) == ("found_variant", "var_formula=one_pass")
+        assert "E[x**2] - E[x]**2" in c.message and "subtract the mean first" in c.message
+
+
+@pytest.mark.parametrize("stats, use_var", [(np.float32, False), (np.float32, True), (np.float64, False),
+                                            (np.float64, True)])
+def test_honest_layer_norms_pass_the_large_mean_row(stats, use_var):
+    """Two-pass statistics in float32 (the reference's) or float64, by hand or with np.var; and
+    the one-pass variance in float64 (exact on these integers), all score 1."""
+    assert check_layer_norm(lambda x, w, b, eps=1e-5: _np_ln(x, w, b, eps, stats=stats, use_var=use_var)).score == 1
+    assert check_layer_norm(lambda x, w, b, eps=1e-5: _np_ln(x, w, b, eps, stats=np.float64, one_pass=True)).score == 1
+    assert check_layer_norm(lambda x, w, b, eps=1e-5: _t_ln(x, w, b, eps), backend="torch").score == 1
+
+
 def test_layer_norm_float32_output_is_a_dtype_fault_on_low_precision_inputs_only():
     r = check_layer_norm(lambda x, w, b, eps=1e-5: _t_ln(x, w, b, eps, cast=False), backend="torch")
     assert r.faults == ["wrong_dtype"]
     assert {c.name for c in r.cases if not c.passed} == {
-        "float16 row [300, -300, 300, -300] (x**2 overflows float16)", "bfloat16 [2, 3, 8]"}
+        "float16 rows [300, -300, 300, -300] (x**2 overflows float16) and [1900, 1900, 1901, 1902] "
+        "(mean 1900.75: E[x**2] - E[x]**2 cancels)", "bfloat16 [2, 3, 8]"}
     assert "dtype float32, expected float16" in _case(r, "float16 row").message
 
 

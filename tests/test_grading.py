@@ -52,6 +52,19 @@ def test_demo_class_every_score_as_the_answer_bank_derives(course_copy):
     assert sum(report["faults"]["rmsnorm"].values()) >= sum(
         1 for st in roster if st.variants.get("rmsnorm") not in (None, "correct"))
     assert (course_copy / "reports" / "faults.png").stat().st_size > 5000
+    # the groups of wrong answers (on by default, read from the scoring's records): one bank
+    # variant is one code, so its students compute the same outputs and share one group
+    groups = run.report.groups
+    assert groups and not [k for k in run.report.groups_missing if k.endswith(")")]  # every notebook has records
+    where = {(a, g.check, s): g.group_id for a, gs in groups.items() for g in gs for s in g.students}
+    for a, gs in groups.items():
+        for gid in {g.check for g in gs}:
+            by_variant: dict = {}
+            for st in roster:
+                if a in st.variants:
+                    by_variant.setdefault(st.variants[a], set()).add(where.get((a, gid, st.student_id)))
+            assert all(len(v) == 1 for v in by_variant.values()), (a, gid, by_variant)
+            assert by_variant.get("correct", {None}) == {None}  # a right answer is in no group
 
 
 @pytest.mark.slow

@@ -1,10 +1,11 @@
 """The class report in a real browser (Debian's Chromium through Playwright, from file://, no
 server): sort the student table, filter it to one group of wrong answers, follow a feedback link.
 
-The course is built on disk without nbgrader (fast): five students' layernorm notebooks are the
-released notebook with an answer filled in, put where autograded notebooks live; the groups are
-found the real way (each student's code run again in the grading sandbox). Two students wrote
-the same mistake, which is in no fault list, in different words: (x_hat + beta) * gamma.
+The course is built on disk without nbgrader (fast): five students' layernorm notebooks, each
+with an answer filled in and the outputs its hidden test hands back on one run's drawn inputs,
+are put where autograded notebooks live and scored as the scoring stage scores them
+(tests/autograded.py); the groups are read from the records that scoring keeps. Two students
+wrote the same mistake, which is in no fault list, in different words: (x_hat + beta) * gamma.
 Screenshots go to ``build/report-browser/``.
 """
 from __future__ import annotations
@@ -12,11 +13,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import nbformat
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
-from grader.demo import fill_answers
+from autograded import write_autograded
+
 from grader.report import build_report, write_report
 
 pytestmark = pytest.mark.slow
@@ -46,20 +47,16 @@ MAX = {"layernorm": {"layer_norm_seed": 1.0, "layer_norm_battery": 3.0}}
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory, bubblewrap) -> tuple[Path, object]:
+def report(tmp_path_factory) -> tuple[Path, object]:
     root = tmp_path_factory.mktemp("report") / "course"
     for d in ("release", "source"):
         shutil.copytree(REPO / d / "layernorm", root / d / "layernorm")
-    release = root / "release" / "layernorm" / "layernorm.ipynb"
-    for s in ("ann", "bob", "cat", "dan", "eve"):
-        out = root / "autograded" / s / "layernorm"
-        out.mkdir(parents=True)
-        nb = fill_answers(release, {"layer_norm_impl": ANSWERS[s]} if s in ANSWERS else {})
-        nbformat.write(nb, out / "layernorm.ipynb")
+    for s in ("ann", "bob", "cat", "dan", "eve"):  # eve keeps the release's stub
+        write_autograded(root, "layernorm", s, {"layer_norm_impl": ANSWERS[s]} if s in ANSWERS else {}, 2026)
         fb = root / "feedback" / s / "layernorm"
         fb.mkdir(parents=True)
         (fb / "layernorm.html").write_text(f"<html><body><h1>Feedback for {s}</h1></body></html>")
-    rep = build_report(root, ["layernorm"], SCORES, MAX, jobs=2)
+    rep = build_report(root, ["layernorm"], SCORES, MAX)
     return write_report(rep, root / "reports"), rep
 
 

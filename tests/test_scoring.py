@@ -16,7 +16,7 @@ import torch
 
 from grader import scoring
 from grader.demo.answer_bank import ANSWERS, EXPECTED
-from normref.handback import MIME, run_calls
+from normref.handback import MIME, encode_answer, run_calls, run_plan
 
 REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
 #: grade_id -> (assignment, the function the hidden test hands back, points)
@@ -26,7 +26,17 @@ QUESTION_FN = {"rms_norm_battery": ("rmsnorm", "rms_norm", 4), "layer_norm_batte
                # the visible checks: their public cases, all or nothing
                "rms_norm_shape": ("rmsnorm", "rms_norm", 1), "layer_norm_seed": ("layernorm", "layer_norm", 1),
                "layer_norm_backward_seed": ("layernorm_backward", "layer_norm_backward", 1),
-               "pre_ln_quick": ("block", "pre_ln", 1), "post_ln_quick": ("block", "post_ln", 1)}
+               "pre_ln_quick": ("block", "pre_ln", 1), "post_ln_quick": ("block", "post_ln", 1),
+               # classes: the hidden test hands back the record of the grader's plan
+               "rms_module_battery": ("block", "RMSNorm", 3.5), "rms_module_quick": ("block", "RMSNorm", 1),
+               "block_battery": ("block", "PreNormBlock", 2), "block_quick": ("block", "PreNormBlock", 1),
+               # short answers: the hidden test hands back the values
+               "practice_mean_var": ("practice", "mean_1357, var_1357", 1),
+               "practice_layer_norm": ("practice", "ln_1357", 1), "practice_rms": ("practice", "rms_5_12", 1),
+               "practice_subtracts_mean": ("practice", "rms_shift_changes", 1),
+               "practice_pre_ln_formula": ("practice", "pre_ln_formula", 1),
+               "practice_shape": ("practice", "norm_keeps_shape", 1), "trace_rms_shape": ("practice", "rms_shape", 1),
+               "retrieval_stats_axis": ("practice", "stats_axis", 1)}
 DRAWN = sorted(g for g in QUESTION_FN if scoring.QUESTIONS[g].draw is not None)
 VISIBLE = sorted(g for g in QUESTION_FN if scoring.QUESTIONS[g].draw is None)
 
@@ -47,13 +57,23 @@ def namespace(assignment: str, variant: str) -> dict:
     return ns
 
 
+def handed_back(gid: str, fn, seed: int) -> dict:
+    """What the kernel's ``hand_back(gid, fn)`` shows: the record of ``fn`` (a function, a class,
+    or a tuple of short answers) on the grader's inputs for this seed."""
+    q = scoring.QUESTIONS[gid]
+    if q.kind == "values":
+        return {"grade_id": gid, "values": [encode_answer(v) for v in fn]}
+    if q.kind == "class":
+        return {"grade_id": gid, "cases": run_plan(fn, q.plan(scoring.plan_cases(gid, seed)), q.reference)}
+    return {"grade_id": gid, "calls": run_calls(fn, scoring.probe_calls(gid, seed), q.reference)}
+
+
 def graded(gid: str, fn, seed: int) -> scoring.Scored:
     """What grading makes of ``fn``: the kernel's record of it on the drawn inputs (with the
     run-time record of reference calls), through JSON in a notebook cell's output, scored here."""
-    calls = run_calls(fn, scoring.probe_calls(gid, seed), scoring.QUESTIONS[gid].reference)
     cell = nbformat.v4.new_code_cell("", metadata={"nbgrader": {"grade_id": gid, "grade": True}})
     cell.outputs = [nbformat.v4.new_output("display_data", data={
-        MIME: json.loads(json.dumps({"grade_id": gid, "calls": calls}))})]
+        MIME: json.loads(json.dumps(handed_back(gid, fn, seed)))})]
     return scoring.score_notebook(nbformat.v4.new_notebook(cells=[cell]), seed)[gid]
 
 
@@ -78,8 +98,20 @@ def test_every_bank_variant_gets_its_expected_points_on_drawn_inputs(gid, seed):
     drawn from other seeds: honest answers written differently keep full marks, each mistake
     costs what it cost."""
     a, name, _ = QUESTION_FN[gid]
-    got = {v: trusted_points(gid, namespace(a, v).get(name), seed) for v in ANSWERS[a]}
+    got = {v: bank_points(gid, namespace(a, v), seed) for v in ANSWERS[a]}
     assert got == {v: EXPECTED[a][v][gid] for v in ANSWERS[a]}
+
+
+def bank_points(gid: str, ns: dict, seed: int) -> float:
+    """The trusted points of the answer in ``ns`` (a notebook's globals); a short answer whose
+    variable is undefined stops its hidden test before it hands back anything: 0."""
+    name = QUESTION_FN[gid][1]
+    if scoring.QUESTIONS[gid].kind == "values":
+        names = name.split(", ")
+        if not all(n in ns for n in names):
+            return 0.0
+        return trusted_points(gid, tuple(ns[n] for n in names), seed)
+    return trusted_points(gid, ns.get(name), seed)
 
 
 def test_each_run_draws_new_inputs_of_the_same_kinds():
@@ -93,6 +125,29 @@ def test_each_run_draws_new_inputs_of_the_same_kinds():
     assert n[0] == n[1] == n[2]  # B = T = D
     assert float(one[4].x.float().abs().max()) > 256  # x**2 overflows float16
     assert one[3].eps == 1e-4 and float(one[3].x.abs().max()) < 1e-2
+
+
+def _ln(x, w, b, eps=1e-5, *, stats=np.float32, one_pass=False):
+    h = x.astype(stats)
+    m = h.mean(-1, keepdims=True)
+    v = (h * h).mean(-1, keepdims=True) - m * m if one_pass else ((h - m) ** 2).mean(-1, keepdims=True)
+    return ((h - m) / np.sqrt(v + eps) * w + b).astype(x.dtype)
+
+
+@pytest.mark.parametrize("seed", [11, 2026, 7])
+def test_drawn_layer_norm_batteries_expose_the_one_pass_variance(seed):
+    """The drawn float16 case's second row: four float16 integers of mean 1498-2002 with a .25 or
+    .75 fraction (float32 spacing of E[x]**2 is 0.25 there: the one-pass variance is off by 1/16).
+    The float32 one-pass answer loses that case (0.5 of 3 points) and is named; the one-pass
+    variance in float64 and two-pass float32 statistics keep full marks."""
+    row = scoring.drawn_cases("layer_norm_battery", seed)[4].x[1].astype(np.float64)
+    assert 1498 <= row.mean() <= 2002 and row.mean() % 0.5 in (0.25,) and np.all(row == np.round(row))
+    g = graded("layer_norm_battery", lambda x, w, b, eps=1e-5: _ln(x, w, b, eps, one_pass=True), seed)
+    assert g.fraction == pytest.approx(5 / 6) and g.variants == ["var_formula=one_pass"], g.text
+    assert [c["passed"] for c in g.record["cases"]] == [True, True, True, True, False, True]
+    for honest in (lambda x, w, b, eps=1e-5: _ln(x, w, b, eps, stats=np.float64, one_pass=True),
+                   lambda x, w, b, eps=1e-5: _ln(x, w, b, eps)):
+        assert graded("layer_norm_battery", honest, seed).fraction == 1.0
 
 
 def test_a_function_that_only_knows_the_visible_battery_earns_nothing_hidden():
@@ -205,3 +260,103 @@ def test_honest_answers_and_a_norm_the_checker_hands_in_are_not_reference_calls(
 
     cheat = graded("pre_ln_battery", lambda x, sublayer, norm: pre_ln(x, sublayer, norm), 5)
     assert cheat.fraction == 0.0 and "normref.blocks.pre_ln" in cheat.text
+
+
+# --------------------------------------------------------------------------- classes and short answers
+
+
+def test_practice_checks_are_scored_with_the_visible_checks_settings():
+    """The grader checks each short answer with the checker and setting its visible check shows
+    (read from the notebook's own ``display(check_...(...))`` line)."""
+    import ast
+
+    nb = nbformat.read(REPO / "source" / "practice" / "practice.ipynb", as_version=4)
+    seen = {}
+    for c in nb.cells:
+        gid = c.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in scoring.PRACTICE:
+            call = ast.parse(c.source.split("\n### BEGIN HIDDEN TESTS")[0]).body[-1].value.args[0]
+            seen[gid] = (call.func.id, {k.arg: ast.literal_eval(k.value) for k in call.keywords},
+                         ", ".join(a.id for a in call.args))
+    assert seen == {g: (*scoring.PRACTICE[g], QUESTION_FN[g][1]) for g in scoring.PRACTICE}
+
+
+def test_short_answers_travel_with_their_types():
+    from fractions import Fraction
+
+    sent = [4, 2 / 3, "sqrt(84.5)", True, None, (1, 2.5), [4, 5, 1], torch.Size([4, 5, 1]), np.float64(2.5),
+            np.int64(-2), torch.tensor(9.25), np.array([1.0, -2.0]), ...]
+    back = [scoring.decode_answer(json.loads(json.dumps(encode_answer(v)))) for v in sent]
+    for a, b in zip(sent[:8], back[:8]):
+        assert type(a) is type(b) and a == b, (a, b)
+    assert back[8] == 2.5 and type(back[8]) is np.float64 and back[9] == -2 and type(back[9]) is np.int64
+    assert back[10].dtype == torch.float32 and float(back[10]) == 9.25
+    assert back[11].tolist() == [1.0, -2.0] and back[12] is Ellipsis
+    # another type: its text and, if it is a number, its value; the checker reads the number
+    frac = scoring.decode_answer(json.loads(json.dumps(encode_answer(Fraction(169, 2)))))
+    assert type(frac).__name__ == "Fraction" and repr(frac) == "Fraction(169, 2)"
+    from normref.answers import check_rms_34
+
+    assert check_rms_34(frac, x=(5, 12)).score == check_rms_34(Fraction(169, 2), x=(5, 12)).score == 0.0
+    s = graded("practice_rms", (Fraction(169, 2),), 0)
+    assert s.fraction == 0.0 and "Fraction(169, 2)" in s.text  # noted in the feedback
+    assert graded("practice_rms", ((84.5) ** 0.5,), 0).fraction == 1.0
+    odd = scoring.decode_answer(json.loads(json.dumps(encode_answer(object()))))
+    assert graded("practice_rms", (object(),), 0).fraction == 0.0 and type(odd).__name__ == "object"
+
+
+def test_a_short_answer_is_judged_by_the_grader_not_the_kernel():
+    """Half credit for the n-1 variance, from the values alone: a kernel whose checker said
+    1.0 hands back the same values."""
+    s = graded("practice_mean_var", (4, 20 / 3), 0)
+    assert s.fraction == 0.5 and "unbiased_variance" in s.faults
+    assert graded("practice_mean_var", (4, 5), 0).fraction == 1.0
+
+
+RMS_MODULE = ("class RMSNorm(nn.Module):\n    def __init__(self, dim, eps=1e-6):\n        super().__init__()\n"
+              "        self.eps = eps\n        self.weight = nn.Parameter(torch.ones(dim))\n\n"
+              "    def forward(self, x):\n{body}")
+
+
+def _module(body: str, **ns):
+    ns = {"torch": torch, "nn": torch.nn, "F": torch.nn.functional, **ns}
+    exec(RMS_MODULE.format(body=body), ns)
+    return ns["RMSNorm"]
+
+
+def test_a_class_that_only_knows_the_visible_battery_earns_the_visible_point_only():
+    from normref.checks.module import _module_battery
+    from normref.functional import rms_norm
+
+    table = [(c.x.clone(), rms_norm(c.x, c.weight, eps=1e-6 if c.eps is None else c.eps))
+             for c in _module_battery() if c.x is not None]
+    cls = _module("        for xv, y in KNOWN:\n"
+                  "            if xv.shape == x.shape and xv.dtype == x.dtype and torch.equal(xv, x):\n"
+                  "                return y.clone()\n        return x.clone()\n", KNOWN=table)
+    assert __import__("normref").check_rms_norm_module(cls).passed  # it fools the public battery
+    assert trusted_points("rms_module_quick", cls, 0) == 1.0
+    assert trusted_points("rms_module_battery", cls, 7) == 0.5  # the structural case (its weight) only
+
+
+def test_a_module_that_calls_the_reference_earns_zero_and_says_the_rule():
+    cls = _module("        return getattr(F, 'rms' + '_norm')(x.float(), (x.shape[-1],), self.weight, self.eps)"
+                  ".to(x.dtype)\n")
+    s = graded("rms_module_battery", cls, 3)
+    assert s.fraction == 0.0 and s.flags and "calls torch's rms_norm" in s.flags[0], (s.fraction, s.flags)
+
+
+def test_a_block_record_that_does_not_follow_the_graders_wiring_fails_that_case():
+    """The own-submodules case replays each submodule's recorded output only for the input the
+    grader's wiring passes it; a record made on other inputs (a patched wiring in the kernel)
+    fails the case, and a missing case fails too."""
+    ns = namespace("block", "correct")
+    rec = handed_back("block_battery", ns["PreNormBlock"], 4)
+    own = rec["cases"][3]["trace"]
+    own[2]["in"] = own[0]["in"]  # post_attention_layernorm "called" on x instead of h
+    cell = nbformat.v4.new_code_cell("", metadata={"nbgrader": {"grade_id": "block_battery", "grade": True}})
+    cell.outputs = [nbformat.v4.new_output("display_data", data={MIME: json.loads(json.dumps(rec))})]
+    s = scoring.score_notebook(nbformat.v4.new_notebook(cells=[cell]), 4)["block_battery"]
+    assert s.fraction == 0.75 and "other inputs than the grader's wiring" in s.text
+    rec["cases"] = rec["cases"][:2]
+    cell.outputs = [nbformat.v4.new_output("display_data", data={MIME: json.loads(json.dumps(rec))})]
+    assert scoring.score_notebook(nbformat.v4.new_notebook(cells=[cell]), 4)["block_battery"].fraction == 0.5

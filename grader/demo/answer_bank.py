@@ -21,8 +21,13 @@ Battery cases the derivations refer to (``normref.checks.norms.battery``, seeded
 - LayerNorm, numpy (6 cases, 0.5 point each in ``layer_norm_battery``): 1 the seed (1, 2, 3);
   2 ``[2, 3, 8]`` float32 with weight and bias (one row has variance 0.089); 3 ``[4, 4, 4]``
   with weight and bias (smallest row variance 0.25); 4 tiny values ~1e-3 with eps = 1e-4;
-  5 float16 rows [300, -300, 300, -300] and [1, 2, 3, 4], weight 1, bias 0; 6 a constant row
-  [5, 5, 5, 5] and [1, 0, -1, 2], weight 1, bias [0.5, -0.5, 0, 1].
+  5 float16 rows [300, -300, 300, -300] and [1900, 1900, 1901, 1902] (mean 1900.75, variance
+  0.6875: the one-pass variance E[x**2] - E[x]**2 is 0.75 in float32), weight 1, bias 0; 6 a
+  constant row [5, 5, 5, 5] and [1, 0, -1, 2], weight 1, bias [0.5, -0.5, 0, 1].
+  Case 5's second row moves no variant's points: each variant that passes case 5 (correct,
+  eps outside the root or left out, weight or bias ignored) computes its statistics in float32
+  two-pass, where that row is exact, with weight 1 and bias 0, and eps = 1e-5 is 1.5e-5 of its
+  variance (tolerance 2e-3); each that fails it still fails on the first row or on both.
 - RMSNorm, torch (6 cases, 4/6 point each in ``rms_norm_battery``, rounded to 2 decimals):
   1 the seed (1, 2, 3); 2 ``[2, 3, 8]`` float32 with weight; 3 ``[4, 4, 4]`` with weight;
   4 tiny values with eps = 1e-4; 5 the float16 overflow rows; 6 bfloat16 ``[2, 3, 8]`` with weight.
@@ -249,7 +254,7 @@ _LAYERNORM_EXPECTED = {
     "eps_outside_sqrt": {"layer_norm_seed": 0.0, "layer_norm_battery": 2.0},
     # axis 0 is the last axis only for the 1-D seed: 1 of 6
     "wrong_axis": {"layer_norm_seed": 0.0, "layer_norm_battery": 0.5},
-    # a [2, 3] mean against [2, 3, 8] does not broadcast (raises): the visible cell fails;
+    # a [2, 3] mean against [2, 3, 8] does not broadcast (raises): the visible check names keepdims;
     # right only for 1-D input (a scalar mean); [4, 4] against [4, 4, 4] broadcasts wrongly: 1 of 6
     "missing_keepdim": {"layer_norm_seed": 0.0, "layer_norm_battery": 0.5},
     # only the float16 case overflows: 5 of 6; the seed cases pass
@@ -257,7 +262,7 @@ _LAYERNORM_EXPECTED = {
     # no eps: NaN on the constant row (6), wrong on tiny (4), past tolerance on 2 and 3: 2 of 6
     "no_eps": {"layer_norm_seed": 0.0, "layer_norm_battery": 1.0},
     # RMSNorm instead: every case has a row with a nonzero mean (the float16 case's second
-    # row, [1, 2, 3, 4]; the constant row gives 1 + beta instead of beta): 0 of 6
+    # row, [1900, 1900, 1901, 1902]; the constant row gives 1 + beta instead of beta): 0 of 6
     "not_centered": {"layer_norm_seed": 0.0, "layer_norm_battery": 0.0},
     # weight is all ones in 1, 4, 5, 6, random in 2 and 3: 4 of 6
     "ignores_weight": {"layer_norm_seed": 0.0, "layer_norm_battery": 2.0},
@@ -346,7 +351,7 @@ _RMSNORM_EXPECTED = {
     # eps = 1e-6 against mean squares >= 0.46 is inside tolerance; only case 4 (eps=1e-4): 5 of 6
     "no_eps": {"rms_norm_shape": 1.0, "rms_norm_battery": 3.33},
     "wrong_axis": {"rms_norm_shape": 0.0, "rms_norm_battery": 0.67},  # dim=0 right for 1-D only
-    # [2, 3] rms against [2, 3, 8] raises in the visible cell; right for 1-D only: 1 of 6
+    # [2, 3] rms against [2, 3, 8] raises: the visible check names keepdim; right for 1-D only: 1 of 6
     "missing_keepdim": {"rms_norm_shape": 0.0, "rms_norm_battery": 0.67},
     "low_precision_stats": {"rms_norm_shape": 1.0, "rms_norm_battery": 3.33},  # f16 row only
     "subtracts_mean": {"rms_norm_shape": 0.0, "rms_norm_battery": 0.0},  # no zero-mean row
@@ -354,7 +359,7 @@ _RMSNORM_EXPECTED = {
     "ignores_weight": {"rms_norm_shape": 0.0, "rms_norm_battery": 2.0},
     # float32 out is wrong for the float16 (5) and bfloat16 (6) inputs: 4 of 6
     "wrong_dtype": {"rms_norm_shape": 1.0, "rms_norm_battery": 2.67},
-    # every case changes x in place: 0 of 6 (the shape assertion passes, the quick check not)
+    # every case changes x in place: 0 of 6 (the visible check fails on it)
     "mutates_input": {"rms_norm_shape": 0.0, "rms_norm_battery": 0.0},
 }
 

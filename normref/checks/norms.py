@@ -148,6 +148,30 @@ class NormCase:
     eps: float = 1e-6
 
 
+#: LayerNorm's float16 case's second row: mean 1900.75, variance 0.6875. Every sum of these
+#: integers and of their squares is exact in float32 (all below 2**24), and so is the mean;
+#: only E[x]**2 = 3612850.5625 is not: float32 spacing there is 0.25, so it rounds to
+#: 3612850.5 and the one-pass variance E[x**2] - E[x]**2 comes out 0.75 instead of 0.6875
+#: (+9%): an output off by up to 0.064 (13 x the float16 tolerance, in every float32
+#: one-pass implementation alike), where the two-pass float32 variance is exact.
+LARGE_MEAN_ROW = [1900.0, 1900.0, 1901.0, 1902.0]
+
+
+def float16_case(kind: str, big: float, row: list[float], eps: float) -> NormCase:
+    """The float16 case: ``[big, -big, big, -big]`` (x**2 overflows float16 above 256) and
+    ``row``; for LayerNorm ``row`` has a large mean against its spread (the one-pass variance
+    cancels: :data:`LARGE_MEAN_ROW`). Weight ones and bias zeros (``[4]``), x ``[2, 4]`` float16."""
+    import torch
+
+    name = f"float16 row [{big:g}, -{big:g}, {big:g}, -{big:g}] (x**2 overflows float16)"
+    if kind == "layer":
+        name = (f"float16 rows [{big:g}, -{big:g}, {big:g}, -{big:g}] (x**2 overflows float16) and "
+                f"[{', '.join(f'{v:g}' for v in row)}] (mean {sum(row) / len(row):g}: "
+                "E[x**2] - E[x]**2 cancels)")
+    x = torch.tensor([[big, -big, big, -big], row], dtype=torch.float16)
+    return NormCase(name, x, torch.ones(4), torch.zeros(4) if kind == "layer" else None, eps)
+
+
 def _norm_case_runner(kind: str, fn: Callable, call: Callable, reference: Callable):
     def run_case(case: NormCase) -> CaseResult:
         args, kwargs = call(case)
@@ -183,9 +207,7 @@ def battery(kind: str, backend: str) -> list[NormCase]:
                  1 + 0.5 * rnd(4), bias(0.1 * rnd(4)), eps),
         NormCase("tiny values 1e-3 with eps=1e-4 (where eps sits matters)", rnd(2, 5, scale=1e-3),
                  torch.ones(5), bias(torch.zeros(5)), 1e-4),
-        NormCase("float16 row [300, -300, 300, -300] (x**2 overflows float16)",
-                 torch.tensor([[300.0, -300.0, 300.0, -300.0], [1.0, 2.0, 3.0, 4.0]], dtype=torch.float16),
-                 torch.ones(4), bias(torch.zeros(4)), eps),
+        float16_case(kind, 300.0, [1.0, 2.0, 3.0, 4.0] if kind == "rms" else LARGE_MEAN_ROW, eps),
         NormCase("bfloat16 [2, 3, 8]", rnd(2, 3, d8).to(torch.bfloat16), w8, bias(b8), eps),
     ]
     if kind == "layer":
@@ -247,15 +269,17 @@ def check_layer_norm(fn: Callable, backend: str = "numpy", quick: bool = False) 
         fn: the student's function, called as ``fn(x, weight, bias, eps=eps)`` with ``x`` of
             shape ``[..., D]`` and ``weight``/``bias`` of shape ``[D]``.
         backend: ``"numpy"`` (arrays: six cases, the rms battery's without bfloat16 plus a
-            constant row) or ``"torch"`` (tensors: seven cases, with bfloat16). Messages use
-            that backend's words.
+            constant row; the float16 case's second row has mean 1900.75 against a variance of
+            0.6875, where the one-pass variance E[x**2] - E[x]**2 cancels in float32) or
+            ``"torch"`` (tensors: seven cases, with bfloat16). Messages use that backend's words.
         quick: run only the seed's two cases, ``(1, 2, 3)`` and ``[2, 3, 8]`` (a fast self-check).
 
     Returns:
         :class:`CheckResult`; ``.score`` is the fraction of cases passed. Diagnoses
         unbiased_variance, eps_outside_sqrt, no_eps, wrong_axis (also on ``[4, 4, 4]`` where it
         broadcasts), missing_keepdim, low_precision_stats, wrong_dtype, not_centered,
-        nan_on_constant_row, ignores_weight, ignores_bias, mutates_input and the generic faults.
+        nan_on_constant_row, ignores_weight, ignores_bias, mutates_input and the generic faults;
+        the search (:mod:`normref.diagnosis`) names the rest, the one-pass variance included.
 
     Raises:
         ValueError: unknown ``backend``.

@@ -252,7 +252,7 @@ def _dims(kind: str, module: bool = False):
         if kind == "layer":
             out.append([Choice("var_formula", "one_pass", "computed the variance as "
                                "E[x**2] - E[x]**2, which loses the precision of the spread when the "
-                               "mean is large")])
+                               "mean is large (subtract the mean first, then average the squares)")])
         return out
 
     return dims

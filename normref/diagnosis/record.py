@@ -1,80 +1,58 @@
-"""A student's outputs on a checker's battery, as JSON for the grader (the class report's groups).
+"""What a student's code computed on a checker's battery, as JSON (the class report's groups).
 
-:func:`record` runs checkers (``normref.checks``) on a student's objects and returns, per case,
-whether it passed, its fault kind and message, and the student's and the reference output as
-float64 lists (``got``/``want``, from ``CaseResult.observed``; None where the output could not
-be compared). Runs where the student's code runs (the grader executes it in its sandbox kernel);
-:func:`agree` tells, in the grader, whether two records computed the same thing.
+:func:`result_record` turns a checker's :class:`normref.checks.CheckResult` into a record: per
+case, whether it passed, its fault kind, message and variant, and the student's output as
+float64 numbers (``got``; None where it could not be compared) with the checker's tolerance.
+The grader makes it in its own process, from the outputs the kernel handed back
+(:func:`grader.scoring.score_notebook`), and keeps it in the autograded notebook; no student
+code runs for it. :func:`agree` tells whether two records computed the same thing.
 """
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
 
-__all__ = ["record", "record_json", "agree", "call_key", "MARKER"]
+__all__ = ["result_record", "agree", "is_wrong"]
 
-#: Printed before the JSON, so the grader finds it in the cell's output.
-MARKER = "<<normref-record>>"
+
+def _number(v: float) -> float | str:
+    # JSON has no NaN or infinity (a notebook with them does not open in JupyterLab): as text
+    return v if math.isfinite(v) else str(v)
 
 
 def _list(a) -> list | None:
     if a is None:
         return None
-    return np.asarray(a, dtype=np.float64).ravel().tolist()
+    return [_number(v) for v in np.asarray(a, dtype=np.float64).ravel().tolist()]
 
 
-def call_key(name: str, args: tuple = ()) -> str:
-    """The key of one checker call in a record: ``check_layer_norm, 'numpy'``."""
-    return name + "".join(f", {a!r}" for a in args)
+def _floats(values: list) -> np.ndarray:
+    return np.array([float(v) for v in values], dtype=np.float64)
 
 
-def record(calls: list[tuple[str, object, tuple]]) -> dict:
-    """Run each ``check_<name>(obj, *args)`` and return what the student's code computed.
+def result_record(result, inputs: str | None = None) -> dict:
+    """The record of one check run.
 
     Args:
-        calls: ``[(check function name, the student's object, extra args), ...]``, e.g.
-            ``[("check_layer_norm", layer_norm, ("numpy",))]``.
+        result: a :class:`normref.checks.CheckResult` (each case's ``observed`` is
+            ``(got, want, rtol, atol)`` where the output was compared by value).
+        inputs: what identifies the battery's inputs (records on other inputs never agree).
 
     Returns:
-        ``{call_key(name, args): {"checker": CheckResult.name, "score": float (the graded cases'),
-        "cases": [{"name", "passed", "fault", "message", "variant", "probe", "got", "want",
-        "shape", "rtol", "atol"}, ...]}}`` (the graded cases, then the diagnostic probes of
-        :mod:`normref.diagnosis.probes`); a call whose
-        checker is unknown or raised is ``{"error": "..."}``.
+        ``{"checker": CheckResult.name, "score": float, "inputs": inputs, "cases": [{"name",
+        "passed", "fault", "message", "variant", "got", "shape", "rtol", "atol"}, ...]}``;
+        JSON-safe (NaN and infinities as the strings ``"nan"``, ``"inf"``, ``"-inf"``).
     """
-    from .. import checks
-
-    out: dict = {}
-    for name, obj, args in calls:
-        try:
-            r = getattr(checks, name)(obj, *args)
-        except Exception as e:  # noqa: BLE001 - checkers do not raise; an unknown name might
-            out[call_key(name, args)] = {"error": f"{type(e).__name__}: {e}"}
-            continue
-        from .probes import run_probes
-
-        cases = []
-        try:
-            probes = run_probes(name, obj, args, r)
-        except Exception:  # noqa: BLE001 - a probe only adds to the record
-            probes = []
-        for c in list(r.cases) + probes:
-            seen = c.observed
-            cases.append({"name": c.name, "passed": c.passed, "fault": c.fault, "message": c.message,
-                          "variant": getattr(c, "variant", None), "probe": any(c is p for p in probes),
-                          "got": _list(seen[0]) if seen else None,
-                          "want": _list(seen[1]) if seen else None,
-                          "shape": list(np.shape(seen[0])) if seen else None,
-                          "rtol": seen[2] if seen else None, "atol": seen[3] if seen else None})
-        out[call_key(name, args)] = {"checker": r.name, "score": r.score, "cases": cases}
-    return out
-
-
-def record_json(calls: list[tuple[str, object, tuple]]) -> str:
-    """:func:`record` as one line, ``MARKER`` + JSON (NaN and inf as JSON's NaN/Infinity)."""
-    return MARKER + json.dumps(record(calls))
+    cases = []
+    for c in result.cases:
+        seen = getattr(c, "observed", None)
+        cases.append({"name": c.name, "passed": bool(c.passed), "fault": c.fault, "message": c.message,
+                      "variant": getattr(c, "variant", None),
+                      "got": _list(seen[0]) if seen else None,
+                      "shape": list(np.shape(seen[0])) if seen else None,
+                      "rtol": float(seen[2]) if seen else None, "atol": float(seen[3]) if seen else None})
+    return {"checker": result.name, "score": _number(float(result.score)), "inputs": inputs, "cases": cases}
 
 
 def _same_output(a: dict, b: dict) -> bool:
@@ -85,19 +63,19 @@ def _same_output(a: dict, b: dict) -> bool:
     if len(a["got"]) != len(b["got"]):
         return False
     rtol, atol = 2 * (a["rtol"] or 1e-5), 2 * (a["atol"] or 1e-5)
-    x = np.array(a["got"], dtype=np.float64)
-    y = np.array(b["got"], dtype=np.float64)
-    return bool(np.allclose(x, y, rtol=rtol, atol=atol, equal_nan=True))
+    return bool(np.allclose(_floats(a["got"]), _floats(b["got"]), rtol=rtol, atol=atol, equal_nan=True))
 
 
 def agree(a: dict, b: dict) -> bool:
     """Whether two records of one checker computed the same outputs on every case: the same
-    cases passed, and every failing case's outputs within twice the checker's tolerance (or
-    both without an output and with the same fault kind)."""
+    inputs, the same cases passed, and every failing case's outputs within twice the
+    checker's tolerance (or both without an output and with the same fault kind)."""
     ca, cb = a.get("cases") or [], b.get("cases") or []
-    return len(ca) == len(cb) and all(_same_output(x, y) for x, y in zip(ca, cb))
+    return (a.get("inputs") == b.get("inputs") and len(ca) == len(cb)
+            and all(_same_output(x, y) for x, y in zip(ca, cb)))
 
 
 def is_wrong(rec: dict) -> bool:
     """A record with at least one failing case."""
-    return any(not c["passed"] for c in rec.get("cases") or []) and not math.isnan(rec.get("score", 0.0))
+    score = rec.get("score", 0.0)
+    return any(not c["passed"] for c in rec.get("cases") or []) and not math.isnan(float(score))
