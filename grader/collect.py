@@ -167,6 +167,10 @@ RECEIVED = "received.json"
 #: ``{"<student>/<assignment>": true}`` where the LMS marked the graded download late (Canvas).
 LMS_LATE = "lms_late.json"
 
+#: ``{"<student>/<assignment>": file name}``: the LMS download each graded submission came from
+#: (its name carries what the LMS's bulk feedback upload matches on, :func:`grader.lms.feedback_zips`).
+LMS_FILES = "lms_files.json"
+
 
 def _received(tree: CourseTree, name: str = RECEIVED) -> dict:
     path = tree.logs / name
@@ -176,6 +180,22 @@ def _received(tree: CourseTree, name: str = RECEIVED) -> dict:
 def lms_late(tree: CourseTree) -> set[tuple[str, str]]:
     """``(assignment, student)`` whose graded download the LMS marked late."""
     return {(k.split("/")[1], k.split("/")[0]) for k, v in _received(tree, LMS_LATE).items() if v}
+
+
+def lms_files(tree: CourseTree) -> dict[tuple[str, str], str]:
+    """``{(assignment, student): file name}`` of the LMS download each submission was collected
+    from (the latest batch's, for a resubmission); students from an nbgrader tree have none."""
+    return {(k.split("/")[1], k.split("/")[0]): v for k, v in _received(tree, LMS_FILES).items()}
+
+
+def lms_kind(filename: str) -> str | None:
+    """``"canvas"``, ``"moodle"`` or ``"blackboard"``: which LMS named this download (by the
+    pattern of :data:`_PATTERNS` its name matches), or None."""
+    stem = os.path.basename(filename).removesuffix(".ipynb")
+    for kind, pat in zip(("blackboard", "moodle", "canvas"), _PATTERNS):
+        if pat.match(stem):
+            return kind
+    return None
 
 
 def _remember(tree: CourseTree, entries: dict, name: str = RECEIVED) -> None:
@@ -226,11 +246,29 @@ def _assignment_of(file_id: str, tree: CourseTree, assignments: list[str]) -> st
     return None
 
 
+#: The zip header flag that says an entry's name is UTF-8 (APPNOTE.TXT, general purpose bit 11).
+ZIP_UTF8_FLAG = 0x800
+
+
+def zip_member_name(member: zipfile.ZipInfo) -> str:
+    """An entry's name as its writer meant it. Without the UTF-8 flag, Python's ``zipfile``
+    decodes a name as cp437 (the format's default); but Linux ``zip`` and most LMS exports write
+    UTF-8 bytes without setting the flag, so ``müllerzoë`` would read as ``m├╝llerzo├½``. The
+    name's bytes are decoded again as UTF-8 when they are valid UTF-8 (a real cp437 name with
+    letters above 127 almost never is), else left as cp437."""
+    if member.flag_bits & ZIP_UTF8_FLAG:
+        return member.filename
+    try:
+        return member.filename.encode("cp437").decode("utf-8")
+    except UnicodeError:  # not cp437-decoded (a metadata_encoding was given) or not UTF-8 bytes
+        return member.filename
+
+
 def _lms_files(path: Path, tmp: Path) -> list[Path]:
     if path.is_file() and path.suffix == ".zip":
         with zipfile.ZipFile(path) as zf:
             for i, member in enumerate(zf.infolist()):
-                name = os.path.basename(member.filename)
+                name = os.path.basename(zip_member_name(member))
                 if member.is_dir() or not name or name.startswith("."):
                     continue
                 # flatten, never trust member paths (zip-slip); a name seen twice (two folders
@@ -428,6 +466,7 @@ def collect_lms(course: Course, path: Path, assignments: list[str]) -> Collected
             course.zip_collect(a, "grader.collect.LmsFileNameCollector")
         _remember(tree, hashes)
         _remember(tree, {k: v for k, v in late.items() if k in hashes}, LMS_LATE)
+        _remember(tree, {f"{st}/{a}": fs[0].name for (a, st), fs in chosen.items()}, LMS_FILES)
         record_identities(tree, {f.name: st for (a, st), fs in chosen.items() for f in fs})
     out.students = sorted({st for _, st in batch})
     return out

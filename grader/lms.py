@@ -4,17 +4,34 @@ Given Canvas's gradebook export (``Student, ID, SIS User ID, SIS Login ID, Secti
 (<canvas id>), ...``) or Moodle's grading worksheet for one assignment (``Identifier``
 ``Participant <id>``, ``Full name``, ..., ``Grade``), :func:`fill_lms_gradebook` writes the same
 file with each graded assignment's points filled in, students matched by their LMS user id
-(kept in the gradebook by collect; ``roster.csv``). The LMS imports that file as it is.
-Students the LMS lists but the grader has no submission for are left blank and listed.
+(kept in the gradebook by collect; ``roster.csv``). The points are the gradebook's, for every
+student graded in any batch (nbgrader's score less its late penalty, as in ``grades.csv``). The
+LMS imports that file as it is. Students the LMS lists but the gradebook has no submission of
+are left blank and listed.
+
+:func:`feedback_zips` packs each student's feedback HTML into the zip the LMS's bulk feedback
+upload reads, named from the student's own download (kept by collect, ``logs/lms_files.json``):
+
+* Moodle, "Upload multiple feedback files in a zip": a folder per student named as Moodle names
+  the submission folders of its download, ``<Full name>_<participant id>_assignsubmission_file_/``,
+  holding the feedback HTML (Moodle matches the participant id, the second ``_`` field);
+* Canvas, "Re-upload submissions" (the submissions page's bulk upload, which adds each file as a
+  comment on that student's submission): each file named as the student's download,
+  ``<name>_<user id>_<attachment id>_<file>``, ``.html`` for ``.ipynb`` (Canvas matches the first
+  two all-digit ``_`` fields).
+
+Blackboard has no such upload: its students are left out of the zips.
 """
 from __future__ import annotations
 
 import csv
+import os
 import re
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .collect import notebook_key
+from .collect import _PATTERNS, lms_files, lms_kind, notebook_key
 from .course import CourseTree
 
 
@@ -26,7 +43,7 @@ class LmsImport:
         path: the file to import into the LMS.
         lms: ``"canvas"`` or ``"moodle"``.
         filled: ``{lms id: {assignment: points}}`` written.
-        blank: LMS ids (with the LMS's name for them) the grader has no submission for.
+        blank: LMS ids (with the LMS's name for them) the gradebook has no submission of.
     """
 
     path: Path
@@ -35,29 +52,34 @@ class LmsImport:
     blank: list[str] = field(default_factory=list)
 
 
-def _scores_by_lms_id(tree: CourseTree, grades_csv: Path) -> dict[str, dict[str, float]]:
-    """``{lms id: {assignment: points}}`` for the submissions in grades.csv."""
-    from nbgrader.api import Gradebook
+def scores_by_lms_id(tree: CourseTree, assignments: list[str]) -> dict[str, dict[str, float]]:
+    """``{LMS user id: {assignment: points}}`` from the gradebook: every submission of every
+    batch whose student has an LMS id, scored as ``nbgrader export`` scores it (the submission's
+    score less its late penalty, never below 0)."""
+    from nbgrader.api import Gradebook, MissingEntry
 
-    with Gradebook(tree.gradebook_url) as gb:
-        lms_of = {s.id: s.lms_user_id for s in gb.students if s.lms_user_id}
     out: dict[str, dict[str, float]] = {}
-    with grades_csv.open(newline="") as f:
-        for r in csv.DictReader(f):
-            lms = lms_of.get(r["student_id"])
-            if lms and tree.has_notebook("submitted", r["student_id"], r["assignment"]):
-                out.setdefault(lms, {})[r["assignment"]] = float(r["score"])
+    with Gradebook(tree.gradebook_url) as gb:
+        for a in assignments:
+            try:
+                subs = gb.assignment_submissions(a)
+            except MissingEntry:
+                continue
+            for sub in subs:
+                lms = sub.student.lms_user_id
+                if lms:
+                    penalty = float(sub.late_submission_penalty or 0.0)
+                    out.setdefault(lms, {})[a] = max(0.0, float(sub.score) - penalty)
     return out
 
 
-def fill_lms_gradebook(tree: CourseTree, export: Path, assignments: list[str], grades_csv: Path) -> LmsImport:
-    """Fill the LMS's gradebook export with the grader's points.
+def fill_lms_gradebook(tree: CourseTree, export: Path, assignments: list[str]) -> LmsImport:
+    """Fill the LMS's gradebook export with the gradebook's points (:func:`scores_by_lms_id`).
 
     Args:
         export: Canvas's gradebook export CSV, or Moodle's grading worksheet CSV (one assignment,
             named in the worksheet's file name, e.g. ``Grades-L16-rmsnorm-12.csv``).
         assignments: the course's assignment names.
-        grades_csv: ``grades.csv`` of this course.
 
     Returns:
         :class:`LmsImport`; the file is ``<course>/lms-import-<lms>.csv``.
@@ -71,7 +93,7 @@ def fill_lms_gradebook(tree: CourseTree, export: Path, assignments: list[str], g
     if not rows:
         raise ValueError(f"{export} is empty")
     head = rows[0]
-    scores = _scores_by_lms_id(tree, grades_csv)
+    scores = scores_by_lms_id(tree, assignments)
     if "ID" in head and "Student" in head:
         return _canvas(tree, export, rows, assignments, scores)
     if "Identifier" in head and "Grade" in head:
@@ -132,3 +154,55 @@ def _write(path: Path, rows: list[list[str]]) -> None:
     with part.open("w", newline="", encoding="utf-8") as f:
         csv.writer(f).writerows(rows)
     part.replace(path)
+
+
+def upload_name(download: str, feedback_file: str) -> str | None:
+    """The name the LMS's bulk feedback upload expects for ``feedback_file`` (e.g.
+    ``rmsnorm.html``) of the student whose download was named ``download``; None for a download
+    no upload can match (Blackboard, plain names).
+
+    >>> upload_name("leejohn_LATE_10011_20013_rmsnorm (1).ipynb", "rmsnorm.html")
+    'leejohn_LATE_10011_20013_rmsnorm.html'
+    >>> upload_name("Jane Doe_12345_assignsubmission_file_rmsnorm.ipynb", "rmsnorm.html")
+    'Jane Doe_12345_assignsubmission_file_/rmsnorm.html'
+    """
+    stem = os.path.basename(download).removesuffix(".ipynb")
+    kind = lms_kind(download)
+    if kind == "canvas":
+        m = _PATTERNS[2].match(stem)
+        return stem[: m.start("file_id")] + feedback_file
+    if kind == "moodle":
+        m = _PATTERNS[1].match(stem)
+        return f"{m['name']}_{m['student_id']}_assignsubmission_file_/{feedback_file}"
+    return None
+
+
+def feedback_zips(tree: CourseTree, assignments: list[str]) -> dict[Path, list[str]]:
+    """``feedback-<lms>-<assignment>.zip`` beside ``grades.csv``: for each assignment and each LMS
+    its students' downloads came from (Canvas, Moodle), every such student's feedback HTML
+    (``feedback/<student>/<assignment>/*.html``, written by ``nbgrader generate_feedback``) under
+    the name that LMS's bulk feedback upload matches (:func:`upload_name`, module docstring).
+
+    Returns:
+        ``{zip path: [student ids in it]}``; a zip is written whole (``.part``, then renamed).
+    """
+    by_zip: dict[Path, list[tuple[str, str, Path]]] = {}
+    for (a, st), download in sorted(lms_files(tree).items()):
+        kind = lms_kind(download)
+        if a not in assignments or kind not in ("canvas", "moodle"):
+            continue
+        for html in sorted(tree.feedback(st, a).glob("*.html")):
+            by_zip.setdefault(tree.root / f"feedback-{kind}-{a}.zip", []).append(
+                (st, upload_name(download, html.name), html))
+    out = {}
+    for path, entries in sorted(by_zip.items()):
+        part = path.with_name(path.name + ".part")
+        try:
+            with zipfile.ZipFile(part, "w", zipfile.ZIP_DEFLATED) as zf:
+                for _, name, html in entries:
+                    zf.write(html, name)
+            part.replace(path)
+        finally:
+            part.unlink(missing_ok=True)
+        out[path] = sorted({st for st, _, _ in entries})
+    return out

@@ -147,3 +147,59 @@ def test_lms_names_in_any_script_become_stable_ids_and_namesakes_stay_two_studen
              "müllerzoë_10013_20026_rmsnorm.ipynb", "müllerzoë_10017_20027_rmsnorm.ipynb"]
     assert resolve_students(tree, later) == {later[0]: "leejohn-10012", later[1]: "leejohn-10016",
                                              later[2]: "mullerzoe", later[3]: "mullerzoe-10017"}
+
+
+def zip_without_utf8_flag(path: Path, files: dict[str, bytes]) -> Path:
+    """A zip as Linux ``zip`` (Info-ZIP) writes one: names as UTF-8 bytes, general purpose flag
+    bit 11 ("the name is UTF-8") clear. Python's zipfile always sets the flag for a non-ASCII
+    name, so each entry is written under an ASCII name of the same byte length, then those bytes
+    are replaced by the UTF-8 name in the local header and the central directory (the CRC covers
+    the data only)."""
+    swaps = {}
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for i, (name, data) in enumerate(files.items()):
+            raw = name.encode("utf-8")
+            stand_in = f"Z{i:02d}".encode().ljust(len(raw), b"q")
+            swaps[stand_in] = raw
+            zf.writestr(stand_in.decode("ascii"), data)
+    blob = path.read_bytes()
+    for stand_in, raw in swaps.items():
+        assert blob.count(stand_in) == 2, stand_in  # the local header and the central directory
+        blob = blob.replace(stand_in, raw)
+    path.write_bytes(blob)
+    with zipfile.ZipFile(path) as zf:  # really no UTF-8 flag: Python reads these names as cp437
+        assert all(not info.flag_bits & 0x800 for info in zf.infolist())
+        assert set(zf.namelist()) == {n.encode("utf-8").decode("cp437") for n in files}
+    return path
+
+
+#: The issue's Canvas names outside ASCII; ``müllerzoë`` read as cp437 is ``m├╝llerzo├½``.
+NON_ASCII_CANVAS = {"müllerzoë_10013_20015_rmsnorm.ipynb": ("mullerzoe", "10013", "müllerzoë"),
+                    "muñozjosé_LATE_10014_20016_rmsnorm.ipynb": ("munozjose", "10014", "muñozjosé"),
+                    "o'brienpat_10015_20017_rmsnorm.ipynb": ("obrienpat", "10015", "o'brienpat")}
+
+
+def test_a_zip_without_the_utf8_flag_keeps_non_ascii_names(course_copy, tmp_path):
+    import csv
+
+    from grader.collect import write_roster
+
+    course = _only_rmsnorm(course_copy)
+    nb = _release(course_copy)
+    zpath = zip_without_utf8_flag(tmp_path / "canvas.zip", {
+        name: nbformat.writes(_marked(nb, sid)).encode() for name, (sid, _, _) in NON_ASCII_CANVAS.items()})
+    got = collect(course, zpath, ASSIGNMENTS)
+    assert got.students == ["mullerzoe", "munozjose", "obrienpat"] and got.skipped == {}
+    for sid, _, _ in NON_ASCII_CANVAS.values():
+        assert _answer_of(course_copy / "submitted" / sid / "rmsnorm" / "rmsnorm.ipynb") == f"# {sid}"
+    assert got.flags == {"munozjose": ["rmsnorm: the LMS marked the download "
+                                       "'muñozjosé_LATE_10014_20016_rmsnorm.ipynb' late"]}
+    with write_roster(course.tree, tmp_path / "roster.csv").open(encoding="utf-8") as f:
+        assert sorted(tuple(r.values()) for r in csv.DictReader(f)) == sorted(NON_ASCII_CANVAS.values())
+    # a name that really is cp437 (é is byte 0x82, not valid UTF-8) stays as cp437 decoded it
+    from grader.collect import zip_member_name
+
+    assert zip_member_name(zipfile.ZipInfo("café_1_2_rmsnorm.ipynb")) == "café_1_2_rmsnorm.ipynb"
+    flagged = zipfile.ZipInfo("m├╝ller_1_2_rmsnorm.ipynb")
+    flagged.flag_bits |= 0x800  # the writer said UTF-8: the name is taken as it is
+    assert zip_member_name(flagged) == "m├╝ller_1_2_rmsnorm.ipynb"

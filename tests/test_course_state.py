@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import zipfile
 from pathlib import Path
 
 import nbformat
@@ -241,6 +242,9 @@ def test_a_killed_run_leaves_nothing_behind_and_a_rerun_finishes_the_batch(cours
         if first.poll() is None:
             first.kill()
         first.wait()
+    if sig != signal.SIGKILL:  # the killed run is in the run log as interrupted, by that signal
+        (killed,) = [json.loads(ln) for ln in (course_copy / "logs" / "runs.jsonl").read_text().splitlines()]
+        assert (killed["status"], killed["error"]) == ("interrupted", sig.name), killed
     rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     out = rerun.stdout + rerun.stderr
@@ -364,6 +368,122 @@ def test_students_are_who_the_lms_says(course_copy, tmp_path):
     assert grades["leejohn-10012"] == 5.0 and grades["leejohn-10016"] == 5.0 and grades["leejohn-10011"] == 5.0
 
 
+@pytest.mark.slow
+def test_lms_batches_fill_the_import_from_the_gradebook_and_zip_the_feedback(course_copy, tmp_path):
+    """Batch 1: a zip written as Linux `zip` writes one (UTF-8 names, no UTF-8 flag) with the
+    issue's non-ASCII Canvas names; batch 2: one more student, with Canvas's gradebook export.
+    The import file holds both batches' points (from the gradebook), and the feedback zip each
+    student's feedback under their own Canvas download name."""
+    from test_collect import NON_ASCII_CANVAS, zip_without_utf8_flag
+
+    only_assignments(course_copy, {"rmsnorm"})
+    release = course_copy / "release" / "rmsnorm" / "rmsnorm.ipynb"
+    variants = {"mullerzoe": "correct", "munozjose": "unbiased_variance", "obrienpat": "correct"}
+    first = zip_without_utf8_flag(tmp_path / "canvas-1.zip", {
+        name: nbformat.writes(fill_answers(release, ANSWERS["rmsnorm"][variants[sid]])).encode()
+        for name, (sid, _, _) in NON_ASCII_CANVAS.items()})
+    out = grader("--submissions", first, "--jobs", 2, course=course_copy)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "skipped" not in out.stdout
+    with (course_copy / "grades.csv").open() as f:
+        grades = {r["student_id"]: (float(r["score"]), r["late"]) for r in csv.DictReader(f)}
+    assert grades == {"mullerzoe": (5.0, ""), "munozjose": (0.0, "yes"), "obrienpat": (5.0, "")}
+    with (course_copy / "roster.csv").open(encoding="utf-8") as f:
+        assert sorted(tuple(r.values()) for r in csv.DictReader(f)) == sorted(NON_ASCII_CANVAS.values())
+
+    second = tmp_path / "canvas-2"
+    second.mkdir()
+    nbformat.write(fill_answers(release, ANSWERS["rmsnorm"]["correct"]), second / "leejohn_10011_20013_rmsnorm.ipynb")
+    export = tmp_path / "canvas-export.csv"
+    export.write_text("Student,ID,SIS User ID,SIS Login ID,Section,rmsnorm (5001)\n"
+                      "John Lee,10011,,,S1,\nZoë Müller,10013,,,S1,\nJosé Muñoz,10014,,,S1,\n"
+                      "Pat O'Brien,10015,,,S1,\nSam Absent,10099,,,S1,\n", encoding="utf-8")
+    out = grader("--submissions", second, "--lms-gradebook", export, course=course_copy)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert (course_copy / "lms-import-canvas.csv").read_text(encoding="utf-8").splitlines() == [
+        "Student,ID,SIS User ID,SIS Login ID,Section,rmsnorm (5001)", "John Lee,10011,,,S1,5",
+        "Zoë Müller,10013,,,S1,5", "José Muñoz,10014,,,S1,0", "Pat O'Brien,10015,,,S1,5",  # batch 1
+        "Sam Absent,10099,,,S1,"]
+    zpath = course_copy / "feedback-canvas-rmsnorm.zip"
+    assert f"LMS feedback: {zpath} (bulk feedback upload)" in out.stdout
+    expected = {"leejohn_10011_20013_rmsnorm.html": "leejohn", "müllerzoë_10013_20015_rmsnorm.html": "mullerzoe",
+                "muñozjosé_LATE_10014_20016_rmsnorm.html": "munozjose",
+                "o'brienpat_10015_20017_rmsnorm.html": "obrienpat"}
+    with zipfile.ZipFile(zpath) as zf:
+        assert sorted(zf.namelist()) == sorted(expected)
+        for name, sid in expected.items():
+            html = zf.read(name)
+            assert html == (course_copy / "feedback" / sid / "rmsnorm" / "rmsnorm.html").read_bytes(), name
+            score = "0.0" if sid == "munozjose" else "5.0"
+            assert f"rmsnorm (Score: {score} / 5.0)" in html.decode(), (name, score)  # nbgrader's heading
+
+
+@pytest.mark.slow
+def test_restore_state_brings_back_a_cleaned_class_with_hand_grades_and_late_marks(course_copy, tmp_path):
+    from nbgrader.api import Gradebook
+
+    only_assignments(course_copy, {"practice"})
+    rel = course_copy / "release" / "practice" / "practice.ipynb"
+    folder = tmp_path / "canvas"
+    folder.mkdir()
+    nbformat.write(fill_answers(rel, _practice({})), folder / "lovelaceada_1001_2001_practice.ipynb")
+    nbformat.write(fill_answers(rel, _practice({"practice_rms_answer": "rms_34 = 5.0"})),
+                   folder / "bo_LATE_1002_2002_practice.ipynb")
+    out = grader("--submissions", folder, "--jobs", 2, course=course_copy)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    url = f"sqlite:///{course_copy / 'gradebook.db'}"
+
+    def scores():
+        with Gradebook(url) as gb:
+            hand = gb.find_grade("practice_shape_why", "practice", "practice", "lovelaceada")
+            return ({st: gb.find_submission("practice", st).score for st in ("bo", "lovelaceada")},
+                    (hand.manual_score, hand.needs_manual_grade))
+
+    with Gradebook(url) as gb:  # what formgrader does when a person grades a written answer
+        g = gb.find_grade("practice_shape_why", "practice", "practice", "lovelaceada")
+        g.manual_score, g.needs_manual_grade = 1.0, False
+        gb.db.commit()
+    graded = scores()
+    assert graded[1] == (1.0, False) and graded[0]["lovelaceada"] - graded[0]["bo"] >= 1.0
+
+    def state_files():
+        return {k: v for k, v in snapshot(course_copy).items()
+                if k.split("/")[0] in ("submitted", "autograded", "feedback", "grades.csv", "roster.csv")
+                or k in ("logs/lms_late.json", "logs/lms_files.json", "logs/received.json")}
+
+    before = state_files()
+    assert "logs/lms_late.json" in before and "feedback/bo/practice/practice.html" in before
+    assert grader("clean", "--yes", course=course_copy).returncode == 0
+    assert not (course_copy / "gradebook.db").exists() and state_files() == {}
+    (archive,) = (course_copy / "logs" / "backups").glob("state-*.tar.gz")
+
+    back = grader("restore", "--state", archive, course=course_copy)
+    assert back.returncode == 0, back.stderr
+    assert f"is now the state of {archive.name}: gradebook.db (2 students, 2 submissions), " in back.stdout
+    for part in ("autograded/ (2 students)", "feedback/ (2 students)", "submitted/ (2 students)", "grades.csv",
+                 "roster.csv", "logs/lms_late.json"):
+        assert part in back.stdout, (part, back.stdout)
+    assert scores() == graded  # the gradebook's points and the hand grade
+    assert state_files() == before  # every file, byte for byte
+
+    # state here now: replaced only with --yes, after a backup of it
+    refused = grader("restore", "--state", archive, course=course_copy)
+    assert refused.returncode == 1 and "would replace it; run again with --yes" in refused.stderr, refused.stderr
+    assert state_files() == before and scores() == graded
+    again = grader("restore", "--state", "--yes", course=course_copy)  # the newest state backup
+    assert again.returncode == 0, again.stderr
+    assert len(list((course_copy / "logs" / "backups").glob("state-*.tar.gz"))) == 2  # the replaced state
+    assert state_files() == before and scores() == graded
+
+    # the restored course grades on: the same download again is no resubmission, the LATE mark holds
+    rerun = grader("--submissions", folder, course=course_copy)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    assert "is unchanged since it was last received" in rerun.stdout and "replaces" not in rerun.stdout
+    with (course_copy / "grades.csv").open() as f:
+        rows = {r["student_id"]: (float(r["score"]), r["late"]) for r in csv.DictReader(f)}
+    assert rows == {"bo": (graded[0]["bo"], "yes"), "lovelaceada": (graded[0]["lovelaceada"], "")}
+
+
 def test_a_failed_generate_leaves_release_as_it_was(course_copy, tmp_path):
     only_assignments(course_copy, {"rmsnorm", "layernorm"})
     before = {k: v for k, v in snapshot(course_copy).items() if k.startswith("release/")}
@@ -376,6 +496,10 @@ def test_a_failed_generate_leaves_release_as_it_was(course_copy, tmp_path):
     after = {k: v for k, v in snapshot(course_copy).items() if k.startswith("release/")}
     assert after == before  # the committed release/ notebooks are all there, unchanged
     assert not (course_copy / ".release-staging").exists()
+    (run,) = [json.loads(ln) for ln in (course_copy / "logs" / "runs.jsonl").read_text().splitlines()]
+    assert run["status"] == "failed", run  # not "ok"
+    assert run["error"].startswith("GradingError: `nbgrader generate_assignment layernorm` failed")
+    assert "\n" not in run["error"] and set(run["stage_seconds"]) == {"prepare"}
 
 
 def test_the_hand_grading_hint_names_what_works_with_the_pinned_nbgrader():

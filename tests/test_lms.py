@@ -1,48 +1,52 @@
-"""Grades back to the LMS (grader/lms.py): its own export, filled in, matched by LMS user id.
+"""Grades back to the LMS (grader/lms.py): its own export, filled in from the gradebook, matched
+by LMS user id; the feedback zipped for the LMS's bulk feedback upload.
 
-Fast: no kernel. A gradebook with three students (two known to the LMS), a grades.csv as
-nbgrader exports it, and the LMS's files written as Canvas and Moodle write them.
+Fast: no kernel. A gradebook with three students (two known to the LMS) and their scored
+submissions written through nbgrader's Gradebook API (no grades.csv, no submitted/ folder: the
+points are the gradebook's, whichever batch graded them), and the LMS's files written as Canvas
+and Moodle write them.
 """
-import csv
+import json
+import zipfile
 
 import pytest
 from nbgrader.api import Gradebook
 
+from grader.collect import LMS_FILES
 from grader.course import CourseTree
-from grader.lms import fill_lms_gradebook
+from grader.lms import feedback_zips, fill_lms_gradebook, upload_name
+
+# nbgrader's add_submission warns about its own session handling
+pytestmark = pytest.mark.filterwarnings("ignore:Object of type:sqlalchemy.exc.SAWarning")
 
 
 @pytest.fixture
 def graded(course_copy):
     tree = CourseTree(course_copy)
     with Gradebook(tree.gradebook_url) as gb:
+        for a, pts in (("rmsnorm", 5), ("layernorm", 4)):
+            gb.add_assignment(a)
+            gb.add_notebook(a, a)
+            gb.add_grade_cell(f"{a}_test", a, a, max_score=pts, cell_type="code")
         gb.update_or_create_student("leejohn-10011", last_name="leejohn", lms_user_id="10011")
         gb.update_or_create_student("mullerzoe", last_name="müllerzoë", lms_user_id="10013")
         gb.update_or_create_student("walkin", last_name="walkin")  # from an nbgrader tree: no LMS id
-    rows = [("rmsnorm", "leejohn-10011", 4.5), ("rmsnorm", "mullerzoe", 0.0), ("rmsnorm", "walkin", 5.0),
-            ("layernorm", "leejohn-10011", 3.0)]
-    for a, st, _ in rows:
-        (course_copy / "submitted" / st / a).mkdir(parents=True, exist_ok=True)
-        (course_copy / "submitted" / st / a / f"{a}.ipynb").write_text("{}")
-    grades = course_copy / "grades.csv"
-    with grades.open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name", "email",
-                    "raw_score", "late_submission_penalty", "score", "max_score"])
-        for a, st, score in rows:
-            w.writerow([a, "", "", st, "", "", "", score, 0.0, score, 5.0])
-        w.writerow(["layernorm", "", "", "mullerzoe", "", "", "", 0.0, 0.0, 0.0, 4.0])  # no submission
-    return tree, grades
+        for a, st, score in [("rmsnorm", "leejohn-10011", 4.5), ("rmsnorm", "mullerzoe", 0.0),
+                             ("rmsnorm", "walkin", 5.0), ("layernorm", "leejohn-10011", 3.0)]:
+            gb.add_submission(a, st)
+            gb.find_grade(f"{a}_test", a, a, st).auto_score = score
+        gb.db.commit()
+    return tree
 
 
 def test_canvas_export_is_filled_by_user_id_and_absent_students_listed(graded, tmp_path):
-    tree, grades = graded
+    tree = graded
     export = tmp_path / "2026-12-01T0900_Grades-L16.csv"
     export.write_text("Student,ID,SIS User ID,SIS Login ID,Section,RMSNorm (5001),LayerNorm (5002),Quiz 1 (5003)\n"
                       "    Points Possible,,,,,5,4,10\n"
                       "John Lee,10011,,,S1,,,7\nZoë Müller,10013,,,S1,,,8\nSam Absent,10099,,,S1,,,9\n",
                       encoding="utf-8")
-    got = fill_lms_gradebook(tree, export, ["layernorm", "rmsnorm"], grades)
+    got = fill_lms_gradebook(tree, export, ["layernorm", "rmsnorm"])
     assert got.lms == "canvas" and got.path == tree.root / "lms-import-canvas.csv"
     assert got.filled == {"10011": {"rmsnorm": 4.5, "layernorm": 3.0}, "10013": {"rmsnorm": 0.0}}
     assert got.blank == ["Sam Absent (10099)"]
@@ -53,19 +57,59 @@ def test_canvas_export_is_filled_by_user_id_and_absent_students_listed(graded, t
 
 
 def test_moodle_worksheet_gets_the_grade_of_its_assignment(graded, tmp_path):
-    tree, grades = graded
+    tree = graded
     sheet = tmp_path / "Grades-L16-rmsnorm-42.csv"
     sheet.write_text("Identifier,Full name,Email address,Status,Grade,Maximum Grade,Grade can be changed\n"
                      "Participant 10011,John Lee,jl@x.org,Submitted,,5.00,Yes\n"
                      "Participant 10099,Sam Absent,sa@x.org,No submission,,5.00,Yes\n", encoding="utf-8")
-    got = fill_lms_gradebook(tree, sheet, ["layernorm", "rmsnorm"], grades)
+    got = fill_lms_gradebook(tree, sheet, ["layernorm", "rmsnorm"])
     assert got.lms == "moodle" and got.filled == {"10011": {"rmsnorm": 4.5}} and got.blank == ["Sam Absent (10099)"]
     assert got.path.read_text().splitlines()[1] == "Participant 10011,John Lee,jl@x.org,Submitted,4.5,5.00,Yes"
 
 
 def test_a_file_of_another_kind_is_refused_with_its_columns(graded, tmp_path):
-    tree, grades = graded
+    tree = graded
     other = tmp_path / "roster.csv"
     other.write_text("name,email\nJohn Lee,jl@x.org\n")
     with pytest.raises(ValueError, match="not a Canvas gradebook export .* its columns: name, email"):
-        fill_lms_gradebook(tree, other, ["rmsnorm"], grades)
+        fill_lms_gradebook(tree, other, ["rmsnorm"])
+
+
+def test_upload_names_are_the_ones_each_lms_matches_on():
+    # Canvas matches the first two all-digit "_" fields (user id, attachment id); the rest is kept
+    assert upload_name("leejohn_10011_20013_rmsnorm.ipynb", "rmsnorm.html") == "leejohn_10011_20013_rmsnorm.html"
+    assert upload_name("muñozjosé_LATE_10014_20016_RMSNorm (1).ipynb", "rmsnorm.html") == \
+        "muñozjosé_LATE_10014_20016_rmsnorm.html"
+    # Moodle: the submission folder of its download, "<Full name>_<participant id>_assignsubmission_file_"
+    assert upload_name("Zoë Müller_10013_assignsubmission_file_rmsnorm.ipynb", "rmsnorm.html") == \
+        "Zoë Müller_10013_assignsubmission_file_/rmsnorm.html"
+    assert upload_name("Lesson 16_jdoe_attempt_2026-11-20-09-00-00_rmsnorm.ipynb", "rmsnorm.html") is None
+    assert upload_name("jdoe_rmsnorm.ipynb", "rmsnorm.html") is None
+
+
+def test_feedback_zips_hold_each_students_feedback_under_the_lms_upload_name(graded):
+    tree = graded
+    downloads = {"leejohn-10011/rmsnorm": "leejohn_10011_20013_rmsnorm.ipynb",
+                 "mullerzoe/rmsnorm": "Zoë Müller_10013_assignsubmission_file_rmsnorm.ipynb",
+                 "leejohn-10011/layernorm": "leejohn_10011_20019_layernorm.ipynb",
+                 "bb/rmsnorm": "Lesson 16_bb_attempt_2026-11-20-09-00-00_rmsnorm.ipynb"}
+    tree.logs.mkdir()
+    (tree.logs / LMS_FILES).write_text(json.dumps(downloads))  # as collect keeps them
+    for key in [*downloads, "walkin/rmsnorm"]:
+        st, a = key.split("/")
+        d = tree.feedback(st, a)
+        d.mkdir(parents=True)
+        (d / f"{a}.html").write_text(f"<html>feedback of {st} for {a}</html>", encoding="utf-8")
+    got = feedback_zips(tree, ["layernorm", "rmsnorm"])
+    root = tree.root
+    assert got == {root / "feedback-canvas-layernorm.zip": ["leejohn-10011"],
+                   root / "feedback-canvas-rmsnorm.zip": ["leejohn-10011"],
+                   root / "feedback-moodle-rmsnorm.zip": ["mullerzoe"]}  # Blackboard, walkin: no upload
+    with zipfile.ZipFile(root / "feedback-moodle-rmsnorm.zip") as zf:
+        assert zf.namelist() == ["Zoë Müller_10013_assignsubmission_file_/rmsnorm.html"]
+        assert zf.read(zf.namelist()[0]).decode() == "<html>feedback of mullerzoe for rmsnorm</html>"
+    with zipfile.ZipFile(root / "feedback-canvas-rmsnorm.zip") as zf:
+        assert zf.namelist() == ["leejohn_10011_20013_rmsnorm.html"]
+        assert zf.read("leejohn_10011_20013_rmsnorm.html").decode() == \
+            "<html>feedback of leejohn-10011 for rmsnorm</html>"
+    assert not list(root.glob("*.part"))
