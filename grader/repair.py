@@ -36,7 +36,7 @@ import nbformat
 
 from .collect import notebook_key
 from .course import CourseTree
-from .tamper import protected_bindings, scan, shadowing_modules
+from .tamper import protected_bindings, scan, shadowing_modules, startup_files
 
 
 @dataclass
@@ -235,6 +235,8 @@ def repair_submission(course: CourseTree | Path, student: str, assignment: str,
     files = sorted(p for p in sub.iterdir() if p.is_file() and p.suffix.lower() == ".ipynb")
     rep.flags += [f"{line}: the grading kernel imports the course's own first, so it is ignored"
                   for line in shadowing_modules(sub)]
+    rep.flags += [f"{line}: the grading kernel does not load it (its home, IPython profile and user site "
+                  "are the sandbox's own)" for line in startup_files(sub)]
     if not files:
         return rep
     keep.mkdir(parents=True, exist_ok=True)

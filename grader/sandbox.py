@@ -102,9 +102,12 @@ class SandboxSession:
         self.pids_cgroup: Path | None = None
         self._tmp: list[str] = []
         self._mounts: list[str] = []
+        #: what :func:`sweep_stale` removed when the session started
+        self.swept: dict[str, int] = {}
 
     def __enter__(self) -> "SandboxSession":
         write_kernelspec(self.jupyter_dir, self.mem_mb)
+        self.swept = sweep_stale()  # what killed runs left (never one in use)
         self.pids_cgroup = _make_pids_cgroup(f"normref-{os.getpid()}-{os.urandom(3).hex()}")
         return self
 
@@ -125,7 +128,7 @@ class SandboxSession:
 
     def worker(self, i: int) -> tuple[list[str], dict[str, str]]:
         # Unix socket paths are limited to ~107 bytes: keep them short, under /tmp.
-        ipc = tempfile.mkdtemp(prefix="nr-ipc-", dir="/tmp")
+        ipc = tempfile.mkdtemp(prefix=f"nr-ipc-{os.getpid()}-", dir="/tmp")  # the pid: see sweep_stale
         self._tmp.append(ipc)
         # The kernel must create its sockets here, so it can write here: as root, this folder
         # is a tiny tmpfs of its own (1 MiB, 64 files), so it cannot fill the disk through it.
@@ -211,6 +214,95 @@ def _make_pids_cgroup(name: str) -> Path | None:
     except OSError:
         return None
     return root / name
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _cgroup_procs(cg: Path) -> int:
+    """Processes in cgroup ``cg`` and its children (a count; unreadable counts as in use)."""
+    n = 0
+    for procs in [cg / "cgroup.procs", *cg.glob("*/cgroup.procs")]:
+        try:
+            n += len(procs.read_text().split())
+        except OSError:
+            n += 1
+    return n
+
+
+def _named_by_a_live_process(path: str) -> bool:
+    """Does any live process's command line name ``path`` (an autograde worker's
+    ``--KernelManager.ip=<path>/k``, a kernel launcher's ``--bind <path> <path>``)?"""
+    me = os.getpid()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == me:
+            continue
+        try:
+            if path.encode() in (proc / "cmdline").read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def sweep_stale(cgroup_root: Path | None = None, tmp: Path = Path("/tmp")) -> dict[str, int]:
+    """Remove what grading runs killed with ``kill -9`` left behind on this machine: their
+    ``normref-<pid>-<hex>`` cgroups in the ``pids`` hierarchy and their ``nr-ipc-*`` kernel-socket
+    folders under ``/tmp`` (tmpfs mounts, as root).
+
+    Never one in use: a cgroup is removed only when the process that made it (the ``<pid>`` in
+    its name) is gone and no process is in it or its children (``cgroup.procs``); a socket
+    folder only when the process named in it (``nr-ipc-<pid>-``; older folders carry none) is
+    gone and no live process names it on its command line (the autograde worker that uses it,
+    a kernel sandbox bound to it). Other users' runs are safe the same way.
+
+    Returns:
+        ``{"cgroups": removed, "ipc": removed, "in_use": left because in use}``.
+    """
+    import re
+    import subprocess
+
+    out = {"cgroups": 0, "ipc": 0, "in_use": 0}
+    root = Path(cgroup_root or os.environ.get("NORMREF_PIDS_CGROUP_ROOT", PIDS_CGROUP_ROOT))
+    if (root / "cgroup.procs").exists() and os.access(root, os.W_OK):
+        for cg in sorted(root.glob("normref-*")):
+            m = re.fullmatch(r"normref-(\d+)-[0-9a-f]+", cg.name)
+            if not m or not cg.is_dir() or _alive(int(m.group(1))):
+                continue
+            if _cgroup_procs(cg):
+                out["in_use"] += 1
+                continue
+            try:
+                for child in sorted((c for c in cg.iterdir() if c.is_dir()), reverse=True):
+                    child.rmdir()
+                cg.rmdir()
+                out["cgroups"] += 1
+            except OSError:
+                out["in_use"] += 1
+    try:
+        mounts = {line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()
+                  if len(line.split()) > 1}
+    except OSError:
+        mounts = set()
+    for d in sorted(Path(tmp).glob("nr-ipc-*")):
+        m = re.match(r"nr-ipc-(\d+)-", d.name)
+        if not d.is_dir() or d.is_symlink() or (m and _alive(int(m.group(1)))):
+            continue
+        if _named_by_a_live_process(str(d)):
+            out["in_use"] += 1
+            continue
+        if str(d) in mounts:
+            subprocess.run(["umount", "-l", str(d)], capture_output=True)
+        shutil.rmtree(d, ignore_errors=True)
+        out["ipc"] += 0 if d.exists() else 1
+    return out
 
 
 def _join_pids_cgroup(parent: Path, kernel: str, max_procs: int) -> Path | None:
@@ -333,6 +425,9 @@ def bwrap_argv(connection_file: str, cwd: str, kernel_args: list[str], *,
              "--setenv", "HOME", "/tmp/home", "--setenv", "MPLCONFIGDIR", "/tmp/home/mpl",
              "--setenv", "IPYTHONDIR", "/tmp/home/ipython", "--setenv", "NORMREF_GRADING", "1",
              "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
+             # no user site (usercustomize.py, *.pth under ~/.local); HOME and IPYTHONDIR (below)
+             # are empty folders of the tmpfs, so no profile's startup/ or ipython_config.py is read
+             "--setenv", "PYTHONNOUSERSITE", "1",
              "--setenv", "NORMREF_MAX_PROCS", str(max_procs),
              "--setenv", "NORMREF_MAX_WRITE_BYTES", str(max_write_bytes),
              # without a cgroup, the guard sets RLIMIT_NPROC inside: counted per (user

@@ -193,3 +193,42 @@ def shadowing_modules(folder: Path) -> list[str]:
         if spec is not None and not inside:
             out.append(f"{p.name}{'/' if p.is_dir() else ''} shadows the installed module {name!r}")
     return out
+
+
+#: Start-up files Python or IPython would run before any cell, were they where it looks.
+STARTUP_NAMES = ("sitecustomize.py", "usercustomize.py", "ipython_config.py", "ipython_kernel_config.py",
+                 "jupyter_config.py", "jupyter_notebook_config.py", "jupyter_server_config.py")
+
+
+def startup_files(folder: Path) -> list[str]:
+    """Start-up files in a submission: what a Python or IPython process runs before any cell
+    when it finds them (``sitecustomize.py``/``usercustomize.py`` on the path at start, a
+    ``*.pth`` file in a site folder, ``ipython_config.py``/``ipython_kernel_config.py`` and an
+    IPython profile's ``startup/*.py``, e.g. under ``.ipython/``).
+
+    The grading kernel loads none of them: the sandbox starts Python with its own script's
+    folder first on the path (not the student's), ``PYTHONNOUSERSITE=1``, ``HOME`` and
+    ``IPYTHONDIR`` in its private tmpfs (an empty profile), and IPython (8.0.1 and later) reads
+    no configuration from the working directory. This names them for the report.
+
+    Args:
+        folder: ``submitted/<student>/<assignment>/``.
+
+    Returns:
+        One line per file (paths relative to ``folder``, at most 20), e.g.
+        ``"sitecustomize.py is a Python start-up file"``; ``[]`` when there is none.
+    """
+    folder = Path(folder)
+    out = []
+    for p in sorted(folder.rglob("*")):
+        if not p.is_file() or p.is_symlink():
+            continue
+        rel = p.relative_to(folder)
+        name = p.name
+        if name in STARTUP_NAMES or p.suffix == ".pth":
+            out.append(f"{rel} is a Python start-up file")
+        elif any(part == ".ipython" or part.startswith("profile_") for part in rel.parts[:-1]):
+            out.append(f"{rel} is part of an IPython profile (start-up scripts, configuration)")
+        if len(out) >= 20:
+            break
+    return out

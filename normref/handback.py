@@ -11,6 +11,10 @@ notebook and judges it with the same checker, outside the student's process
 (:mod:`grader.scoring`): nothing here decides a score, so patching it can only change the
 outputs handed back, which the student's code could have returned itself.
 
+A class question hands back the record of the grader's plan instead (:func:`run_plan`:
+construct, report, load weights, swap in known submodules, call ``forward``), and a short
+answer its values (:func:`encode_answer`); both are judged by the grader the same way.
+
 Outside autograde (a student's own kernel, ``nbgrader validate``), :func:`hand_back` does
 nothing. In autograde it returns 0.0, so that a hidden test whose outputs never reach the
 grader's scoring stage scores 0, never full marks.
@@ -344,7 +348,8 @@ def run_plan(cls, plan: list[dict], reference: dict | None = None) -> list[dict]
     Each case of ``plan`` is a dict, performed in this order:
 
     * ``"new": [args, kwargs]``: ``cls(*args, **kwargs)`` (with the global torch RNG state kept
-      when ``"seeded"``; a built ``nn.Module`` is deep-copied instead, never modified);
+      when ``"seeded"``; with ``"copy_module"``, a built ``nn.Module`` is deep-copied instead,
+      never modified);
     * ``"attrs"``: attribute names to report (:func:`_report`: tensors with values, submodules
       by type, which are the same object), with the ``named_parameters`` names;
     * ``"load": {name: tensor}``: copied into those tensors of the module (a trained weight);
@@ -375,7 +380,7 @@ def run_plan(cls, plan: list[dict], reference: dict | None = None) -> list[dict]
             rec: dict = {}
             records.append(rec)
             args, kwargs = case["new"]
-            if isinstance(cls, nn.Module):
+            if case.get("copy_module") and isinstance(cls, nn.Module):
                 new = _timed(copy.deepcopy, (cls,), {})
             elif case.get("seeded"):
                 with seeded():
@@ -443,6 +448,8 @@ def encode_answer(value, depth: int = 0) -> dict:
 
     import torch
 
+    if isinstance(value, np.generic) and not isinstance(value, np.object_):  # before float: np.float64 is one
+        return {"t": "npscalar", "npy": _npy(np.asarray(value))}
     if value is None or isinstance(value, bool) or (isinstance(value, int) and abs(value) < 2**63):
         return {"t": "py", "value": value}
     if isinstance(value, float):
@@ -454,8 +461,6 @@ def encode_answer(value, depth: int = 0) -> dict:
     if isinstance(value, (tuple, list)) and depth < 3 and len(value) <= 64:
         kind = "Size" if isinstance(value, torch.Size) else "list" if isinstance(value, list) else "tuple"
         return {"t": "seq", "type": kind, "items": [encode_answer(v, depth + 1) for v in value]}
-    if isinstance(value, np.generic) and not isinstance(value, np.object_):
-        return {"t": "npscalar", "npy": _npy(np.asarray(value))}
     if isinstance(value, (torch.Tensor, np.ndarray)):
         return encode(value)
     out = {"t": "repr", "type": type(value).__name__[:80]}

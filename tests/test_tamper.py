@@ -119,3 +119,18 @@ def test_code_that_does_not_parse_costs_only_its_cell():
 def test_a_name_bound_inside_a_function_is_not_a_rebinding():
     src = "def rms_norm(x, weight, eps=1e-6):\n    torch = x\n    return torch * weight"
     assert scan(src, {"torch": "torch"}) == []
+
+
+def test_start_up_files_in_a_submission_are_named(tmp_path):
+    from grader.tamper import startup_files
+
+    for rel in ("sitecustomize.py", "usercustomize.py", "ipython_config.py", "ipython_kernel_config.py",
+                "evil.pth", ".ipython/profile_default/startup/00-x.py", "helpers.py", "rmsnorm.ipynb"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x = 1\n")
+    found = startup_files(tmp_path)
+    assert found == [".ipython/profile_default/startup/00-x.py is part of an IPython profile (start-up scripts, "
+                     "configuration)", "evil.pth is a Python start-up file",
+                     "ipython_config.py is a Python start-up file",
+                     "ipython_kernel_config.py is a Python start-up file",
+                     "sitecustomize.py is a Python start-up file", "usercustomize.py is a Python start-up file"]
