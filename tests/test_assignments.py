@@ -7,6 +7,7 @@ one ``nbgrader autograde`` call; two assignments run at a time.
 """
 from __future__ import annotations
 
+import ast
 import html
 import os
 import re
@@ -223,6 +224,104 @@ def test_release_shows_no_solution_no_hidden_test_but_a_self_check(assignment):
     assert graded and all(re.search(r"check_\w+\(", c.source) for c in graded)
 
 
+# Issue 16 item 3: the first visible check of a question goes through the checker, so Run All
+# stops on its diagnosis (an AssertionError naming the fault or the rule), never on a raw
+# broadcasting error, and a reference call fails it as grading does.
+_F_RMS = ("import torch.nn.functional as F\n\n\ndef rms_norm(x, weight, eps=1e-6):\n"
+          "    return F.rms_norm(x, (x.shape[-1],), weight, eps)")
+_F_MODULE = ("import torch.nn.functional as F\n\n\nclass RMSNorm(nn.Module):\n"
+             "    def __init__(self, dim, eps=1e-6):\n        super().__init__()\n        self.eps = eps\n"
+             "        self.weight = nn.Parameter(torch.ones(dim))\n\n    def forward(self, x):\n"
+             "        return F.rms_norm(x.float(), (x.shape[-1],), self.weight, self.eps).to(x.dtype)")
+_RULE = "calls F.rms_norm: grading gives this question 0 — implement it with tensor operations"
+FIRST_CHECKS = [  # (assignment, answers, the first visible check, what its error says)
+    ("rmsnorm", ANSWERS["rmsnorm"]["missing_keepdim"], "rms_norm_shape", "without keepdim=True the reduced axis"),
+    ("layernorm", ANSWERS["layernorm"]["missing_keepdim"], "layer_norm_seed", "without keepdims=True the reduced"),
+    ("rmsnorm", {"rms_norm_impl": _F_RMS}, "rms_norm_shape", _RULE),
+    ("block", {**ANSWERS["block"]["correct"], "rms_module_impl": _F_MODULE}, "rms_module_quick", _RULE),
+    ("block", ANSWERS["block"]["mlp_reads_x"], "block_quick", "the feed-forward sublayer must read h"),
+    ("layernorm_backward", ANSWERS["layernorm_backward"]["bwd_no_mean_term"], "layer_norm_backward_seed",
+     "dx is missing the gradient through the mean"),
+]
+
+
+def _run_until(nb: nbformat.NotebookNode, grade_id: str, capsys) -> tuple[BaseException | None, str]:
+    """Run the notebook's code cells in order, as Run All does, up to and including
+    ``grade_id``; each cell's source is registered with linecache under its own name, as
+    IPython does, so the checker can read the student's code. Returns (what the cell raised,
+    what it printed)."""
+    import linecache
+
+    ns: dict = {"__name__": "__main__"}
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        name = f"<cell-{i}>"
+        linecache.cache[name] = (len(cell.source), None, cell.source.splitlines(True), name)
+        capsys.readouterr()
+        try:
+            exec(compile(cell.source, name, "exec"), ns)
+        except Exception as e:  # noqa: BLE001 - what Run All would stop on
+            if cell.metadata.get("nbgrader", {}).get("grade_id") != grade_id:
+                raise AssertionError(f"Run All stopped before {grade_id}, in cell {i}: {e!r}") from e
+            return e, capsys.readouterr().out
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == grade_id:
+            return None, capsys.readouterr().out
+    raise AssertionError(f"no cell {grade_id}")
+
+
+@pytest.mark.parametrize("assignment, answers, grade_id, text", FIRST_CHECKS,
+                         ids=[f"{a}-{g}-{i}" for i, (a, _, g, _) in enumerate(FIRST_CHECKS)])
+def test_the_first_visible_check_diagnoses_instead_of_raising(assignment, answers, grade_id, text, capsys):
+    nb = fill_answers(REPO / "release" / assignment / f"{assignment}.ipynb", answers)
+    error, shown = _run_until(nb, grade_id, capsys)
+    assert type(error) is AssertionError, repr(error)  # not the RuntimeError/ValueError of a bare call
+    assert " ".join(text.split()) in " ".join(str(error).split()), str(error)
+    assert text.split()[0] in shown and "[fault:" not in shown, shown  # the diagnosis was shown first
+    # the checker is what stopped it: the cell's first statement (after its docstring) calls it
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+    first = ast.parse(cell.source).body[1]
+    assert isinstance(first, ast.Assign) and ast.unparse(first.value).startswith("check_"), cell.source
+
+
+@pytest.mark.parametrize("assignment", ["block", "layernorm", "layernorm_backward", "rmsnorm"])
+def test_the_correct_answers_pass_every_visible_check_in_run_all_order(assignment, capsys):
+    release = REPO / "release" / assignment / f"{assignment}.ipynb"
+    nb = fill_answers(release, ANSWERS[assignment]["correct"])
+    for gid in ("rms_norm_shape", "layer_norm_seed", "layer_norm_backward_seed", "rms_module_quick",
+                "pre_ln_quick", "post_ln_quick", "block_quick"):
+        if any(c.metadata.get("nbgrader", {}).get("grade_id") == gid for c in nb.cells):
+            error, shown = _run_until(nb, gid, capsys)
+            assert error is None and "all correct" in shown, (gid, error, shown)
+
+# Issue 16 item 5: the seed's one build challenge, "implement RMSNorm", and its "Standard
+# answer" (the seed's text, verbatim): shown in the feedback after grading, never released.
+SEED_STANDARD_ANSWER = [
+    "Standard answer · compare after your attempt",
+    "rms = x.float().pow(2).mean(dim=-1, keepdim=True).add(eps).rsqrt()",
+    "return (x.float() * rms * weight).to(x.dtype)",
+    "y = rms_norm(torch.randn(2, 3, 8), torch.ones(8))",
+    "assert y.shape == (2, 3, 8)",
+    "`keepdim=True` preserves `[B, T, 1]`, so the scale broadcasts across features without changing either outer axis.",
+]
+BUILD_CHALLENGES = {"rmsnorm": "rms_norm_impl"}  # assignment: the answer cell the seed's challenge is
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_standard_answers_are_in_source_and_never_released(assignment):
+    source = nbformat.read(next((REPO / "source" / assignment).glob("*.ipynb")), as_version=4)
+    release = nbformat.read(REPO / "release" / assignment / f"{assignment}.ipynb", as_version=4)
+    tagged = [i for i, c in enumerate(source.cells) if "standard-answer" in c.metadata.get("tags", [])]
+    if assignment in BUILD_CHALLENGES:  # right after the answer cell it answers, the seed's text
+        (i,) = tagged
+        assert source.cells[i - 1].metadata["nbgrader"]["grade_id"] == BUILD_CHALLENGES[assignment]
+        assert all(line in source.cells[i].source for line in SEED_STANDARD_ANSWER)
+    else:
+        assert not tagged
+    released = "\n".join(c.source for c in release.cells)
+    assert not any("standard-answer" in c.metadata.get("tags", []) for c in release.cells)
+    assert SEED_STANDARD_ANSWER[0] not in released and SEED_STANDARD_ANSWER[-1] not in released
+
 # ----------------------------------------------------------------- nbgrader round trips (slow)
 
 
@@ -350,3 +449,18 @@ def test_validate_fails_a_partly_right_answer_naming_the_question(tmp_path, assi
                           capture_output=True, text=True, cwd=tmp_path)
     out = proc.stdout + proc.stderr
     assert "Success!" not in out and " ".join(text.split()) in " ".join(out.split()), out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("assignment", sorted(BUILD_CHALLENGES))
+def test_feedback_shows_the_seeds_standard_answer_after_the_answer_cell(course, assignment):
+    for variant in ("blank", "eps_outside_sqrt"):
+        page = " ".join(_html_text(course.feedback(assignment, variant)).split())
+        for line in SEED_STANDARD_ANSWER:
+            assert " ".join(line.replace("`", "").split()) in page, (variant, line)
+        # after the student's own answer, before the checks that follow it
+        mine = "raise NotImplementedError()" if variant == "blank" else "sqrt() + eps"
+        assert page.index(mine) < page.index(SEED_STANDARD_ANSWER[0]) < page.index("Visible check (1 point)")
+    # the autograded notebook itself (what formgrader shows, what is scored) is left as it was
+    graded = nbformat.read(course.notebook("autograded", assignment, "blank"), as_version=4)
+    assert not any(SEED_STANDARD_ANSWER[0] in c.source for c in graded.cells)

@@ -21,8 +21,9 @@ What a student would see is asserted, and measured:
   feature" reaches (4, 5, 6);
 - lesson 03's placement explorer: its caption says Post-LN's residual norm "stays at 5.66";
   the lesson prints no source code of ``normref`` and reports this model before Xiong et al.;
-- an assignment from ``release/``: a wrong answer gets its diagnosis, the seed's answer gets
-  "all correct" from the self-check and nbgrader's Validate.
+- an assignment from ``release/``: a forgotten keepdim stops Run All on the visible check's
+  diagnosis (screenshot ``quick-check-diagnosis``), a wrong answer gets its diagnosis, the
+  seed's answer gets "all correct" from the self-check and nbgrader's Validate.
 
 Screenshots and the server log go to ``build/browser/`` (``make screenshots`` copies the
 README's into ``docs/screenshots/``).
@@ -67,6 +68,11 @@ LESSONS = sorted((REPO / "notebooks").glob("[0-9]*.ipynb"))
 # The seed's Build challenge, "Standard answer": what a student who got it right types.
 SEED_RMS_NORM = '''def rms_norm(x, weight, eps=1e-6):
     rms = x.float().pow(2).mean(dim=-1, keepdim=True).add(eps).rsqrt()
+    return (x.float() * rms * weight).to(x.dtype)
+'''
+# Forgetting keepdim: [2, 3] against [2, 3, 8] raises in torch; the visible check must name it.
+MISSING_KEEPDIM_RMS_NORM = '''def rms_norm(x, weight, eps=1e-6):
+    rms = x.float().pow(2).mean(dim=-1).add(eps).rsqrt()
     return (x.float() * rms * weight).to(x.dtype)
 '''
 # The mistake the checker must name: centering, as LayerNorm does.
@@ -583,6 +589,18 @@ def test_assignment_self_check_names_the_mistake_then_passes(page, lab):
     answer = page.locator(f"{NOTEBOOK} .jp-CodeCell", has_text="YOUR CODE HERE")
     assert answer.count() == 1, "the released notebook should have one answer cell"
 
+    # A forgotten keepdim: Run All stops on the visible check's diagnosis (an AssertionError
+    # naming keepdim), not on torch's broadcasting RuntimeError (issue 16, item 3).
+    set_cell_source(page, answer, MISSING_KEEPDIM_RMS_NORM)
+    run_all(page)
+    errors = error_outputs(page)
+    assert len(errors) == 1 and "AssertionError: without keepdim=True" in errors[0], errors
+    quick = page.locator(f"{NOTEBOOK} .jp-CodeCell", has_text="Visible check")
+    assert "keepdim=True keeps it with length 1" in quick.locator(".jp-OutputArea").inner_text()
+    quick.scroll_into_view_if_needed()
+    shot(page, "quick-check-diagnosis")
+
+    answer = page.locator(f"{NOTEBOOK} .jp-CodeCell", has_text="def rms_norm").first
     set_cell_source(page, answer, CENTERING_RMS_NORM)
     run_all(page)
     shown = page.locator(NOTEBOOK).inner_text()

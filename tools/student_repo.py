@@ -140,8 +140,9 @@ def secret_lines(source: Path) -> dict[str, tuple[str, str]]:
     Returns:
         ``{normalized line: ("source/<a>/<nb>.ipynb cell <grade_id>", kind)}``, kind
         ``"hidden"`` for each line of a hidden-test region or mark scheme and ``"answer"`` for
-        each line of a solution region or of a markdown solution cell without regions (nbgrader
-        replaces all of it); only lines that have at least
+        each line of a solution region, of a markdown solution cell without regions (nbgrader
+        replaces all of it) or of a standard answer (a cell tagged ``standard-answer``, shown
+        only in the feedback); only lines that have at least
         :data:`MIN_SECRET_CHARS` characters once stripped of its inline comment and does not
         also appear, so normalized, among the notebook's visible lines or in its released
         version ``release/<a>/<nb>.ipynb``, which students get anyway.
@@ -157,7 +158,10 @@ def secret_lines(source: Path) -> dict[str, tuple[str, str]]:
             meta = cell.metadata.get("nbgrader", {})
             where = f"{path.relative_to(source.parent)} cell {meta.get('grade_id', '?')}"
             marked = any(begin in cell.source for begin, _, _ in _REGIONS)
-            whole = cell.cell_type == "markdown" and meta.get("solution", False) and not marked
+            # a markdown solution cell without regions (nbgrader replaces all of it), or a
+            # standard answer (nbgrader_config.STANDARD_ANSWER_TAG: feedback only, never released)
+            whole = ((cell.cell_type == "markdown" and meta.get("solution", False) and not marked)
+                     or "standard-answer" in cell.metadata.get("tags", []))
             inside = None  # (end marker, kind) while in a region
             for line in cell.source.splitlines():
                 s = line.strip()
