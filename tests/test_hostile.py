@@ -22,6 +22,7 @@ from grader import grade_class
 from grader.demo.answer_bank import ANSWERS
 from grader.sandbox import available as sandbox_available
 
+REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
 RMS_CORRECT = ANSWERS["rmsnorm"]["correct"]["rms_norm_impl"]
 RMS_N_MINUS_1 = ANSWERS["rmsnorm"]["unbiased_variance"]["rms_norm_impl"]
 MEAN_VAR = "def mean_var(x):\n    return float(x.mean()), float(((x - x.mean()) ** 2).mean())"
@@ -283,6 +284,38 @@ RMS_FLOAT64 = ("def rms_norm(x, weight, eps=1e-6):\n    h = x.double()\n"
 RUNTIME_PATCH = RMS_N_MINUS_1 + ("\nResult = type(check_rms_norm(rms_norm, quick=True))\n"
                                  "Result.passed = property(lambda self: True)\n"
                                  "Result.score = property(lambda self: 1.0)\n")
+# Start-up files beside the notebook: each would define a correct rms_norm for a blank answer (and
+# leave a marker in the environment) if the grading kernel ran it before the cells.
+_DEFINE = "import torch\n" + RMS_CORRECT
+
+
+def _startup(name: str) -> str:
+    return f"import builtins, os\nos.environ['NR_LOADED_{name}'] = '1'\nexec({_DEFINE!r}, builtins.__dict__)\n"
+
+
+STARTUP_FILES = {
+    "sitecustomize.py": _startup("sitecustomize"), "usercustomize.py": _startup("usercustomize"),
+    "ipython_config.py": _startup("ipython_config"), "ipython_kernel_config.py": _startup("ipython_kernel_config"),
+    ".ipython/profile_default/startup/00-answer.py": _startup("profile_startup"),
+    "answer.pth": _startup("pth").replace("\n", "; ").rstrip("; ") + "\n",
+}
+SHOW_MARKERS = "import os\nprint('LOADED:', sorted(k for k in os.environ if k.startswith('NR_LOADED')))"
+# A CheckResult patch no syntax rule names: every in-kernel check then says "passed, 1.0"
+PATCH_RESULTS = ("\n_Result = type({call})\n_Result.passed = property(lambda self: True)\n"
+                 "_Result.score = property(lambda self: 1.0)\n")
+
+
+def filled(assignment: str, answers: dict, patches: dict | None = None) -> bytes:
+    """The released notebook of ``assignment`` with the answer bank's ``answers``, and code
+    appended to some answer cells (``patches``: grade_id -> code)."""
+    from grader.demo import fill_answers
+
+    answers = dict(answers)
+    for gid, code in (patches or {}).items():
+        answers[gid] = answers.get(gid, "") + code
+    return nbformat.writes(fill_answers(REPO / "release" / assignment / f"{assignment}.ipynb", answers)).encode()
+
+
 INDIRECT_REFERENCE = ("def rms_norm(x, weight, eps=1e-6):\n"
                       "    ref = getattr(torch.nn.functional, 'rms' + '_norm')\n"
                       "    return ref(x.float(), (x.shape[-1],), weight.float(), eps).to(x.dtype)\n")
@@ -294,8 +327,11 @@ def test_forgeries_caps_and_shadowing_through_make_grade(bubblewrap, course_copy
     visible point only; a run-time patch of the checkers the syntax scan cannot see, an
     indirect reference call, a process flood and a write flood in the answer cell earn what a
     blank answer earns for that question (the rest keeps its points) and are flagged; a module
-    beside the notebook shadows nothing, and is flagged; honest answers, including one written
-    differently from the reference, keep full marks."""
+    beside the notebook shadows nothing, and is flagged; start-up files beside it
+    (sitecustomize.py, ipython_config.py, an IPython profile, a .pth ...) are not run, and are
+    flagged; honest answers, including one written differently from the reference, keep full
+    marks. The block assignment's classes and the practice answers are scored outside the
+    kernel too: a run-time patch of every checker's result earns no more than the honest points."""
     from grader.sandbox import MAX_PROCS, MAX_WRITE_BYTES
 
     if not sandbox_available():
@@ -314,7 +350,35 @@ def test_forgeries_caps_and_shadowing_through_make_grade(bubblewrap, course_copy
         "shadows_course": ({"hostile.ipynb": w(answered(release, q1=RMS_N_MINUS_1)),
                             "torch.py": FAKE_TORCH.encode(), "normref/__init__.py": FAKE_NORMREF.encode()},
                            Q1_ZERO),
+        "startup_files": ({"hostile.ipynb": w(insert_after(answered(release, q1=None), "rms_norm_impl", SHOW_MARKERS)),
+                           **{k: v.encode() for k, v in STARTUP_FILES.items()}}, Q1_ZERO),
     }
+    import builtins
+
+    exec(STARTUP_FILES["answer.pth"], {})  # the payload works where it is run:
+    assert callable(builtins.rms_norm) and os.environ.pop("NR_LOADED_pth") == "1"
+    del builtins.rms_norm  # it defines the blank answer's rms_norm (and a marker)
+    from grader.demo.answer_bank import ANSWERS as BANK, EXPECTED
+
+    block_forged = {**BANK["block"]["module_weight"], "block_impl": BANK["block"]["shared_norm"]["block_impl"]}
+    others = {  # (assignment, files, expected points)
+        "block_honest": ("block", {"block.ipynb": filled("block", BANK["block"]["correct"])},
+                         EXPECTED["block"]["correct"]),
+        "block_forger": ("block", {"block.ipynb": filled("block", block_forged, {
+            "rms_module_impl": PATCH_RESULTS.format(call="check_rms_norm_module(RMSNorm, quick=True)"),
+            "block_impl": PATCH_RESULTS.format(call="check_pre_ln_block(PreNormBlock, quick=True)")})},
+            {**EXPECTED["block"]["correct"], "rms_module_quick": 0.0, "rms_module_battery": 3.0,
+             "block_quick": 0.0, "block_battery": 1.0}),
+        "practice_honest": ("practice", {"practice.ipynb": filled("practice", BANK["practice"]["correct"])},
+                            EXPECTED["practice"]["correct"]),
+        "practice_forger": ("practice", {"practice.ipynb": filled("practice", BANK["practice"]["partial"], {
+            "practice_mean_var_answer": PATCH_RESULTS.format(call="check_mean_var(1, 1)")})},
+            EXPECTED["practice"]["partial"]),
+    }
+    for sid, (a, files, _) in others.items():
+        for name, data in files.items():
+            (tmp_path / "submitted" / sid / a / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / "submitted" / sid / a / name).write_bytes(data)
     tree = tmp_path / "submitted"
     for sid, (files, _) in corpus.items():
         for name, data in files.items():
@@ -325,7 +389,19 @@ def test_forgeries_caps_and_shadowing_through_make_grade(bubblewrap, course_copy
                       use_sandbox=True, log=log.append)
     assert run.sandboxed
     assert {sid: run.scores.get(("hostile", sid)) for sid in corpus} == {sid: exp for sid, (_, exp) in corpus.items()}
+    assert {sid: run.scores.get((a, sid)) for sid, (a, _, _) in others.items()} == \
+        {sid: exp for sid, (_, _, exp) in others.items()}
     flags = json.loads((course_copy / "reports" / "report.json").read_text())["flags"]
+    assert not flags.get("block_honest") and not flags.get("practice_honest"), flags
+    assert any("checkers changed at run time" in f for f in flags.get("block_forger", [])), flags.get("block_forger")
+    # no start-up file ran (no marker, the blank answer stayed blank), and each is named in the report
+    nb = nbformat.read(course_copy / "autograded" / "startup_files" / "hostile" / "hostile.ipynb", 4)
+    printed = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+    assert "LOADED: []" in printed, printed
+    startup = " ".join(flags["startup_files"])
+    for name in ("sitecustomize.py", "usercustomize.py", "ipython_config.py", "ipython_kernel_config.py",
+                 "answer.pth", ".ipython/profile_default/startup/00-answer.py"):
+        assert f"{name} " in startup and "does not load it" in startup, (name, startup)
     assert not flags.get("honest") and not flags.get("honest_float64"), flags
     assert any("checkers changed at run time" in f for f in flags["runtime_patch"]), flags["runtime_patch"]
     assert any("calls torch's rms_norm" in f and "grading gives this question 0" in f
