@@ -726,3 +726,22 @@ def test_show_outside_ipython_prints_the_report(capsys):
     r = check_rms_norm(seed_rms_norm, quick=True)
     r.show()
     assert capsys.readouterr().out == r.report() + "\n"
+
+
+def test_problem_is_the_first_breach_or_diagnosis_without_the_raw_error():
+    from normref.checks import CaseResult, CheckResult
+
+    raw = ("case 'seed shape [2, 3, 8] float32': raised RuntimeError: The size of tensor a (8) must match "
+           "the size of tensor b (3) at non-singleton dimension 2; use keepdim=True")
+    r = CheckResult("rms_norm", [CaseResult("a", True), CaseResult("b", False, raw, "missing_keepdim"),
+                                 CaseResult("c", False, "case 'c': second", "wrong_values")])
+    assert r.problem == "use keepdim=True"  # the hint, not torch's message nor the case name
+    r.breaches = ["calls F.rms_norm: grading gives this question 0 — implement it with tensor operations"]
+    # the rule first, wrapped for nbgrader validate (it cuts each line of an error at 80)
+    assert r.problem == ("calls F.rms_norm: grading gives this question 0 — implement it with tensor\n"
+                         "operations")
+    assert CheckResult("rms_norm", [CaseResult("a", True)]).problem == ""
+    # on a real check: the quick check of a missing keepdim names it, in torch's and numpy's words
+    assert check_rms_norm(bank("rms_norm", "missing_keepdim"), quick=True).problem.startswith("without keepdim=True")
+    assert check_layer_norm(bank("layer_norm", "missing_keepdim"), quick=True).problem.startswith(
+        "without keepdims=True")
