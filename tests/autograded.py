@@ -54,8 +54,9 @@ def write_autograded(root: Path, assignment: str, student: str, answers: dict[st
     ns = namespace(nb)
     for c in nb.cells:
         gid = c.metadata.get("nbgrader", {}).get("grade_id")
-        if c.cell_type != "code" or gid not in scoring.QUESTIONS or scoring.QUESTIONS[gid].draw is None:
-            continue
+        q = scoring.QUESTIONS.get(gid)
+        if c.cell_type != "code" or q is None or q.draw is None or q.kind != "function":
+            continue  # function questions on drawn inputs only (a class's plan is not made here)
         fn = ns.get(handed_back_name(c.source, gid) or "")
         calls = run_calls(fn, scoring.probe_calls(gid, seed), scoring.QUESTIONS[gid].reference)
         c.outputs = [nbformat.v4.new_output("display_data", data={
