@@ -64,6 +64,22 @@ def test_secret_lines_are_the_solution_hidden_test_and_written_answer(tmp_path):
     assert secrets["assert abs(float(layer_norm(x).mean())) < 1e-6"] == ("source/ln/ln.ipynb cell ln_mean", "hidden")
 
 
+
+def test_a_standard_answer_is_secret_even_where_it_repeats_the_solution(tmp_path):
+    # a markdown cell tagged standard-answer (feedback only) is not a visible line: the solution
+    # lines it repeats stay secret, and so do its own
+    source = _source_notebook(tmp_path)
+    path = source / "ln" / "ln.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    nb.cells.insert(1, nbformat.v4.new_markdown_cell(
+        "Standard answer\n```python\nmu = x.mean(dim=-1, keepdim=True)\n```\n"
+        "The mean is kept as [B, T, 1] to broadcast.",
+        metadata={"tags": ["standard-answer"]}))
+    nbformat.write(nb, path)
+    secrets = student_repo.secret_lines(source)
+    assert secrets["mu = x.mean(dim=-1, keepdim=True)"] == ("source/ln/ln.ipynb cell ln_impl", "answer")
+    assert secrets["The mean is kept as [B, T, 1] to broadcast."][1] == "answer"
+
 def test_lines_students_get_in_release_are_not_secret(tmp_path):
     source = _source_notebook(tmp_path)
     nb = nbformat.v4.new_notebook()
