@@ -49,6 +49,13 @@ HANDBACK_ENV = "NORMREF_HANDBACK_DIR"
 
 #: How many workers may die while running one task before it is given up (embedded cluster).
 ALLOWED_FAILURES = 1
+#: Dask settings of the embedded cluster, whose scheduler and workers share this machine's cores
+#: with the kernels: no statistical profiler, a 1 s event-loop tick (20 ms by default), system
+#: monitors every 5 s (0.5 s), and no dashboard (a dashboard is printed for an existing cluster
+#: that serves one). Diagnostics only; what runs and where is unchanged.
+EMBEDDED_QUIET = {"distributed.worker.profile.enabled": False,
+                  "distributed.admin.tick.interval": "1s",
+                  "distributed.admin.system-monitor.interval": "5s"}
 #: Seconds to wait for a scheduler to answer, and for a cluster to show at least one worker.
 CONNECT_TIMEOUT_S = 10
 _LOCK = threading.Lock()  # nbgrader's apps change the working directory: one at a time per process
@@ -111,6 +118,10 @@ def assignment_definitions(tree: CourseTree, assignments: list[str], course_id: 
             shutil.copy(blank, path)
             asg = src.find_assignment(a)
             with Gradebook(f"sqlite:///{path}", course_id) as dst:
+                # a scratch file: nbgrader commits once per cell, and each commit would wait for
+                # the disk (seconds per run before any task could start)
+                dst.db.execute(text("PRAGMA synchronous=OFF"))
+                dst.db.execute(text("PRAGMA journal_mode=MEMORY"))
                 dst.update_or_create_assignment(a, duedate=asg.duedate)
                 for nb in asg.notebooks:
                     dst.update_or_create_notebook(nb.name, a, kernelspec=nb.kernelspec)
@@ -344,9 +355,13 @@ class DaskCluster:
                                   "distributed.worker.multiprocessing-method": "fork",
                                   # a worker holds only the task it runs: its death counts
                                   # against that task alone, never against one queued behind it
-                                  "distributed.scheduler.worker-saturation": 1.0}):
+                                  "distributed.scheduler.worker-saturation": 1.0,
+                                  # housekeeping that competes with the kernels for the cores on
+                                  # a laptop (EMBEDDED_QUIET): each worker's stack sampler (every
+                                  # 10 ms), every event loop's 20 ms tick, the system monitors
+                                  **EMBEDDED_QUIET}):
                 self._cluster = LocalCluster(n_workers=self.jobs, threads_per_worker=1, processes=True,
-                                             dashboard_address=":0", silence_logs=logging.ERROR,
+                                             dashboard_address=None, silence_logs=logging.ERROR,
                                              memory_limit=0)
             self._client = Client(self._cluster, set_as_default=False)
         else:
@@ -502,22 +517,26 @@ def autograde(course: CourseTree | Path, assignments: list[str], *, jobs: int | 
                              client=c, use_sandbox=use_sandbox, course_id=course_id, task=task)
     t0 = time.perf_counter()
     config = (tree.root / "nbgrader_config.py").read_bytes()
-    definitions = assignment_definitions(tree, sorted({a for a, _ in pairs}), course_id)
     # the graded inputs the kernels read (grader.scoring.prepare_inputs points $NORMREF_HANDBACK_DIR at them)
     handback = _files(Path(os.environ[HANDBACK_ENV])) if os.environ.get(HANDBACK_ENV) else {}
-    payloads = {a: {"name": a, "config": config, "gradebook": definitions[a], "handback": handback,
-                    "source_files": _files(tree.source(a), skip_notebooks=True)} for a in definitions}
     options = {"sandbox": use_sandbox, "config_args": list(extra_args or []), "course_id": course_id}
     for a, s in pairs:  # a regrade starts from nothing, as nbgrader autograde --force does
         old = tree.autograded(s, a)
         if old.is_dir():
             shutil.rmtree(old)
     futures = {}
-    for a, s in pairs:
-        sub = {"student": s, "files": _files(tree.submitted(s, a))}
-        fut = client.submit(task, payloads[a], sub, options, pure=False,
-                            key=f"autograde-{a}-{s}-{os.urandom(4).hex()}")
-        futures[fut] = (a, s)
+    # one assignment's definition at a time, its tasks sent as soon as it is ready: the workers
+    # start on the first assignment while the next definition is copied out of the gradebook
+    for name in sorted({a for a, _ in pairs}, key=[a for a, _ in pairs].index):
+        payload = {"name": name, "config": config, "handback": handback,
+                   "gradebook": assignment_definitions(tree, [name], course_id)[name],
+                   "source_files": _files(tree.source(name), skip_notebooks=True)}
+        for a, s in pairs:
+            if a == name:
+                sub = {"student": s, "files": _files(tree.submitted(s, a))}
+                fut = client.submit(task, payload, sub, options, pure=False,
+                                    key=f"autograde-{a}-{s}-{os.urandom(4).hex()}")
+                futures[fut] = (a, s)
     done = 0
     if progress is not None:
         progress(0, len(pairs))
