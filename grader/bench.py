@@ -78,10 +78,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--db", default=None, metavar="URL",
                    help="a PostgreSQL database for the PostgreSQL rows (its nbgrader tables are "
                    "dropped); default: a private server started from Debian's postgresql, if installed")
+    p.add_argument("--engines-only", action="store_true",
+                   help="only the two engines side by side (nbgrader processes, then local Dask, "
+                   "--jobs workers each, SQLite) in one run: the comparison issue 15 asks for")
     args = p.parse_args(argv)
     jobs = args.jobs or default_jobs()
     roster = demo_class()[: args.students]
     n = sum(len(st.variants) for st in roster)
+    if args.engines_only:
+        with tempfile.TemporaryDirectory() as td:
+            print(f"demo class: {len(roster)} students, {n} submissions; {jobs} workers each", flush=True)
+            engine_rows(Path(td), args.students, n, jobs, None, None, None,
+                        configs=[("processes", jobs, None), ("dask", jobs, None)])
+        return 0
     with tempfile.TemporaryDirectory() as td:
         print(f"demo class: {len(roster)} students, {n} submissions over {len(ANSWERS)} "
               f"assignments; {jobs} jobs", flush=True)
@@ -106,20 +115,23 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def engine_rows(td: Path, students: int | None, n: int, jobs: int, seq_total: float, seq_auto: float,
-                db_url: str | None) -> None:
+def engine_rows(td: Path, students: int | None, n: int, jobs: int, seq_total: float | None,
+                seq_auto: float | None, db_url: str | None, configs: list | None = None) -> None:
     """Issue 15's rows: the whole pipeline with autograde as ``jobs`` nbgrader processes (before
     Dask), as Dask tasks on an embedded local cluster of 1 and ``jobs`` workers, and the same with
     the gradebook on PostgreSQL (``db_url``, or a private server when Debian's postgresql is
     installed). Per row: submissions per minute and core-seconds per submission of the autograde
-    stage, and the speed-up over sequential nbgrader (autograde stage; whole pipeline)."""
-    configs = [("processes", jobs, None), ("dask", 1, None), ("dask", jobs, None)]
+    stage, and the speed-up over sequential nbgrader (autograde stage; whole pipeline; "-" when
+    sequential nbgrader was not run). ``configs``: ``[(engine, workers, None or "pg")]`` instead."""
     with contextlib.ExitStack() as stack:
-        pg = db_url or _private_postgres(stack)
-        if pg:
-            configs += [("dask", 1, "pg"), ("dask", jobs, "pg"), ("processes", jobs, "pg")]
-        else:
-            print("(PostgreSQL rows skipped: no --db and no Debian postgresql here)")
+        pg = db_url
+        if configs is None:
+            configs = [("processes", jobs, None), ("dask", 1, None), ("dask", jobs, None)]
+            pg = db_url or _private_postgres(stack)
+            if pg:
+                configs += [("dask", 1, "pg"), ("dask", jobs, "pg"), ("processes", jobs, "pg")]
+            else:
+                print("(PostgreSQL rows skipped: no --db and no Debian postgresql here)")
         print("autograde engine          workers  gradebook   subs/min  core-s/sub  speed-up autograde  pipeline",
               flush=True)
         for i, (engine, workers, db) in enumerate(configs):
@@ -130,9 +142,10 @@ def engine_rows(td: Path, students: int | None, n: int, jobs: int, seq_total: fl
                               engine=engine, db_url=url, fresh=True, yes=True, log=lambda *_: None)
             auto = run.autograde.seconds
             name = "nbgrader processes" if engine == "processes" else "Dask (local cluster)"
+            ratios = (f"{seq_auto / auto:>19.2f}x{seq_total / run.seconds:>9.2f}x" if seq_auto
+                      else f"{'-':>20}{'-':>10}")
             print(f"{name:<26}{workers:>7}  {'PostgreSQL' if db else 'SQLite':<10}{60 * n / auto:>10.1f}"
-                  f"{auto * workers / n:>12.2f}{seq_auto / auto:>19.2f}x{seq_total / run.seconds:>9.2f}x",
-                  flush=True)
+                  f"{auto * workers / n:>12.2f}{ratios}  (pipeline {run.seconds:.1f} s)", flush=True)
 
 
 def _private_postgres(stack: contextlib.ExitStack) -> str | None:
