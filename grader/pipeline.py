@@ -326,10 +326,11 @@ def restore_state(tree: CourseTree, archive: Path, *, yes: bool, log=print) -> l
         with tarfile.open(archive) as tf:
             members = tf.getmembers()
     except (OSError, tarfile.TarError, EOFError) as e:
-        raise fail(f"{archive} is not a readable state backup ({e}); nothing was changed") from None
+        why = (str(e).splitlines() or [type(e).__name__])[0].rstrip(":")  # tarfile lists every method tried
+        raise fail(f"{archive} is not a readable state backup ({why}); nothing was changed") from None
     bad = [m.name for m in members if not _restorable(m.name)]
     if bad:
-        raise fail(f"{archive} holds {bad[0]!r}, which is not grading state: not restored; nothing was changed")
+        raise fail(f"{archive} holds {bad[0]!r}, which is not grading state: nothing was changed")
     names = sorted({Path(m.name).parts[0] for m in members})
     tag = archive.name.removeprefix("state-").removesuffix(".tar.gz")
     gb_backup = tree.logs / "backups" / f"gradebook-{tag}.db"

@@ -111,6 +111,19 @@ def test_clean_backs_up_asks_and_restore_brings_the_gradebook_back(course_copy):
     with sqlite3.connect(course_copy / "gradebook.db") as db:
         assert db.execute("select id from student").fetchall() == [("realstudent",)]
 
+    # restore --state refuses what is not a state backup, in one line, changing nothing
+    junk = course_copy.parent / "state-junk.tar.gz"
+    junk.write_bytes(b"not an archive")
+    evil = course_copy.parent / "state-evil.tar.gz"
+    with tarfile.open(evil, "w:gz") as tf:
+        tf.add(course_copy / "source" / "rmsnorm" / "rmsnorm.ipynb", arcname="source/rmsnorm/rmsnorm.ipynb")
+    before = snapshot(course_copy)
+    for archive, why in [(junk, "is not a readable state backup (file could not be opened successfully);"),
+                         (evil, "holds 'source/rmsnorm/rmsnorm.ipynb', which is not grading state:")]:
+        out = grader("restore", "--state", archive, "--yes", course=course_copy)
+        assert out.returncode == 1 and out.stderr == f"error: {archive} {why} nothing was changed\n", out.stderr
+    assert snapshot(course_copy) == before
+
 
 @pytest.mark.parametrize("damage, problem, lms", [
     ("empty", "is empty (0 bytes)", False),
