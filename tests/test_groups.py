@@ -115,3 +115,22 @@ def test_questions_scored_in_the_kernel_are_named_not_grouped():
     assert question_records(nb) == {}  # no scoring output yet
     assert handed_back_name(cells[2].source, "pre_ln_battery") == "pre_ln"
     assert handed_back_name(cells[0].source, "my_block_battery") == "PreNormBlock"
+
+
+def test_passed_cases_and_errors_against_a_student_s_own_reference_agree():
+    """A block run with each student's own submodules has a reference of its own per student
+    (their random weights): a passed case agrees whatever its outputs; a failed one agrees
+    when the errors (output minus reference) agree."""
+    from normref.diagnosis.record import agree
+
+    def rec(got, want, passed):
+        return {"inputs": "r1", "cases": [{"passed": passed, "fault": None if passed else "wrong_values",
+                                           "got": got, "want": want, "rtol": 1e-5, "atol": 1e-5}]}
+
+    assert agree(rec([1.0, 2.0], [1.0, 2.0], True), rec([5.0, 7.0], [5.0, 7.0], True))
+    # errors +0.5 on the first value against references [1, 2] and [5, 7]: one mistake
+    assert agree(rec([1.5, 2.0], [1.0, 2.0], False), rec([5.5, 7.0], [5.0, 7.0], False))
+    assert not agree(rec([1.5, 2.0], [1.0, 2.0], False), rec([5.0, 7.5], [5.0, 7.0], False))
+    # one reference for both: the outputs themselves are compared (0.5 apart: two mistakes)
+    assert not agree(rec([1.5, 2.0], [1.0, 2.0], False), rec([1.0, 2.5], [1.0, 2.0], False))
+    assert not agree(rec([1.5, 2.0], [1.0, 2.0], False), {**rec([1.5, 2.0], [1.0, 2.0], False), "inputs": "r2"})
