@@ -515,6 +515,24 @@ def test_a_failed_generate_leaves_release_as_it_was(course_copy, tmp_path):
     assert "\n" not in run["error"] and set(run["stage_seconds"]) == {"prepare"}
 
 
+def test_an_interrupted_run_is_logged_as_interrupted_with_its_signal(course_copy, tmp_path, monkeypatch):
+    """What grader.__main__'s handler raises on SIGTERM, in the middle of a run (in process, the
+    generate stage replaced: the killed-run tests above send the real signals)."""
+    import grader.pipeline as pipeline
+
+    def stopped(_batch):
+        raise KeyboardInterrupt("SIGTERM")
+
+    only_assignments(course_copy, {"rmsnorm"})
+    monkeypatch.setattr(pipeline, "STAGES", (pipeline.STAGES[0], ("generate", stopped)))
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.grade_class(course_root=course_copy, submissions=submitted_tree(tmp_path / "in", {"ada": "correct"}),
+                             engine="processes", log=lambda *_: None)
+    (run,) = [json.loads(ln) for ln in (course_copy / "logs" / "runs.jsonl").read_text().splitlines()]
+    assert (run["status"], run["error"], set(run["stage_seconds"])) == ("interrupted", "SIGTERM", {"prepare"})
+    assert (course_copy / ".grader.lock").read_text() == ""  # the lock is free again
+
+
 def test_the_hand_grading_hint_names_what_works_with_the_pinned_nbgrader():
     """The report's hint: `make lab-instructor` (its Jupyter configuration enables formgrader),
     then Nbgrader > Formgrader (the menu item nbgrader's JupyterLab extension installs)."""
