@@ -58,6 +58,8 @@ EMBEDDED_QUIET = {"distributed.worker.profile.enabled": False,
                   "distributed.admin.system-monitor.interval": "5s"}
 #: Seconds to wait for a scheduler to answer, and for a cluster to show at least one worker.
 CONNECT_TIMEOUT_S = 10
+#: Seconds the client and the embedded cluster get to close after Ctrl-C or SIGTERM.
+CLOSE_TIMEOUT_S = 2
 _LOCK = threading.Lock()  # nbgrader's apps change the working directory: one at a time per process
 
 
@@ -405,19 +407,24 @@ class DaskCluster:
             line += f", dashboard {client.dashboard_link}"
         return line
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> None:
+        """Close the client and the embedded cluster (within ``timeout`` seconds each, if given)."""
         if self._client is not None:
-            self._client.close()
+            with contextlib.suppress(TimeoutError) if timeout else contextlib.nullcontext():
+                self._client.close(**({"timeout": timeout} if timeout else {}))
             self._client = None
         if self._cluster is not None:
-            self._cluster.close()
+            with contextlib.suppress(TimeoutError) if timeout else contextlib.nullcontext():
+                self._cluster.close(timeout=timeout)
             self._cluster = None
 
     def __enter__(self) -> "DaskCluster":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        # after Ctrl-C or SIGTERM the workers are already dead (grader.__main__ kills every
+        # process of the run), and an unbounded close waits on them for many seconds
+        self.close(CLOSE_TIMEOUT_S if exc_type is not None and issubclass(exc_type, KeyboardInterrupt) else None)
 
 
 @contextlib.contextmanager
