@@ -574,7 +574,8 @@ def autograde_stage(b: Batch) -> None:
         swept = getattr(sb, "swept", None) or {}
         if any(swept.values()):
             log(f"sandbox: swept {swept['cgroups']} stale normref cgroup(s) and {swept['ipc']} kernel-socket "
-                f"folder(s) left by killed runs ({swept['in_use']} still in use, kept)")
+                f"folder(s) left by killed runs, killing {swept.get('killed', 0)} sandbox process(es) that "
+                f"outlived them ({swept['in_use']} still in use, kept)")
         try:
             if b.dask is not None:  # Dask tasks (grader/cluster.py): this machine or a cluster
                 from . import cluster

@@ -237,6 +237,24 @@ def _cgroup_procs(cg: Path) -> int:
     return n
 
 
+def _kill_cgroup(cg: Path, wait_s: float = 2.0) -> int:
+    """SIGKILL every process in cgroup ``cg`` and its children; wait up to ``wait_s`` for them to
+    leave it. Returns how many were signalled."""
+    import time
+
+    pids = set()
+    for procs in [cg / "cgroup.procs", *cg.glob("*/cgroup.procs")]:
+        with contextlib.suppress(OSError, ValueError):
+            pids |= {int(p) for p in procs.read_text().split()}
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + wait_s
+    while _cgroup_procs(cg) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return len(pids)
+
+
 def _named_by_a_live_process(path: str) -> bool:
     """Does any live process's command line name ``path`` (an autograde worker's
     ``--KernelManager.ip=<path>/k``, a kernel launcher's ``--bind <path> <path>``)?"""
@@ -258,24 +276,29 @@ def sweep_stale(cgroup_root: Path | None = None, tmp: Path = Path("/tmp")) -> di
     folders under ``/tmp`` (tmpfs mounts, as root).
 
     Never one in use: a cgroup is removed only when the process that made it (the ``<pid>`` in
-    its name) is gone and no process is in it or its children (``cgroup.procs``); a socket
+    its name: the run's grader or Dask worker) is gone; a process still in it or its children
+    (``cgroup.procs``) is a sandbox that outlived its run (seen: a ``bwrap`` whose worker was
+    killed while it started, asleep forever) and is killed first; a socket
     folder only when the process named in it (``nr-ipc-<pid>-``; older folders carry none) is
     gone and no live process names it on its command line (the autograde worker that uses it,
     a kernel sandbox bound to it). Other users' runs are safe the same way.
 
     Returns:
-        ``{"cgroups": removed, "ipc": removed, "in_use": left because in use}``.
+        ``{"cgroups": removed, "ipc": removed, "killed": processes of dead runs killed,
+        "in_use": left because in use}``.
     """
     import re
     import subprocess
 
-    out = {"cgroups": 0, "ipc": 0, "in_use": 0}
+    out = {"cgroups": 0, "ipc": 0, "killed": 0, "in_use": 0}
     root = Path(cgroup_root or os.environ.get("NORMREF_PIDS_CGROUP_ROOT", PIDS_CGROUP_ROOT))
     if (root / "cgroup.procs").exists() and os.access(root, os.W_OK):
         for cg in sorted(root.glob("normref-*")):
             m = re.fullmatch(r"normref-(\d+)-[0-9a-f]+", cg.name)
             if not m or not cg.is_dir() or _alive(int(m.group(1))):
                 continue
+            if _cgroup_procs(cg):
+                out["killed"] += _kill_cgroup(cg)
             if _cgroup_procs(cg):
                 out["in_use"] += 1
                 continue
