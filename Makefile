@@ -52,7 +52,8 @@ grade: $(STAMP)
 
 # Figures, not a test: make grade vs plain sequential nbgrader on the demo class.
 bench: $(STAMP)
-	$(BIN)/python -m grader.bench $(if $(JOBS),--jobs $(JOBS)) $(if $(STUDENTS),--students $(STUDENTS))
+	$(BIN)/python -m grader.bench $(if $(JOBS),--jobs $(JOBS)) $(if $(STUDENTS),--students $(STUDENTS)) \
+		$(if $(ENGINES_ONLY),--engines-only)
 
 # The lesson notebooks from their MyST Markdown sources (edit notebooks/NN_name.md, run this,
 # commit both; a test fails if they drift). tools/build_notebooks.py: jupytext, fixed ids, no outputs.
