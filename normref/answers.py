@@ -343,6 +343,13 @@ def parse_formula(value, *, what: str = "the answer", sublayer: str = "attention
     s = re.sub(r"\\(operatorname|mathrm|mathbf|text|mathit|boldsymbol)", "", s)
     s = s.replace("{", "").replace("}", "").replace("[", "(").replace("]", ")")
     s = s.replace("\\", "").replace("·", "").replace("−", "-")
+    if s.count("=") > 1:  # a chain of equal formulas is one answer; two different ones hedge
+        rhs = {parse_formula(part, what=what, sublayer=sublayer) if part.strip() else ""
+               for part in s.split("=")[1:]} if _parses(s.split("=")[1:], sublayer) else set()
+        if len(rhs) != 1 or "" in rhs:
+            raise AnswerFormatError(f"{what} holds more than one formula ({value!r}): give one, "
+                                    "such as \"Y = ...\"")
+        return rhs.pop()
     if "=" in s:  # drop "Y =" / "x_{l+1} ="
         s = s.split("=")[-1]
     out = []
@@ -365,6 +372,16 @@ def parse_formula(value, *, what: str = "the answer", sublayer: str = "attention
             raise AnswerFormatError(f"{what}: did not recognise {tok!r} in {value!r}; use X, "
                                     f"Norm(...), {names} (or F(...)), + and parentheses")
     return "".join(out)
+
+
+def _parses(parts: list[str], sublayer: str) -> bool:
+    """Does every one of ``parts`` read as a formula on its own?"""
+    try:
+        for part in parts:
+            parse_formula(part, sublayer=sublayer)
+    except AnswerFormatError:
+        return False
+    return True
 
 
 # --------------------------------------------------------------------------- helpers

@@ -344,3 +344,15 @@ def test_stats_axis_in_another_layout_names_the_axis_given(axis, fault):
     assert_fault(r, fault)
     if fault == "sequence_axis":
         assert "[B, D, T] is the sequence axis T" in r.messages[0]
+
+
+@pytest.mark.parametrize("formula, score", [
+    ("Y = Norm(H + FFN(H)) or Y = H + FFN(Norm(H))", 0.0),  # hedged: Post-LN or Pre-LN (red team)
+    ("Post-LN: Y = Norm(H + FFN(H)), Pre-LN: Y = H + FFN(Norm(H))", 0.0),  # both placements named
+    ("Y = H + FFN(Norm(H)) = H + MLP(LN(H))", 1.0),  # one formula written twice is one answer
+])
+def test_a_formula_answer_that_hedges_between_two_formulas_earns_nothing(formula, score):
+    r = answers.check_pre_ln_formula(formula, sublayer="ffn")
+    assert r.score == score, r.cases[0].message
+    if not score:
+        assert "more than one formula" in r.cases[0].message
