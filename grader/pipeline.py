@@ -697,17 +697,48 @@ def report(b: Batch) -> None:
     run, got = b.run, b.collected
     ungraded = {f"{s} ({a})": why for (a, s), why in run.autograde.failed.items()}
     ungraded.update({f"file {name}": why for name, why in got.skipped.items()})
-    flags: dict[str, list[str]] = {st: list(notes) for st, notes in got.flags.items()}
+    this_run: dict[str, dict[str, list[str]]] = {st: {"": list(notes)} for st, notes in got.flags.items()}
     for (a, st), rep in sorted(run.repairs.items()):
-        flags.setdefault(st, []).extend(f"{a}: {n}" for n in rep.notes + rep.flags)
+        this_run.setdefault(st, {}).setdefault(a, []).extend(rep.notes + rep.flags)
         if rep.unrecoverable:
             ungraded[f"{st} ({a})"] = rep.unrecoverable + " (scored 0)"
+    flags = {st: [f"{a}: {n}" if a else n for a, notes in sorted(per.items()) for n in notes]
+             for st, per in sorted(_flag_history(b, this_run).items())}
+    flags = {st: notes for st, notes in flags.items() if notes}
     run.report = build_report(b.tree.root, run.assignments, run.scores, run.max_points,
                               ungraded=ungraded, flags=flags, gradebook_url=b.tree.gradebook_url,
                               groups=b.groups)
     if not run.sandboxed:
         run.report.flags.setdefault("(all)", []).append("graded WITHOUT the sandbox")
     run.report_html = write_report(run.report, b.tree.reports)
+
+
+def _flag_history(b: Batch, this_run: dict[str, dict[str, list[str]]]) -> dict[str, dict[str, list[str]]]:
+    """Every student's flags across batches, ``{student: {assignment or "": [note]}}``
+    (``""``: notes on the student's files as collected, which accumulate), kept in
+    ``logs/flags.json``: a submission graded in this run replaces its earlier flags, the rest are
+    kept, so the class report of a later batch still shows an earlier batch's flags."""
+    store = b.tree.root / "logs" / "flags.json"
+    try:
+        history = json.loads(store.read_text()) if store.is_file() else {}
+    except ValueError:
+        history = {}
+    graded = set(b.run.autograde.graded) | set(b.run.autograde.failed) | set(b.run.repairs)
+    for a, st in graded:
+        history.get(st, {}).pop(a, None)
+    for st, per in this_run.items():
+        for a, notes in per.items():
+            if a == "":  # notes on files as collected (a late mark, a skipped file): kept, added to
+                kept = history.setdefault(st, {}).setdefault("", [])
+                kept += [n for n in notes if n not in kept]
+            elif notes:
+                history.setdefault(st, {})[a] = list(notes)
+    history = {st: per for st, per in history.items() if per}
+    store.parent.mkdir(parents=True, exist_ok=True)
+    tmp = store.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(history, indent=1, sort_keys=True))
+    tmp.replace(store)
+    return history
 
 
 #: How autograde runs when no Dask scheduler is given (``grade_class(engine=...)``, ``--engine``).
