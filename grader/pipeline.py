@@ -35,8 +35,9 @@ DEMO_MARKER = ".demo-class"
 #: What a fresh run removes (nbgrader's grading state; never source/ or release/).
 GRADING_STATE = ("submitted", "autograded", "feedback", "downloaded", "reports", "logs", "gradebook.db",
                  "grades.csv", "grades_by_question.csv", "roster.csv", DEMO_MARKER)
-#: What :func:`clean` keeps of ``logs/``: the backups and the run history.
-KEPT_LOGS = ("backups", "runs.jsonl")
+#: What :func:`clean` keeps of ``logs/``: the backups, the run history, and the note of how long
+#: that history was when the course was last cleaned (:data:`grader.state.CLEANED`).
+KEPT_LOGS = ("backups", "runs.jsonl", "cleaned.json")
 
 
 class GradingError(RuntimeError):
@@ -192,6 +193,12 @@ def clean(course_root: Path) -> None:
             p.unlink()
     (root / "autograded").mkdir(exist_ok=True)
     (root / "autograded" / ".gitkeep").touch()
+    # the run log is kept, but the runs it holds graded a class that is gone: the next class
+    # starts without a gradebook and must not be told to restore the old one
+    runs = root / "logs" / "runs.jsonl"
+    n = sum(1 for ln in runs.read_text(encoding="utf-8").splitlines() if ln.strip()) if runs.is_file() else 0
+    (root / "logs").mkdir(exist_ok=True)
+    (root / "logs" / "cleaned.json").write_text(json.dumps({"runs": n}) + "\n")
 
 
 def start_over(tree: CourseTree, *, yes: bool, tag: str, log=print) -> None:
@@ -603,8 +610,17 @@ def autograde_stage(b: Batch) -> None:
                 for note in notes:
                     log(f"autograde: {st} ({a}): {note}")
     log(f"autograde: {len(run.autograde.graded)} notebooks in {run.autograde.seconds:.1f} s")
-    _remember_graded(tree, run.assignments, run.autograde)
     _carry_hand_grades(b)
+
+
+def trusted_scoring(b: Batch) -> None:
+    """:func:`grader.scoring.scoring_stage`; only then are the submissions recorded as graded
+    (``logs/graded.json``): a run stopped between autograde and scoring leaves them to the
+    rerun, which grades them again (a red-team instructor's Ctrl-C there once left a correct
+    submission at the kernel's 0 for good)."""
+    scoring.scoring_stage(b)
+    if b.run.autograde is not None:
+        _remember_graded(b.tree, b.run.assignments, b.run.autograde)
 
 
 def _carry_hand_grades(b: Batch) -> None:
@@ -747,7 +763,7 @@ DEFAULT_ENGINE = "dask"
 #: The stages of a run, in order; ``GradeRun.stage_seconds`` has one entry per stage.
 STAGES = (("prepare", prepare), ("generate", generate), ("collect", collect_submissions),
           ("repair", repair), ("inputs", scoring.inputs_stage), ("autograde", autograde_stage),
-          ("scoring", scoring.scoring_stage), ("feedback", feedback),
+          ("scoring", trusted_scoring), ("feedback", feedback),
           ("export", export), ("score", score), ("report", report))
 
 

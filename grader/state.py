@@ -160,9 +160,24 @@ def backup_gradebook(tree: CourseTree, tag: str, log=print) -> Path | None:
     return dest
 
 
+#: Written by ``clean`` into ``logs/``: ``{"runs": lines of runs.jsonl when the course was cleaned}``.
+CLEANED = "cleaned.json"
+
+
 def has_grading_state(tree: CourseTree) -> bool:
-    """True if a class has been graded here (student folders, or earlier runs logged)."""
-    return any(tree.students(step) for step in _STATE_DIRS) or (tree.logs / "runs.jsonl").is_file()
+    """True if a class has been graded here: student folders, or runs logged since the course
+    was last cleaned (``clean`` keeps the run log, and notes its length in :data:`CLEANED`)."""
+    if any(tree.students(step) for step in _STATE_DIRS):
+        return True
+    runs = tree.logs / "runs.jsonl"
+    if not runs.is_file():
+        return False
+    n = sum(1 for ln in runs.read_text(encoding="utf-8").splitlines() if ln.strip())
+    try:
+        cleaned_at = int(json.loads((tree.logs / CLEANED).read_text()).get("runs", -1))
+    except (OSError, ValueError, AttributeError, TypeError):
+        cleaned_at = -1
+    return n > cleaned_at
 
 
 def gradebook_problem(tree: CourseTree) -> str | None:

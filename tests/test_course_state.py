@@ -574,3 +574,46 @@ def test_a_full_disk_ends_the_run_with_one_line_and_no_half_copy(course_copy, tm
     assert "Traceback" not in out.stderr and "rc=1" in out.stdout
     left = [ln for ln in out.stdout.splitlines() if ln.startswith("/")]
     assert left == [f"{mnt}/course/logs/runs.jsonl"], left  # no half-copied batch or submission
+
+
+def test_a_cleaned_course_grades_a_new_class_without_being_told_to_restore_the_old_one(tmp_path):
+    """`make clean` keeps the run log; the next class has no gradebook yet and that is right
+    (red team: it was refused with "gradebook.db is missing ... restore it")."""
+    from grader.course import CourseTree
+    from grader.pipeline import clean
+    from grader.state import gradebook_problem, record_run
+
+    tree = CourseTree(tmp_path)
+    record_run(tree, {"run": "1", "status": "ok"})
+    record_run(tree, {"run": "2", "status": "ok"})
+    assert "is missing, but this course has been graded before" in gradebook_problem(tree)
+    clean(tmp_path)
+    assert gradebook_problem(tree) is None  # a new class may start here
+    assert len((tmp_path / "logs" / "runs.jsonl").read_text().splitlines()) == 2  # history kept
+    record_run(tree, {"run": "3", "status": "ok"})  # the new class's first run ...
+    assert "is missing" in gradebook_problem(tree)  # ... after which a lost gradebook is noticed
+
+
+@pytest.mark.slow
+def test_a_run_stopped_between_autograde_and_scoring_leaves_the_submission_to_the_rerun(
+        course_copy, tmp_path, monkeypatch):
+    """The submission is recorded as graded only once its trusted score is written (red team:
+    Ctrl-C right after autograde left a correct submission at the kernel's 0 for good)."""
+    from grader import pipeline, scoring
+    from grader.pipeline import grade_class
+
+    only_assignments(course_copy, {"rmsnorm"})
+    tree = submitted_tree(tmp_path / "in", {"ada": "correct"})
+
+    def stopped(b):
+        raise KeyboardInterrupt("SIGINT")
+
+    monkeypatch.setattr(scoring, "scoring_stage", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        grade_class(course_root=course_copy, submissions=tree, jobs=1, log=lambda *_: None)
+    assert not (course_copy / "logs" / pipeline.GRADED).is_file() or "ada" not in (
+        course_copy / "logs" / pipeline.GRADED).read_text()
+    monkeypatch.undo()
+    rerun = grade_class(course_root=course_copy, submissions=tree, jobs=1, log=lambda *_: None)
+    assert ("rmsnorm", "ada") in rerun.autograde.graded  # graded again, not skipped as done
+    assert rerun.scores[("rmsnorm", "ada")] == {"rms_norm_shape": 1.0, "rms_norm_battery": 4.0}
