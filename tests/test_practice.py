@@ -243,9 +243,15 @@ def _graded_cells():
 
 
 def _score(imports: str, expr: str, answers: dict) -> float:
+    """What grading gives: the hidden test hands the values back (``hand_back(gid, *values)``)
+    and the grader scores them with ``grader.scoring.PRACTICE``'s checker and settings."""
+    from grader.scoring import PRACTICE
+    from normref import answers as checkers
+
     ns: dict = {}
     exec(imports, ns)
     ns.update(answers)
+    ns["hand_back"] = lambda gid, *values: getattr(checkers, PRACTICE[gid][0])(*values, **PRACTICE[gid][1]).score
     return float(eval(expr, ns))
 
 
