@@ -19,8 +19,22 @@ import textwrap
 import types
 from typing import Mapping
 
-__all__ = ["REFERENCE_ATTRS", "REFERENCE_ROOTS", "RULE_CONSEQUENCE", "reference_calls",
-           "reference_calls_in", "rule_message"]
+__all__ = ["NORMREF_BACKWARD", "NORMREF_NORMS", "NORMREF_PLACEMENT", "REFERENCE_ATTRS", "REFERENCE_ROOTS",
+           "RULE_CONSEQUENCE", "TORCH_NORMS", "reference_calls", "reference_calls_in", "rule_message"]
+
+# What counts as running a reference, at run time (the arguments of
+# :class:`normref.handback.ReferenceRecorder`, used by grading and by the self-checks alike).
+
+#: torch functions and ops that compute a normalization (names as a TorchFunctionMode sees them).
+TORCH_NORMS = ("layer_norm", "rms_norm", "group_norm", "instance_norm", "batch_norm", "native_layer_norm",
+               "_fused_rms_norm", "native_batch_norm", "native_group_norm", "local_response_norm")
+#: normref's reference normalizations, as ``module.qualname``.
+NORMREF_NORMS = ("normref.functional.layer_norm", "normref.functional.rms_norm", "normref.modules.LayerNorm.forward",
+                 "normref.modules.RMSNorm.forward", "normref.blocks.TransformerBlock.forward")
+#: normref's reference placements (Pre-LN, Post-LN, the block).
+NORMREF_PLACEMENT = ("normref.blocks.pre_ln", "normref.blocks.post_ln", "normref.blocks.TransformerBlock.forward")
+#: normref's reference backward passes.
+NORMREF_BACKWARD = ("normref.backward.layer_norm_backward", "normref.backward.rms_norm_backward")
 
 #: Names of reference normalizations (and the course's reference placements and backward).
 REFERENCE_ATTRS = frozenset({
