@@ -148,6 +148,12 @@ _TABLE = [
     Fault("missing_attribute", "the block needs the attributes input_layernorm, self_attn, "
           "post_attention_layernorm and mlp (MiniMind's names).",
           "block lacks MiniMind's attribute names"),
+    Fault("block_returns_input", "a block changes its input: forward must add the attention "
+          "and feed-forward outputs to x, h = x + self_attn(input_layernorm(x)), then "
+          "out = h + mlp(post_attention_layernorm(h)).", "block's forward returns its input"),
+    Fault("sublayers_add_nothing", "the block's own self_attn and mlp add nothing to x: use "
+          "CausalSelfAttention(dim, n_heads) and FeedForward(dim) from normref.",
+          "block's sublayers add nothing to x"),
     Fault("module_weight", "the module needs self.weight = nn.Parameter(torch.ones(dim)) "
           "(gamma, initialised to ones) and no other parameter.",
           "RMSNorm module lacks weight = ones(dim)"),

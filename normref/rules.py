@@ -19,8 +19,9 @@ import textwrap
 import types
 from typing import Mapping
 
-__all__ = ["NORMREF_BACKWARD", "NORMREF_NORMS", "NORMREF_PLACEMENT", "REFERENCE_ATTRS", "REFERENCE_ROOTS",
-           "RULE_CONSEQUENCE", "TORCH_NORMS", "reference_calls", "reference_calls_in", "rule_message"]
+__all__ = ["BACKWARD_REFERENCE", "BLOCK_REFERENCE", "NORM_REFERENCE", "NORMREF_BACKWARD", "NORMREF_NORMS",
+           "NORMREF_PLACEMENT", "PLACEMENT_REFERENCE", "REFERENCE_ATTRS", "REFERENCE_ROOTS", "RULE_CONSEQUENCE",
+           "TORCH_NORMS", "reference_calls", "reference_calls_in", "rule_message"]
 
 # What counts as running a reference, at run time (the arguments of
 # :class:`normref.handback.ReferenceRecorder`, used by grading and by the self-checks alike).
@@ -35,6 +36,20 @@ NORMREF_NORMS = ("normref.functional.layer_norm", "normref.functional.rms_norm",
 NORMREF_PLACEMENT = ("normref.blocks.pre_ln", "normref.blocks.post_ln", "normref.blocks.TransformerBlock.forward")
 #: normref's reference backward passes.
 NORMREF_BACKWARD = ("normref.backward.layer_norm_backward", "normref.backward.rms_norm_backward")
+
+# Per question, what the recorder counts (``ReferenceRecorder(**X)``): the same in the
+# self-check (normref.checks) and in grading (grader.scoring.QUESTIONS' ``reference``).
+#: rms_norm, layer_norm and the RMSNorm module.
+NORM_REFERENCE = {"torch_names": TORCH_NORMS, "normref_names": NORMREF_NORMS}
+#: the LayerNorm backward pass.
+BACKWARD_REFERENCE = {"torch_names": TORCH_NORMS + ("native_layer_norm_backward",),
+                      "normref_names": NORMREF_NORMS + NORMREF_BACKWARD}
+#: Pre-LN and Post-LN: the norm is handed in (normref's own may run), a placement may not.
+PLACEMENT_REFERENCE = {"normref_names": NORMREF_PLACEMENT}
+#: the pre-norm block: no torch norm, no normref placement, and no normref norm of the student's
+#: own (``RMSNorm = normref.RMSNorm``); the norms the checker swaps in are handed in
+#: (``ReferenceRecorder(handed_in=...)``) and may run theirs.
+BLOCK_REFERENCE = {"torch_names": TORCH_NORMS, "normref_names": NORMREF_PLACEMENT + NORMREF_NORMS}
 
 #: Names of reference normalizations (and the course's reference placements and backward).
 REFERENCE_ATTRS = frozenset({

@@ -52,9 +52,15 @@ def rms_blank(x, weight, eps=1e-6):
 
 
 def test_reference_and_seed_answer_pass_with_full_score():
-    for fn in (normref.rms_norm, seed_rms_norm, bank("rms_norm", "correct")):
+    for fn in (seed_rms_norm, bank("rms_norm", "correct")):
         r = check_rms_norm(fn)
         assert r.passed and r.score == 1.0 and r.faults == []
+    # normref's own rms_norm handed in is right on every case, and is the reference: grading
+    # records it running and gives 0, so the self-check says so
+    r = check_rms_norm(normref.rms_norm)
+    assert all(c.passed for c in r.cases) and r.score == 0.0 and r.faults == ["reference_call"]
+    assert r.breaches == ["calls normref.functional.rms_norm: grading gives this question 0 \u2014 "
+                          "implement it with tensor operations"]
 
 
 @pytest.mark.parametrize(
@@ -113,7 +119,7 @@ def test_checker_never_raises_on_garbage():
 
 def test_numpy_layer_norm_checker():
     assert check_layer_norm(bank("layer_norm", "correct")).score == 1.0
-    assert check_layer_norm(normref.layer_norm, backend="torch").score == 1.0
+    assert all(c.passed for c in check_layer_norm(normref.layer_norm, backend="torch").cases)
     r = check_layer_norm(bank("layer_norm", "unbiased_variance"))
     assert r.faults[0] == "unbiased_variance"
 
@@ -142,7 +148,9 @@ def _case(result, name_start):
     return c
 
 
-def test_every_reference_passes_its_checker_with_full_score():
+def test_every_reference_passes_every_case_of_its_checker_and_breaks_the_rule():
+    """The course's references are right on every case; handed in as an answer, each is a
+    reference call, which grading records and scores 0: the self-check says the same."""
     results = [
         check_rms_norm(normref.rms_norm, backend="numpy"),
         check_layer_norm(normref.layer_norm, backend="torch"),
@@ -154,7 +162,8 @@ def test_every_reference_passes_its_checker_with_full_score():
         normref.check_layer_norm_backward(normref.layer_norm_backward),
     ]
     for r in results:
-        assert r.passed and r.score == 1.0 and r.faults == [], r.report()
+        assert all(c.passed for c in r.cases) and r.score == 0.0 and r.faults == ["reference_call"], r.report()
+        assert all("grading gives this question 0" in b for b in r.breaches), r.breaches
 
 
 # ----------------------------------------------------------------- LayerNorm faults, numpy and torch
@@ -714,7 +723,8 @@ def test_a_variant_named_by_the_search_rides_in_metadata_too():
 def test_quick_is_the_first_two_cases_of_every_checker(checker, student):
     full, quick = checker(student), checker(student, quick=True)
     assert [c.name for c in quick.cases] == [c.name for c in full.cases[:2]]
-    assert [c.name for c in full.head(2).cases] == [c.name for c in quick.cases] and quick.passed
+    assert [c.name for c in full.head(2).cases] == [c.name for c in quick.cases]
+    assert all(c.passed for c in quick.cases) and quick.breaches == full.breaches != []  # the reference
 
 
 def test_a_quick_check_already_names_a_wiring_fault():

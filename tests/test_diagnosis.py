@@ -392,7 +392,9 @@ def test_the_correct_answers_still_pass():
                              ("layer_norm", normref.layer_norm),
                              ("layer_norm_backward", normref.layer_norm_backward)):
         r = run_checker(checker, student)
-        assert r.passed and r.score == 1.0, r.report()
+        # right on every case, with nothing left to diagnose; handed in as an answer, the
+        # reference itself breaks the rule (grading records it running), and that alone costs
+        assert all(c.passed and c.fault is None for c in r.cases) and r.faults == ["reference_call"], r.report()
 
 
 def test_observation_cases_of_every_checker():

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..backward import layer_norm_backward
 from ..functional import LAYER_NORM_EPS
+from ..rules import BACKWARD_REFERENCE
 from .compare import close, diagnose_by_models, errors, fmt, tolerance
 from .core import CaseResult, CheckResult, fail, msg, run, single_threaded, student_call
 
@@ -170,4 +171,4 @@ def check_layer_norm_backward(fn: Callable, quick: bool = False) -> CheckResult:
         return failed
 
     return run("layer_norm_backward", _backward_battery()[: 2 if quick else None], run_case, fn,
-               backend="numpy")
+               backend="numpy", reference=BACKWARD_REFERENCE)

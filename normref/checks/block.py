@@ -4,6 +4,11 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
+import numpy as np
+import torch
+from torch import nn
+
+from ..rules import BLOCK_REFERENCE
 from .compare import compare_array, diagnose_by_models, to_f64
 from .core import (CaseResult, CheckResult, fail, msg, run, seeded, seeded_randn, single_threaded,
     student_call)
@@ -42,11 +47,15 @@ def block_models(x, A, M, N1, N2):
 @dataclass
 class _BlockCase:
     name: str
-    x: object = None  # None: the build case
-    parts: object = None  # (attention, feed-forward, norm 1, norm 2), or "own"
+    x: object = None  # the build case: forward's input (None: the build is checked by its attributes only)
+    parts: object = None  # None: the build case; (attention, feed-forward, norm 1, norm 2), or "own"
 
 
 _BLOCK_DIM, _BLOCK_HEADS = 8, 2
+#: The build case: a block built as the assignment says (normref's CausalSelfAttention and
+#: FeedForward, two norms) changes a [2, 3, 8] input by 16% to 52% of its size at initialisation
+#: (500 random inits); below this fraction, forward has (nearly) returned its input.
+MIN_BLOCK_CHANGE = 0.05
 
 
 def _block_battery() -> list[_BlockCase]:
@@ -68,7 +77,8 @@ def _block_battery() -> list[_BlockCase]:
         return n1, n2
 
     return [
-        _BlockCase("build: block_cls(8, 2) has input_layernorm, self_attn, post_attention_layernorm, mlp"),
+        _BlockCase("build: block_cls(8, 2) has input_layernorm, self_attn, post_attention_layernorm, mlp, "
+                   "and its forward changes a [2, 3, 8] input as a block does", seeded_randn(21)(2, 3, 8)),
         _BlockCase("wiring [2, 3, 8]: known attention, feed-forward and two RMSNorms with different gammas",
                    rnd(2, 3, 8, scale=2.0), (CausalSelfAttention(8, 2), FeedForward(8, 16), *norms(RMSNorm))),
         _BlockCase("wiring [4, 5, 8]: two LayerNorms with different gammas and betas",
@@ -80,10 +90,8 @@ def _block_battery() -> list[_BlockCase]:
 
 
 def _build_block(case: str, block_cls):
-    from torch import nn
-
     if isinstance(block_cls, nn.Module):  # a built block: work on a copy, never on theirs
-        m, failed = student_call(case, copy.deepcopy, (block_cls,))
+        m, failed = student_call(case, copy.deepcopy, (block_cls,), record=False)
     else:
         with seeded():
             m, failed = build(case, block_cls, (_BLOCK_DIM, _BLOCK_HEADS), {})
@@ -108,7 +116,49 @@ def _own_reference(case: _BlockCase, parts):
         return None, fail(case.name, "your submodules do not map [B, T, D] to [B, T, D] "
                           f"(got {getattr(want_t, 'shape', type(want_t).__name__)}); "
                           f"{msg('wrong_shape')}", "wrong_shape")
-    return to_f64(want_t), None
+    want = to_f64(want_t)
+    change = _change(want, case.x)
+    if change < MIN_BLOCK_CHANGE:
+        return None, fail(case.name, f"with your own submodules the block changes x by {change:.1%} "
+                          f"of its size (a block with CausalSelfAttention and FeedForward: 16% to 52%); "
+                          f"{msg('sublayers_add_nothing')}", "sublayers_add_nothing")
+    return want, None
+
+
+def _change(out, x) -> float:
+    """How far ``out`` is from ``x``, as a fraction of ``x``'s size (float64; inf when ``out``
+    is not finite)."""
+    out, x = to_f64(out), to_f64(x)
+    if not np.all(np.isfinite(out)):
+        return float("inf")
+    return float(np.linalg.norm(out - x) / max(np.linalg.norm(x), 1e-30))
+
+
+def _build_case(case: _BlockCase, m) -> CaseResult:
+    """The build case: two separate norms, and ``forward(x)`` with the block's own submodules
+    keeps the shape and changes ``x`` as a block does (not its input back)."""
+    if m.input_layernorm is m.post_attention_layernorm:
+        return fail(case.name, "input_layernorm and post_attention_layernorm are the same "
+                    f"object; {msg('shared_norm')}", "shared_norm")
+    if case.x is None:
+        return CaseResult(case.name, True, f"case '{case.name}': ok")
+    with torch.no_grad():
+        got, failed = student_call(case.name, m, (case.x,), watch=(case.x,))
+    if failed:
+        return failed
+    if not isinstance(got, torch.Tensor):
+        return fail(case.name, f"forward returned {type(got).__name__}; {msg('wrong_type')}", "wrong_type")
+    if tuple(got.shape) != tuple(case.x.shape):
+        return fail(case.name, f"forward maps {list(case.x.shape)} to {list(got.shape)}; {msg('wrong_shape')}",
+                    "wrong_shape")
+    change = _change(got, case.x)
+    if change == float("inf"):
+        return fail(case.name, f"forward's output has NaN or inf; {msg('returns_nan')}", "returns_nan")
+    if change < MIN_BLOCK_CHANGE:
+        return fail(case.name, f"forward changes x by {change:.1%} of its size (a block with "
+                    f"CausalSelfAttention and FeedForward: 16% to 52%); {msg('block_returns_input')}",
+                    "block_returns_input")
+    return CaseResult(case.name, True, f"case '{case.name}': ok")
 
 
 @single_threaded
@@ -152,8 +202,6 @@ def check_pre_ln_block(block_cls, quick: bool = False) -> CheckResult:
     Source: the seed's "Engineering bridge · two norms, one block width" (MiniMind's block);
     Xiong et al. 2020, Fig. 1(b).
     """
-    import torch
-
     with seeded():
         cases = _block_battery()[: 2 if quick else None]
 
@@ -161,11 +209,8 @@ def check_pre_ln_block(block_cls, quick: bool = False) -> CheckResult:
         m, failed = _build_block(case.name, block_cls)
         if failed:
             return failed
-        if case.x is None:
-            if m.input_layernorm is m.post_attention_layernorm:
-                return fail(case.name, "input_layernorm and post_attention_layernorm are the same "
-                            f"object; {msg('shared_norm')}", "shared_norm")
-            return CaseResult(case.name, True, f"case '{case.name}': ok")
+        if case.parts is None:
+            return _build_case(case, m)
         if case.parts == "own":
             parts = tuple(getattr(m, a) for a in _PART_ATTRS)
         else:
@@ -179,11 +224,13 @@ def check_pre_ln_block(block_cls, quick: bool = False) -> CheckResult:
                     return failed
             else:
                 want = to_f64(_block_reference(case.x, *parts))
-            got, failed = student_call(case.name, m, (case.x,), watch=(case.x,))
+            # the checker's own submodules run inside the student's forward: they may run a reference
+            handed = () if case.parts == "own" else parts
+            got, failed = student_call(case.name, m, (case.x,), watch=(case.x,), handed_in=handed)
             if failed:
                 return failed
 
             return compare_array(case.name, case.x, got, want, lambda g, rtol, atol: diagnose_by_models(
                 g, want, block_models(case.x, *parts), rtol, atol))
 
-    return run("pre-LN block", cases, run_case, block_cls, "a class or module")
+    return run("pre-LN block", cases, run_case, block_cls, "a class or module", reference=BLOCK_REFERENCE)

@@ -250,18 +250,89 @@ def _raised(case: str, e: BaseException, keepdim_hint: bool, backend: str) -> Ca
     return fail(case, f"raised {text[:300]}; {hint}", fault)
 
 
+#: While a checker runs (:func:`run`): ``[(reference, found)]``, what counts as running a
+#: reference (:class:`normref.handback.ReferenceRecorder`'s arguments, :mod:`normref.rules`)
+#: and what the student's calls ran so far. Empty: calls are not recorded.
+_RECORDING: list[tuple[dict, list[str]]] = []
+
+
+@contextlib.contextmanager
+def recording(reference: dict | None):
+    """Record, in every :func:`student_call` made inside, which reference normalizations the
+    student's code runs, with grading's own recorder (:class:`normref.handback.ReferenceRecorder`)
+    and grading's lists of names (``reference``, e.g. :data:`normref.rules.NORM_REFERENCE`).
+    Yields the list of what was found (``["calls torch's rms_norm"]``). ``None``: nothing is
+    recorded."""
+    if reference is None:
+        yield []
+        return
+    found: list[str] = []
+    reference = dict(reference)
+    try:  # the course references' code objects, read once per check (a recorder reads them otherwise)
+        from ..handback import reference_codes
+
+        if reference.get("normref_names") and _recorder_takes("codes"):
+            reference["codes"] = reference_codes()
+    except ImportError:  # a recorder that finds normref's references by their files
+        pass
+    _RECORDING.append((reference, found))
+    try:
+        yield found
+    finally:
+        _RECORDING.pop()
+
+
+def _recorder_takes(name: str) -> bool:
+    """Does :class:`normref.handback.ReferenceRecorder` take this keyword argument?"""
+    import inspect as _inspect
+
+    from ..handback import ReferenceRecorder
+
+    return name in _inspect.signature(ReferenceRecorder).parameters
+
+
+def _recorded(fn: Callable, args: tuple, kwargs: dict, timeout: float, handed_in: tuple = ()):
+    """:func:`_call_with_timeout`, under grading's reference recorder while :func:`recording`;
+    ``handed_in``: the checker's own objects given to the student's code (a norm, a sublayer,
+    a block's swapped-in submodules), which may run a reference, as in grading."""
+    if not _RECORDING:
+        return _call_with_timeout(fn, args, kwargs, timeout)
+    from ..handback import ReferenceRecorder, _recorder_intact
+
+    reference, found = _RECORDING[-1]
+    if handed_in and _recorder_takes("handed_in"):
+        reference = {**reference, "handed_in": tuple(handed_in)}
+    recorder = ReferenceRecorder(**reference)
+    try:
+        with recorder:
+            return _call_with_timeout(fn, args, kwargs, timeout)
+    finally:
+        if not _recorder_intact():
+            recorder.found.append("changed the grader's call recorder (its class was patched)")
+        for what in recorder.found:
+            if what not in found:
+                found.append(what)
+
+
 def student_call(case: str, fn: Callable, args: tuple, kwargs: dict | None = None,
-                 watch: tuple = (), keepdim_hint: bool = False, backend: str = "torch"):
+                 watch: tuple = (), keepdim_hint: bool = False, backend: str = "torch",
+                 record: bool = True, handed_in: tuple = ()):
     """Run the student's ``fn``; return ``(output, None)`` or ``(None, failing CaseResult)``.
 
     ``watch``: inputs that must come back unmodified. ``keepdim_hint``: a shape/broadcasting
     error (torch's "size of tensor", numpy's "could not be broadcast") is diagnosed as a
     missing keepdim, an axis out of range (torch's IndexError, numpy's AxisError) as the wrong
-    axis. ``backend``: whose words the messages use.
+    axis. ``backend``: whose words the messages use. ``record``: inside :func:`recording`,
+    record the reference normalizations the call runs (grading records every call of the
+    student's functions and every ``forward``, not a module's construction); ``handed_in``: the
+    checker's objects among what the call gets, which may run a reference.
     """
     before = [_copy(a) for a in watch]
     try:
-        got = _call_with_timeout(fn, args, kwargs or {}, CALL_TIMEOUT_S)
+        if record:
+            got = _recorded(fn, args, kwargs or {}, CALL_TIMEOUT_S, tuple(handed_in))
+        else:
+            got = _call_with_timeout(fn, args, kwargs or {}, CALL_TIMEOUT_S)
     except _Timeout:
         return None, fail(case, f"no result after {CALL_TIMEOUT_S:.0f} s; {msg('timeout', backend)}",
                           "timeout")
@@ -293,27 +364,30 @@ def _same(a, b) -> bool:
 
 
 def run(name: str, cases: list, run_case: Callable, fn=None, what: str = "a function",
-        backend: str = "torch") -> CheckResult:
+        backend: str = "torch", reference: dict | None = None) -> CheckResult:
     """Run ``run_case(case)`` for every case; a checker bug or an odd student object becomes a
     failing case, never an exception.
 
     Then: the search of :mod:`normref.diagnosis` refines the generic diagnoses; the internal
     ``[fault: ...]``/``[variant: ...]`` tags leave the messages (the kinds stay in
-    ``CaseResult.fault``/``.variant``); and the rules of :mod:`normref.rules` are applied to
-    ``fn``'s source (a breach makes the score 0, as grading will), worded for ``backend``.
+    ``CaseResult.fault``/``.variant``); and the rule of :mod:`normref.rules` is applied as
+    grading applies it (a breach makes the score 0, as grading will), worded for ``backend``:
+    to what the student's calls ran (``reference``: grading's recorder and lists of names, see
+    :func:`recording`), then to ``fn``'s source (the tamper scan's reading).
     """
     result = CheckResult(name)
     if fn is not None and not callable(fn):
         result.cases = [CaseResult(c.name, False, f"{name} is not {what} (got "
                                    f"{type(fn).__name__})", "raises") for c in cases]
         return result
-    for case in cases:
-        try:
-            result.cases.append(run_case(case))
-        except Exception as e:  # noqa: BLE001 - a checker must never crash on student output
-            result.cases.append(CaseResult(case.name, False, f"case '{case.name}': could not be "
-                                           f"checked ({type(e).__name__}: {e}) "
-                                           f"{_faults.format_tag('wrong_values')}", "wrong_values"))
+    with recording(reference) as ran:
+        for case in cases:
+            try:
+                result.cases.append(run_case(case))
+            except Exception as e:  # noqa: BLE001 - a checker must never crash on student output
+                result.cases.append(CaseResult(case.name, False, f"case '{case.name}': could not be "
+                                               f"checked ({type(e).__name__}: {e}) "
+                                               f"{_faults.format_tag('wrong_values')}", "wrong_values"))
     try:  # name what the generic diagnosis could not (normref.diagnosis: variants of the reference)
         from ..diagnosis import refine
 
@@ -323,8 +397,11 @@ def run(name: str, cases: list, run_case: Callable, fn=None, what: str = "a func
     for c in result.cases:  # the tags were for refine; the student reads the text without them
         c.message, _, variants = _faults.split_tags(c.message)
         c.variant = c.variant or (variants[0] if variants else None)
-    if fn is not None:
-        result.breaches = [rule_message(what_, backend) for _, what_ in reference_calls_in(fn)]
+    # The source's own spelling first (``calls F.rms_norm``, as the tamper scan reads it); what
+    # grading's recorder saw the calls run (``calls torch's rms_norm``) when the source does not
+    # show it (``getattr(F, "rms" + "_norm")``, an alias, ``nn.RMSNorm`` as a base class ...).
+    seen = [what_ for _, what_ in reference_calls_in(fn)] if fn is not None else []
+    result.breaches = list(dict.fromkeys(rule_message(w, backend) for w in (seen or ran)))
     return result
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..functional import LAYER_NORM_EPS, RMS_NORM_EPS, rms_norm
+from ..rules import NORM_REFERENCE
 from .compare import close, compare_array, to_f64
 from .core import (CaseResult, CheckResult, fail, msg, run, seeded_randn, single_threaded,
     student_call)
@@ -46,7 +47,7 @@ def build(case: str, cls, args: tuple, kwargs: dict):
     """Construct the student's module; ``(module, None)`` or ``(None, failing CaseResult)``."""
     from torch import nn
 
-    m, failed = student_call(case, cls, args, kwargs)
+    m, failed = student_call(case, cls, args, kwargs, record=False)  # grading records forward only
     if failed:
         return None, failed
     if not isinstance(m, nn.Module):
@@ -136,4 +137,5 @@ def check_rms_norm_module(cls, quick: bool = False) -> CheckResult:
 
         return compare_array(case.name, case.x, got, want, diagnose)
 
-    return run("RMSNorm module", _module_battery()[: 2 if quick else None], run_case, cls, "a class")
+    return run("RMSNorm module", _module_battery()[: 2 if quick else None], run_case, cls, "a class",
+               reference=NORM_REFERENCE)

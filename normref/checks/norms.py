@@ -10,6 +10,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from ..functional import LAYER_NORM_EPS, RMS_NORM_EPS, layer_norm, rms_norm
+from ..rules import NORM_REFERENCE
 from .compare import best_model, compare_array, constant_ratio, dtype_name, to_f64
 from .core import (CaseResult, CheckResult, backend_of, msg, run, seeded_randn, single_threaded,
     student_call)
@@ -258,7 +259,8 @@ def check_rms_norm(fn: Callable, backend: str = "torch", quick: bool = False) ->
     cases = battery("rms", backend)[: 2 if quick else None]
     return run("rms_norm", cases, _norm_case_runner(
         "rms", fn, call=lambda c: ((c.x, c.weight), {"eps": c.eps}),
-        reference=lambda c: rms_norm(c.x, c.weight, eps=c.eps)), fn, backend=backend)
+        reference=lambda c: rms_norm(c.x, c.weight, eps=c.eps)), fn, backend=backend,
+        reference=NORM_REFERENCE)
 
 
 @single_threaded
@@ -290,4 +292,5 @@ def check_layer_norm(fn: Callable, backend: str = "numpy", quick: bool = False) 
     cases = battery("layer", backend)[: 2 if quick else None]
     return run("layer_norm", cases, _norm_case_runner(
         "layer", fn, call=lambda c: ((c.x, c.weight, c.bias), {"eps": c.eps}),
-        reference=lambda c: layer_norm(c.x, c.weight, c.bias, eps=c.eps)), fn, backend=backend)
+        reference=lambda c: layer_norm(c.x, c.weight, c.bias, eps=c.eps)), fn, backend=backend,
+        reference=NORM_REFERENCE)

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+from ..rules import PLACEMENT_REFERENCE
 from .compare import compare_array, diagnose_by_models, to_f64
 from .core import CaseResult, CheckResult, run, seeded, seeded_randn, single_threaded, student_call
 
@@ -103,14 +104,14 @@ def _check_placement(name: str, fn: Callable, reference: Callable, models: Calla
         with torch.no_grad():
             want = to_f64(reference(case.x, case.sublayer, case.norm))
             got, failed = student_call(case.name, fn, (case.x, case.sublayer, case.norm),
-                                       watch=(case.x,))
+                                       watch=(case.x,), handed_in=(case.sublayer, case.norm))
             if failed:
                 return failed
 
             return compare_array(case.name, case.x, got, want, lambda g, rtol, atol: diagnose_by_models(
                 g, want, models(case.x, case.sublayer, case.norm), rtol, atol))
 
-    return run(name, cases, run_case, fn)
+    return run(name, cases, run_case, fn, reference=PLACEMENT_REFERENCE)
 
 
 @single_threaded

@@ -75,7 +75,7 @@ def observation_case(checker: str, case) -> object | None:
     if checker in ("pre_ln", "post_ln"):
         return PlacementCase(case.x, case.sublayer, case.norm)
     if checker == "pre-LN block":
-        if getattr(case, "x", None) is None or isinstance(case.parts, str):
+        if getattr(case, "x", None) is None or case.parts is None or isinstance(case.parts, str):
             return None
         A, M, N1, N2 = case.parts
         return BlockCase(case.x, A, M, N1, N2)
