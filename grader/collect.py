@@ -6,7 +6,13 @@ Three inputs are recognised, in this order:
 2. a folder or ``.zip`` of ``.ipynb`` files named the way an LMS download names them: handed
    to nbgrader's own ``zip_collect`` app, once per assignment, with
    :class:`LmsFileNameCollector` reading the student id, timestamp and notebook name from the
-   file name (Canvas, Moodle, Blackboard and plain ``<student>_<notebook>.ipynb`` patterns);
+   file name (Canvas, Moodle, Blackboard and plain ``<student>_<notebook>.ipynb`` patterns).
+   Moodle's "Download submissions in folders" layout (``<Full name>_<participant id>_
+   assignsubmission_file_/<file>``, at any depth of the zip) is read as its flat layout
+   (:func:`download_name`). Every file not collected is listed with its reason, by its path in
+   the download: a zip entry that cannot be read, a hidden file, a name no LMS writes, a notebook
+   of no assignment, a student's older or duplicate upload, a file that is not a notebook when
+   the student sent a readable one too (:func:`_choose`);
 The demo class (:mod:`grader.demo`) is written as an nbgrader ``submitted/`` tree first and
 collected as case 1.
 """
@@ -20,6 +26,7 @@ import shutil
 import tempfile
 import unicodedata
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,10 +40,13 @@ from .course import CourseTree
 # Blackboard: Lesson 16_jdoe_attempt_2026-11-20-09-00-00_rmsnorm.ipynb
 # Plain:      jdoe_rmsnorm.ipynb  /  jdoe-rmsnorm.ipynb
 # Names may hold any letter (müllerzoë, muñozjosé), apostrophes and, in Moodle, spaces.
+# Moodle's number is its *participant id* (``assign_user_mapping.id``: one per student and
+# assignment, the number its grading worksheet writes as ``Participant 12345``), not the user id:
+# the same student has another one in each assignment.
 _PATTERNS = [
     re.compile(r"^.*?_(?P<student_id>[^_]+)_attempt_(?P<timestamp>\d{4}-\d\d-\d\d-\d\d-\d\d-\d\d)_(?P<file_id>.+)$"),
-    re.compile(r"^(?P<name>[^_]+)_(?P<student_id>\d+)_assignsubmission_file_(?P<file_id>.+)$"),
-    re.compile(r"^(?P<student_id>[^_]+?)_(?P<late>LATE_)?(?P<lms_id>\d+)_\d+_(?P<file_id>.+)$"),
+    re.compile(r"^(?P<student_id>[^_]+)_(?P<lms_id>\d+)_assignsubmission_file_(?P<file_id>.+)$"),
+    re.compile(r"^(?P<student_id>[^_]+?)_(?P<late>LATE_)?(?P<lms_id>\d+)_(?P<attachment>\d+)_(?P<file_id>.+)$"),
     re.compile(r"^(?P<student_id>[^_\s]+?)[_-](?P<file_id>[^_]+)$"),
 ]
 
@@ -51,17 +61,23 @@ def ascii_id(name: str) -> str:
     return re.sub(r"[^a-z0-9.\-]", "", folded).strip(".-")
 
 
+def display_name(name: str) -> str:
+    """A name as the LMS wrote it, in one form: Unicode NFC (a macOS zip writes ``ë`` as ``e`` and
+    a combining diaeresis, NFD), bytes a file system could not decode replaced by ``�``."""
+    name = name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return unicodedata.normalize("NFC", name)
+
+
 def lms_identity(filename: str) -> tuple[str | None, str]:
-    """``(LMS user id or None, name as the LMS wrote it)`` from a download's file name: Canvas's
-    user id (the first number), Moodle's participant id; Blackboard names carry none."""
+    """``(LMS id or None, name as the LMS wrote it)`` from a download's file name: Canvas's user id
+    (the first number), Moodle's participant id (one per student and assignment, see
+    :data:`_PATTERNS`); Blackboard names carry none. The name is NFC (:func:`display_name`)."""
     stem = os.path.basename(filename)[: -len(".ipynb")]
     for pat in _PATTERNS:
         m = pat.match(stem)
         if m:
             gd = m.groupdict()
-            if gd.get("name"):  # Moodle: "Jane Doe_12345_..."
-                return gd["student_id"], gd["name"]
-            return gd.get("lms_id"), gd["student_id"]
+            return gd.get("lms_id"), display_name(gd["student_id"])
     return None, ""
 
 
@@ -91,6 +107,8 @@ def parse_lms_name(filename: str) -> dict | None:
             out = {"student_id": sid, "file_id": gd["file_id"] + ".ipynb"}
             if gd.get("late"):
                 out["late"] = True
+            if gd.get("attachment"):
+                out["attachment"] = gd["attachment"]
             if "timestamp" in gd:
                 d = gd["timestamp"].split("-")
                 out["timestamp"] = f"{d[0]}-{d[1]}-{d[2]} {d[3]}:{d[4]}:{d[5]}"
@@ -264,59 +282,162 @@ def zip_member_name(member: zipfile.ZipInfo) -> str:
         return member.filename
 
 
-def _lms_files(path: Path, tmp: Path) -> list[Path]:
+#: A participant's folder in Moodle's "Download submissions in folders" zip:
+#: ``<Full name>_<participant id>_assignsubmission_<plugin>_/`` (the file plugin's files below it,
+#: in the student's own subfolders if they made any).
+_MOODLE_FOLDER = re.compile(r"^[^_/]+_\d+_assignsubmission_[a-z]+_$")
+
+#: What reading a zip entry raises when its bytes are damaged (CRC, deflate stream, truncation).
+_ZIP_ENTRY_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError)
+
+
+def download_name(parts: list[str]) -> str:
+    """The name a file of an LMS download is collected under, from its path in the download:
+    its own name, or in a Moodle participant folder the flat name Moodle gives it without
+    folders (``Jane Doe_12345_assignsubmission_file_/rmsnorm.ipynb`` ->
+    ``Jane Doe_12345_assignsubmission_file_rmsnorm.ipynb``), so that both layouts identify the
+    student alike."""
+    for folder in reversed(parts[:-1]):
+        if _MOODLE_FOLDER.match(folder):
+            return folder + parts[-1]
+    return parts[-1]
+
+
+def _hidden(parts: list[str]) -> bool:
+    # macOS's resource forks (__MACOSX/, ._name) and dot files (.DS_Store) are no one's submission
+    return parts[-1].startswith(".") or "__MACOSX" in parts
+
+
+def _lms_files(path: Path, tmp: Path, skipped: dict[str, str]) -> list[tuple[Path, str]]:
+    """``[(file, where it is in the download)]``: every file of the LMS download at ``path`` (a
+    folder, or a zip extracted here), copied into ``tmp`` under its :func:`download_name`. Member
+    paths are never trusted (zip-slip): a name seen twice goes to a folder of its own and is sorted
+    out like any duplicate. Hidden files and zip entries that cannot be read go into ``skipped``.
+
+    Raises:
+        ValueError: ``path`` is a ``.zip`` that is not a readable zip.
+    """
+    out: list[tuple[Path, str]] = []
+
+    def put(i: int, rel: str, read) -> None:
+        parts = [p for p in re.split(r"[/\\]", rel) if p not in ("", ".")]
+        if not parts:
+            return
+        if _hidden(parts):
+            skipped[rel] = "a hidden or macOS metadata file, not a submission"
+            return
+        try:
+            data = read()
+        except _ZIP_ENTRY_ERRORS as e:
+            skipped[rel] = (f"could not be read from the zip ({type(e).__name__}: {e}); the other files were "
+                            "collected: download the zip again from the LMS, or ask the student for this file")
+            return
+        name = download_name(parts)
+        dest = tmp / name if not (tmp / name).exists() else tmp / f"copy{i}" / name
+        dest.parent.mkdir(exist_ok=True)
+        dest.write_bytes(data)
+        out.append((dest, rel))
+
     if path.is_file() and path.suffix == ".zip":
-        with zipfile.ZipFile(path) as zf:
+        try:
+            zf = zipfile.ZipFile(path)
+        except (zipfile.BadZipFile, OSError) as e:
+            raise ValueError(f"{path}: not a readable zip ({e}): download it again from the LMS") from None
+        with zf:
             for i, member in enumerate(zf.infolist()):
-                name = os.path.basename(zip_member_name(member))
-                if member.is_dir() or not name or name.startswith("."):
-                    continue
-                # flatten, never trust member paths (zip-slip); a name seen twice (two folders
-                # of the zip) goes to a folder of its own and is sorted out like any duplicate
-                dest = tmp / name if not (tmp / name).exists() else tmp / f"copy{i}" / name
-                dest.parent.mkdir(exist_ok=True)
-                dest.write_bytes(zf.read(member))
-        return sorted(p for p in tmp.rglob("*") if p.is_file())
-    return sorted(p for p in path.rglob("*") if p.is_file())
+                if not member.is_dir():
+                    put(i, zip_member_name(member), lambda m=member: zf.read(m))
+    else:
+        for i, f in enumerate(sorted(p for p in path.rglob("*") if p.is_file())):
+            put(i, f.relative_to(path).as_posix(), f.read_bytes)
+    return out
 
 
 def _newest_first(info: dict) -> tuple:
-    """Sort key among one student's files for one assignment: the latest LMS timestamp, then
-    the highest re-download number (``rmsnorm (2).ipynb`` after ``rmsnorm (1).ipynb``)."""
+    """Sort key among one student's files for one assignment, oldest first: the LMS timestamp
+    (Blackboard), Canvas's attachment id (a later upload has a higher one), then the re-download
+    number (``rmsnorm (2).ipynb`` after ``rmsnorm (1).ipynb``)."""
     stem = info["file_id"][: -len(".ipynb")]
     m = re.search(r"(?:\((\d+)\)|-(\d+))$", stem)
     copy = int(next(g for g in m.groups() if g is not None)) if m else 0
-    return (info.get("timestamp", ""), copy)
+    return (info.get("timestamp", ""), int(info.get("attachment", 0)), copy)
+
+
+def notebook_problem(path: Path) -> str | None:
+    """Why the file at ``path`` cannot be graded as a notebook (not JSON, not a notebook), or None
+    (:func:`grader.repair.read_notebook_leniently`, which repair uses too)."""
+    from .repair import read_notebook_leniently
+
+    return read_notebook_leniently(path)[2]
+
+
+@dataclass
+class _Found:
+    """One file of the download for one student and assignment."""
+
+    info: dict
+    file: Path
+    where: str  # its path in the download
+    problem: str | None = None  # why it is not a readable notebook
 
 
 def _lms_candidates(tree: CourseTree, path: Path, assignments: list[str], tmp: Path,
-                    skipped: dict[str, str]) -> dict[tuple[str, str], list[tuple[dict, Path]]]:
-    """``{(assignment, student): [(parsed name, file)]}`` for the LMS download at ``path``
-    (a zip is extracted into ``tmp``); what is not collected goes into ``skipped``.
+                    skipped: dict[str, str]) -> dict[tuple[str, str], list[_Found]]:
+    """``{(assignment, student): [files]}`` for the LMS download at ``path`` (copied into
+    ``tmp``, :func:`_lms_files`); what is not collected goes into ``skipped``, keyed by its path in
+    the download.
 
     Raises:
         ValueError: no file is a notebook of an assignment with an LMS-style name.
     """
-    files = _lms_files(path, tmp)
-    candidates: dict[tuple[str, str], list[tuple[dict, Path]]] = {}
-    ids = resolve_students(tree, [f.name for f in files])
-    for f in files:
+    files = _lms_files(path, tmp, skipped)
+    candidates: dict[tuple[str, str], list[_Found]] = {}
+    ids = resolve_students(tree, [f.name for f, _ in files])
+    for f, where in files:
         info = parse_lms_name(f.name)
         if info is None:
-            skipped[f.name] = "file name not recognised as an LMS submission"
+            skipped[where] = "file name not recognised as an LMS submission"
             continue
         info["student_id"] = ids.get(f.name, info["student_id"])
         a = _assignment_of(info["file_id"], tree, assignments)
         if a is None:
-            skipped[f.name] = f"no assignment has a notebook named {info['file_id']!r}"
+            skipped[where] = f"no assignment has a notebook named {info['file_id']!r}"
             continue
-        candidates.setdefault((a, info["student_id"]), []).append((info, f))
+        candidates.setdefault((a, info["student_id"]), []).append(_Found(info, f, where, notebook_problem(f)))
     if not candidates:
         shown = "; ".join(f"{n}: {why}" for n, why in list(skipped.items())[:5])
         hint = f"; for an nbgrader tree, give {path / 'submitted'}" if (path / "submitted").is_dir() else ""
         raise ValueError(f"{path}: none of its {len(files)} files is a notebook of an assignment "
                          f"named the way an LMS names downloads ({shown or 'no files'}){hint}")
     return candidates
+
+
+def _choose(a: str, st: str, found: list[_Found], out: Collected) -> _Found:
+    """The one file of ``found`` to grade: the newest readable notebook (:func:`_newest_first`),
+    else the newest; every other one is listed in ``out.skipped`` with the reason, and a newer
+    download that is not a notebook is flagged."""
+    order = sorted(found, key=lambda c: (c.problem is None, _newest_first(c.info), c.where))
+    chosen = order[-1]
+    newest = max(found, key=lambda c: (_newest_first(c.info), c.where))
+    for other in found:
+        if other is chosen:
+            continue
+        if other.file.read_bytes() == chosen.file.read_bytes():
+            why = f"the same file as {chosen.where!r} (uploaded twice), which is graded"
+        elif other.problem:
+            why = f"not a notebook ({other.problem}); {chosen.where!r} is graded instead"
+        else:
+            why = f"{st} has more than one {a} notebook here: {chosen.where!r} (the newest download) is graded instead"
+        out.skipped[other.where] = why
+    if newest is not chosen and newest.problem:
+        out.flags.setdefault(st, []).append(
+            f"{a}: the newest download {newest.where!r} is not a notebook ({newest.problem}): "
+            f"the earlier {chosen.where!r} is graded; ask the student which one counts")
+    if chosen.problem:
+        out.flags.setdefault(st, []).append(
+            f"{a}: the download {chosen.where!r} is not a notebook ({chosen.problem}): graded as a blank "
+            "notebook (0 points); ask the student to upload it again")
+    return chosen
 
 
 def _known_lms_ids(tree: CourseTree) -> dict[str, str]:
@@ -338,32 +459,67 @@ def _known_lms_ids(tree: CourseTree) -> dict[str, str]:
         return {}
 
 
-def resolve_students(tree: CourseTree, names: list[str]) -> dict[str, str]:
-    """``{file name: student id}`` for LMS downloads that carry an LMS user id (Canvas, Moodle).
+def moodle_participants(tree: CourseTree) -> dict[tuple[str, str], str]:
+    """``{(assignment, student): Moodle participant id}`` of the students collected from Moodle
+    downloads (read from each one's download name, ``logs/lms_files.json``). Moodle numbers a
+    student anew in each assignment (``assign_user_mapping``), and its grading worksheet writes
+    that number as ``Participant <id>``."""
+    return {k: lms_identity(v)[0] for k, v in lms_files(tree).items() if lms_kind(v) == "moodle"}
 
-    A student the gradebook already knows by that LMS id keeps their id (stable across batches).
-    A new one gets the id made from their name (:func:`ascii_id`), unless another LMS user has
-    it already, in the gradebook or in this download: then both new ones get ``<name>-<lms id>``
-    (``leejohn-10011``, ``leejohn-10012``). The gradebook keeps the LMS id and the name as
-    written (:func:`record_identities`), and ``roster.csv`` lists them.
+
+def resolve_students(tree: CourseTree, names: list[str]) -> dict[str, str]:
+    """``{file name: student id}`` for LMS downloads that carry an LMS id (Canvas, Moodle).
+
+    Canvas: a student the gradebook already knows by that Canvas user id keeps their id (stable
+    across batches). A new one gets the id made from their name (:func:`ascii_id`), unless another
+    Canvas user has it already, in the gradebook or in this download: then both new ones get
+    ``<name>-<user id>`` (``leejohn-10011``, ``leejohn-10012``).
+
+    Moodle: its number is a participant id, one per student *and assignment*, so it only says
+    who a student is within one assignment: a participant id seen before keeps its student; a new
+    one gets the id made from the full name, which links a student's assignments (Moodle gives
+    nothing else to link them by), unless two participants of one assignment have that name, or
+    the student with that id already has another participant id in this assignment: then
+    ``<name>-<participant id>``.
+
+    The gradebook keeps the name as written and the Canvas user id (:func:`record_identities`),
+    ``logs/lms_files.json`` the Moodle participant ids, and ``roster.csv`` lists them.
     """
     known = _known_lms_ids(tree)
-    taken: dict[str, set[str]] = {}  # the name an id was made from -> LMS ids that hold it
+    taken: dict[str, set[str]] = {}  # the name an id was made from -> Canvas ids that hold it
     for lms, sid in known.items():
         taken.setdefault(sid.removesuffix(f"-{lms}"), set()).add(lms)
+    moodle_known: dict[str, str] = {}  # participant id -> student
+    moodle_held: dict[tuple[str, str], set[str]] = {}  # (student, notebook) -> participant ids
+    for (a, st), name in lms_files(tree).items():
+        if lms_kind(name) == "moodle":
+            pid = lms_identity(name)[0]
+            moodle_known[pid] = st
+            moodle_held.setdefault((st, notebook_key(parse_lms_name(name)["file_id"])), set()).add(pid)
     parsed = {}
     for n in names:
         info = parse_lms_name(n)
         lms = lms_identity(n)[0] if info is not None else None
         if lms:
-            parsed[n] = (info["student_id"], lms)
+            parsed[n] = (info["student_id"], lms, lms_kind(n), notebook_key(info["file_id"]))
     by_base: dict[str, set[str]] = {}
-    for base, lms in parsed.values():
-        if lms not in known:
+    moodle_new: dict[tuple[str, str], set[str]] = {}
+    for base, lms, kind, nb in parsed.values():
+        if kind == "moodle" and lms not in moodle_known:
+            moodle_new.setdefault((base, nb), set()).add(lms)
+        elif kind != "moodle" and lms not in known:
             by_base.setdefault(base, set()).add(lms)
     out = {}
-    for n, (base, lms) in parsed.items():
-        if lms in known:
+    for n, (base, lms, kind, nb) in parsed.items():
+        if kind == "moodle":
+            if lms in moodle_known:
+                out[n] = moodle_known[lms]
+            elif (len(moodle_new[(base, nb)]) > 1 or moodle_held.get((base, nb), {lms}) != {lms}
+                  or base in taken):
+                out[n] = f"{base}-{lms}"
+            else:
+                out[n] = base
+        elif lms in known:
             out[n] = known[lms]
         elif len(by_base[base]) > 1 or taken.get(base, {lms}) != {lms}:
             out[n] = f"{base}-{lms}"
@@ -373,31 +529,42 @@ def resolve_students(tree: CourseTree, names: list[str]) -> dict[str, str]:
 
 
 def record_identities(tree: CourseTree, names: dict[str, str]) -> None:
-    """Keep each student's LMS user id and name (as the LMS wrote it) in the gradebook:
-    ``{file name: student id}``."""
+    """Keep each student's name (as the LMS wrote it, NFC) and Canvas user id in the gradebook:
+    ``{file name: student id}``. A Moodle participant id is not a user id (one per assignment):
+    it stays in ``logs/lms_files.json`` (:func:`moodle_participants`)."""
     from nbgrader.api import Gradebook
 
     with Gradebook(tree.gradebook_url) as gb:
         for n, sid in sorted(names.items()):
             lms, display = lms_identity(n)
             first, _, last = display.partition(" ") if " " in display else ("", "", display)
-            gb.update_or_create_student(sid, first_name=first or None, last_name=last or None,
-                                        lms_user_id=lms)
+            extra = {"lms_user_id": lms} if lms_kind(n) == "canvas" else {}
+            gb.update_or_create_student(sid, first_name=first or None, last_name=last or None, **extra)
 
 
 def write_roster(tree: CourseTree, path: Path) -> Path:
-    """``roster.csv``: ``student_id,lms_id,name`` for every student in the gradebook."""
+    """``roster.csv``: ``student_id,lms_id,name`` for every student in the gradebook. ``lms_id`` is
+    the Canvas user id, or for a student from Moodle downloads the identifier of each assignment's
+    grading worksheet, ``Participant <participant id> (<assignment>)``, joined by ``; ``."""
     import csv
 
     from nbgrader.api import Gradebook
 
+    moodle: dict[str, list[str]] = {}
+    for (a, st), pid in sorted(moodle_participants(tree).items()):
+        moodle.setdefault(st, []).append(f"Participant {pid} ({a})")
     with Gradebook(tree.gradebook_url) as gb:
-        rows = sorted((s.id, s.lms_user_id or "", " ".join(x for x in (s.first_name, s.last_name) if x))
-                      for s in gb.students)
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(["student_id", "lms_id", "name"])
-        w.writerows(rows)
+        rows = sorted((s.id, "; ".join(moodle[s.id]) if s.id in moodle else s.lms_user_id or "",
+                       " ".join(x for x in (s.first_name, s.last_name) if x)) for s in gb.students)
+    part = Path(path).with_name(Path(path).name + ".part")
+    try:
+        with open(part, "w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f)
+            w.writerow(["student_id", "lms_id", "name"])
+            w.writerows(rows)
+        os.replace(part, path)
+    finally:
+        part.unlink(missing_ok=True)
     return Path(path)
 
 
@@ -438,19 +605,17 @@ def collect_lms(course: Course, path: Path, assignments: list[str]) -> Collected
         candidates = _lms_candidates(tree, path, assignments, Path(td), out.skipped)
         by_assignment: dict[str, list[Path]] = {}
         late: dict[str, bool] = {}
+        chosen: dict[tuple[str, str], list[Path]] = {}
         for (a, st), found in sorted(candidates.items()):
-            # one submission per student and assignment: the newest download
-            found.sort(key=lambda c: _newest_first(c[0]), reverse=True)
-            info, f = found[0]
-            for _, other in found[1:]:
-                out.skipped[str(other.name)] = (f"{st} has more than one {a} notebook here: "
-                                                f"{f.name!r} (the newest download) is graded instead")
+            # one submission per student and assignment: the newest readable download
+            pick = _choose(a, st, found, out)
+            info, f = pick.info, pick.file
+            chosen[(a, st)] = [f]
             by_assignment.setdefault(a, []).append(f)
             late[f"{st}/{a}"] = bool(info.get("late"))
             if info.get("late"):
-                out.flags.setdefault(st, []).append(f"{a}: the LMS marked the download {f.name!r} late")
+                out.flags.setdefault(st, []).append(f"{a}: the LMS marked the download {pick.where!r} late")
         batch = set(candidates)
-        chosen = {pr: [sorted(found, key=lambda c: _newest_first(c[0]))[-1][1]] for pr, found in candidates.items()}
         hashes = _sort_out(course, out, chosen)
         for a, fs in by_assignment.items():
             fs = [f for f in fs if not any(chosen[pr] == [f] for pr in out.unchanged)]

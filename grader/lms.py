@@ -3,11 +3,14 @@
 Given Canvas's gradebook export (``Student, ID, SIS User ID, SIS Login ID, Section, <assignment>
 (<canvas id>), ...``) or Moodle's grading worksheet for one assignment (``Identifier``
 ``Participant <id>``, ``Full name``, ..., ``Grade``), :func:`fill_lms_gradebook` writes the same
-file with each graded assignment's points filled in, students matched by their LMS user id
-(kept in the gradebook by collect; ``roster.csv``). The points are the gradebook's, for every
+file with each graded assignment's points filled in, students matched by their Canvas user id
+(kept in the gradebook by collect; ``roster.csv``) or by their Moodle participant id in that
+assignment (Moodle's number, ``Participant <id>``, is one per student and assignment; collect keeps
+it with the download's name, ``logs/lms_files.json``). The points are the gradebook's, for every
 student graded in any batch (nbgrader's score less its late penalty, as in ``grades.csv``). The
 LMS imports that file as it is. Students the LMS lists but the gradebook has no submission of
-are left blank and listed.
+are left blank and listed. Every file is written whole (``.part``, then renamed), and an earlier,
+different one is first kept in ``logs/lms-exports/`` (:func:`replace_keeping_earlier`).
 
 :func:`feedback_zips` packs each student's feedback HTML into the zip the LMS's bulk feedback
 upload reads, named from the student's own download (kept by collect, ``logs/lms_files.json``):
@@ -27,11 +30,13 @@ from __future__ import annotations
 import csv
 import os
 import re
+import shutil
+import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .collect import _PATTERNS, lms_files, lms_kind, notebook_key
+from .collect import _PATTERNS, lms_files, lms_kind, moodle_participants, notebook_key
 from .course import CourseTree
 
 
@@ -44,37 +49,53 @@ class LmsImport:
         lms: ``"canvas"`` or ``"moodle"``.
         filled: ``{lms id: {assignment: points}}`` written.
         blank: LMS ids (with the LMS's name for them) the gradebook has no submission of.
+        kept: where the earlier ``path`` was kept, when this one replaced a different one.
     """
 
     path: Path
     lms: str
     filled: dict[str, dict[str, float]] = field(default_factory=dict)
     blank: list[str] = field(default_factory=list)
+    kept: Path | None = None
 
 
-def scores_by_lms_id(tree: CourseTree, assignments: list[str]) -> dict[str, dict[str, float]]:
-    """``{LMS user id: {assignment: points}}`` from the gradebook: every submission of every
-    batch whose student has an LMS id, scored as ``nbgrader export`` scores it (the submission's
-    score less its late penalty, never below 0)."""
+def scores_by_student(tree: CourseTree, assignments: list[str]) -> tuple[dict[tuple[str, str], float], dict[str, str]]:
+    """``({(assignment, student): points}, {Canvas user id: student})`` from the gradebook: every
+    submission of every batch, scored as ``nbgrader export`` scores it (the submission's score less
+    its late penalty, never below 0)."""
     from nbgrader.api import Gradebook, MissingEntry
 
-    out: dict[str, dict[str, float]] = {}
+    points: dict[tuple[str, str], float] = {}
+    ids: dict[str, str] = {}
     with Gradebook(tree.gradebook_url) as gb:
+        for st in gb.students:
+            if st.lms_user_id:
+                ids[st.lms_user_id] = st.id
         for a in assignments:
             try:
                 subs = gb.assignment_submissions(a)
             except MissingEntry:
                 continue
             for sub in subs:
-                lms = sub.student.lms_user_id
-                if lms:
-                    penalty = float(sub.late_submission_penalty or 0.0)
-                    out.setdefault(lms, {})[a] = max(0.0, float(sub.score) - penalty)
+                penalty = float(sub.late_submission_penalty or 0.0)
+                points[(a, sub.student.id)] = max(0.0, float(sub.score) - penalty)
+    return points, ids
+
+
+def scores_by_lms_id(tree: CourseTree, assignments: list[str]) -> dict[str, dict[str, float]]:
+    """``{Canvas user id: {assignment: points}}`` (:func:`scores_by_student`) for the students the
+    gradebook knows a Canvas user id of."""
+    points, ids = scores_by_student(tree, assignments)
+    by_student = {st: lms for lms, st in ids.items()}
+    out: dict[str, dict[str, float]] = {}
+    for (a, st), pts in points.items():
+        if st in by_student:
+            out.setdefault(by_student[st], {})[a] = pts
     return out
 
 
 def fill_lms_gradebook(tree: CourseTree, export: Path, assignments: list[str]) -> LmsImport:
-    """Fill the LMS's gradebook export with the gradebook's points (:func:`scores_by_lms_id`).
+    """Fill the LMS's gradebook export with the gradebook's points (:func:`scores_by_student`).
 
     Args:
         export: Canvas's gradebook export CSV, or Moodle's grading worksheet CSV (one assignment,
@@ -82,7 +103,9 @@ def fill_lms_gradebook(tree: CourseTree, export: Path, assignments: list[str]) -
         assignments: the course's assignment names.
 
     Returns:
-        :class:`LmsImport`; the file is ``<course>/lms-import-<lms>.csv``.
+        :class:`LmsImport`; the file is ``<course>/lms-import-canvas.csv`` or
+        ``<course>/lms-import-moodle-<assignment>.csv``, written whole (``.part``, then renamed);
+        an earlier, different one is kept first (:func:`keep_earlier`, ``LmsImport.kept``).
 
     Raises:
         ValueError: the file is neither format, or names none of the assignments.
@@ -93,11 +116,10 @@ def fill_lms_gradebook(tree: CourseTree, export: Path, assignments: list[str]) -
     if not rows:
         raise ValueError(f"{export} is empty")
     head = rows[0]
-    scores = scores_by_lms_id(tree, assignments)
     if "ID" in head and "Student" in head:
-        return _canvas(tree, export, rows, assignments, scores)
+        return _canvas(tree, export, rows, assignments, scores_by_lms_id(tree, assignments))
     if "Identifier" in head and "Grade" in head:
-        return _moodle(tree, export, rows, assignments, scores)
+        return _moodle(tree, export, rows, assignments)
     raise ValueError(f"{export}: not a Canvas gradebook export (Student, ID, ...) or a Moodle grading "
                      f"worksheet (Identifier, ..., Grade); its columns: {', '.join(head[:8])}")
 
@@ -122,38 +144,98 @@ def _canvas(tree, export, rows, assignments, scores) -> LmsImport:
                 out.filled.setdefault(lms, {})[a] = got[a]
         if not any(a in got for a in cols.values()):
             out.blank.append(f"{row[name_col]} ({lms})")
-    _write(out.path, rows)
+    out.kept = _write(tree, out.path, rows)
     return out
 
 
-def _moodle(tree, export, rows, assignments, scores) -> LmsImport:
+def _moodle(tree, export, rows, assignments) -> LmsImport:
+    """Moodle's worksheet names each student ``Participant <participant id>`` (Identifier): the
+    same number as the student's download of this assignment (:func:`grader.collect.moodle_participants`),
+    a new one in each assignment."""
     named = [a for a in assignments if notebook_key(a) in notebook_key(export.stem)]
     if len(named) != 1:
         raise ValueError(f"{export}: a Moodle worksheet holds one assignment, named in its file name "
                          f"(e.g. Grades-L16-rmsnorm-12.csv); found {named or 'none'} of {', '.join(assignments)}")
     a = named[0]
+    points, ids = scores_by_student(tree, [a])
+    who = dict(ids)  # a course graded before participant ids were kept apart: the gradebook's id
+    who.update({pid: st for (a2, st), pid in moodle_participants(tree).items() if a2 == a})
     head = rows[0]
     ident, grade, name_col = head.index("Identifier"), head.index("Grade"), head.index("Full name")
     out = LmsImport(tree.root / f"lms-import-moodle-{a}.csv", "moodle")
     for row in rows[1:]:
-        m = re.search(r"(\d+)$", row[ident].strip()) if len(row) > ident else None
+        m = re.fullmatch(r"\D*?(\d+)", row[ident].strip()) if len(row) > ident else None
         if not m:
             continue
-        lms = m.group(1)
-        if a in scores.get(lms, {}):
-            row[grade] = f"{scores[lms][a]:g}"
-            out.filled.setdefault(lms, {})[a] = scores[lms][a]
+        pid = m.group(1)
+        st = who.get(pid)
+        if (a, st) in points:
+            row[grade] = f"{points[(a, st)]:g}"
+            out.filled.setdefault(pid, {})[a] = points[(a, st)]
         else:
-            out.blank.append(f"{row[name_col]} ({lms})")
-    _write(out.path, rows)
+            out.blank.append(f"{row[name_col]} ({row[ident].strip()})")
+    out.kept = _write(tree, out.path, rows)
     return out
 
 
-def _write(path: Path, rows: list[list[str]]) -> None:
+#: Where an earlier ``lms-import-*.csv`` or ``feedback-*.zip`` is kept before a different one
+#: replaces it (inside ``logs/``, so ``make clean``'s state backup holds them too).
+EARLIER = Path("logs") / "lms-exports"
+
+
+def _zip_entries(path: Path) -> dict[str, tuple[int, int]] | None:
+    try:
+        with zipfile.ZipFile(path) as zf:
+            return {i.filename: (i.CRC, i.file_size) for i in zf.infolist()}
+    except (zipfile.BadZipFile, OSError):
+        return None
+
+
+def _same(a: Path, b: Path) -> bool:
+    """Same content: the bytes, or for zips the same entries (a zip written again holds new dates)."""
+    if a.suffix == ".zip":
+        return _zip_entries(a) is not None and _zip_entries(a) == _zip_entries(b)
+    return a.read_bytes() == b.read_bytes()
+
+
+def replace_keeping_earlier(tree: CourseTree, part: Path, path: Path) -> Path | None:
+    """Put the finished ``part`` at ``path`` (an atomic rename). An earlier ``path`` with other
+    content is first copied to ``logs/lms-exports/<name>-<its UTC time><suffix>`` (never over
+    another one), so an export already imported into the LMS, or handed out, is never lost.
+
+    Returns:
+        Where the earlier one was kept, or None (there was none, or it was the same).
+    """
+    kept = None
+    if path.is_file() and not _same(part, path):
+        keep_dir = tree.root / EARLIER
+        keep_dir.mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(path.stat().st_mtime))
+        kept = keep_dir / f"{path.stem}-{stamp}{path.suffix}"
+        n = 1
+        while kept.exists():
+            n += 1
+            kept = keep_dir / f"{path.stem}-{stamp}-{n}{path.suffix}"
+        tmp = kept.with_name(kept.name + ".part")
+        try:
+            shutil.copy2(path, tmp)
+            os.replace(tmp, kept)
+        finally:
+            tmp.unlink(missing_ok=True)
+    os.replace(part, path)
+    return kept
+
+
+def _write(tree: CourseTree, path: Path, rows: list[list[str]]) -> Path | None:
+    """The CSV written whole: into ``<path>.part``, then :func:`replace_keeping_earlier`; a failure
+    (a full disk) leaves no ``.part`` and the earlier file as it was."""
     part = path.with_name(path.name + ".part")
-    with part.open("w", newline="", encoding="utf-8") as f:
-        csv.writer(f).writerows(rows)
-    part.replace(path)
+    try:
+        with part.open("w", newline="", encoding="utf-8") as f:
+            csv.writer(f).writerows(rows)
+        return replace_keeping_earlier(tree, part, path)
+    finally:
+        part.unlink(missing_ok=True)
 
 
 def upload_name(download: str, feedback_file: str) -> str | None:
@@ -173,15 +255,20 @@ def upload_name(download: str, feedback_file: str) -> str | None:
         return stem[: m.start("file_id")] + feedback_file
     if kind == "moodle":
         m = _PATTERNS[1].match(stem)
-        return f"{m['name']}_{m['student_id']}_assignsubmission_file_/{feedback_file}"
+        return f"{m['student_id']}_{m['lms_id']}_assignsubmission_file_/{feedback_file}"
     return None
 
 
-def feedback_zips(tree: CourseTree, assignments: list[str]) -> dict[Path, list[str]]:
+def feedback_zips(tree: CourseTree, assignments: list[str],
+                  kept: dict[Path, Path] | None = None) -> dict[Path, list[str]]:
     """``feedback-<lms>-<assignment>.zip`` beside ``grades.csv``: for each assignment and each LMS
     its students' downloads came from (Canvas, Moodle), every such student's feedback HTML
     (``feedback/<student>/<assignment>/*.html``, written by ``nbgrader generate_feedback``) under
     the name that LMS's bulk feedback upload matches (:func:`upload_name`, module docstring).
+
+    Args:
+        kept: filled with ``{zip path: where its earlier, different version was kept}``
+            (:func:`replace_keeping_earlier`).
 
     Returns:
         ``{zip path: [student ids in it]}``; a zip is written whole (``.part``, then renamed).
@@ -201,7 +288,9 @@ def feedback_zips(tree: CourseTree, assignments: list[str]) -> dict[Path, list[s
             with zipfile.ZipFile(part, "w", zipfile.ZIP_DEFLATED) as zf:
                 for _, name, html in entries:
                     zf.write(html, name)
-            part.replace(path)
+            earlier = replace_keeping_earlier(tree, part, path)
+            if earlier is not None and kept is not None:
+                kept[path] = earlier
         finally:
             part.unlink(missing_ok=True)
         out[path] = sorted({st for st, _, _ in entries})

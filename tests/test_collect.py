@@ -203,3 +203,148 @@ def test_a_zip_without_the_utf8_flag_keeps_non_ascii_names(course_copy, tmp_path
     flagged = zipfile.ZipInfo("m├╝ller_1_2_rmsnorm.ipynb")
     flagged.flag_bits |= 0x800  # the writer said UTF-8: the name is taken as it is
     assert zip_member_name(flagged) == "m├╝ller_1_2_rmsnorm.ipynb"
+
+
+def _moodle_zip(path: Path, files: dict[str, str], nb) -> Path:
+    """A Moodle "Download submissions in folders" zip: ``{path in the zip: marker}``."""
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, tag in files.items():
+            zf.writestr(name, nbformat.writes(_marked(nb, tag)) if tag else "<p>typed online</p>")
+    return path
+
+
+def test_moodle_folders_are_collected_as_the_flat_layout_by_participant_id(course_copy, tmp_path):
+    import csv
+
+    from grader.collect import LMS_FILES, lms_files, moodle_participants, write_roster
+    from grader.lms import upload_name
+
+    course = _only_rmsnorm(course_copy)
+    nb = _release(course_copy)
+    top = "L16-RMSNorm-42"  # Moodle's zip sometimes holds one folder, named for the assignment
+    zpath = _moodle_zip(tmp_path / "moodle.zip", {
+        f"{top}/Zoë Müller_1234567_assignsubmission_file_/rmsnorm.ipynb": "zoe",
+        f"{top}/John Lee_1234568_assignsubmission_file_/work/RMSNorm (1).ipynb": "john 68",  # her own subfolder
+        f"{top}/John Lee_1234569_assignsubmission_file_/rmsnorm.ipynb": "john 69",  # a namesake
+        "Ada Byron_1234570_assignsubmission_file_rmsnorm.ipynb": "ada",  # the flat layout, same zip
+        f"{top}/Ada Byron_1234570_assignsubmission_onlinetext_/onlinetext.html": "",
+        f"__MACOSX/{top}/._Zoë Müller_1234567_assignsubmission_file_": ""}, nb)
+    got = collect(course, zpath, ASSIGNMENTS)
+    assert got.students == ["ada-byron", "john-lee-1234568", "john-lee-1234569", "zoe-muller"]
+    assert got.skipped == {
+        f"{top}/Ada Byron_1234570_assignsubmission_onlinetext_/onlinetext.html":
+            "file name not recognised as an LMS submission",
+        f"__MACOSX/{top}/._Zoë Müller_1234567_assignsubmission_file_": "a hidden or macOS metadata file, not a submission"}
+    for st, tag in [("zoe-muller", "zoe"), ("john-lee-1234568", "john 68"), ("john-lee-1234569", "john 69"),
+                    ("ada-byron", "ada")]:
+        assert _answer_of(course_copy / "submitted" / st / "rmsnorm" / "rmsnorm.ipynb") == f"# {tag}"
+    # the participant id is kept per assignment, as the grading worksheet's "Participant <id>"
+    assert moodle_participants(course.tree) == {("rmsnorm", "zoe-muller"): "1234567", ("rmsnorm", "john-lee-1234568"):
+                                                "1234568", ("rmsnorm", "john-lee-1234569"): "1234569",
+                                                ("rmsnorm", "ada-byron"): "1234570"}
+    with write_roster(course.tree, tmp_path / "roster.csv").open(encoding="utf-8") as f:
+        rows = {r["student_id"]: (r["lms_id"], r["name"]) for r in csv.DictReader(f)}
+    assert rows["zoe-muller"] == ("Participant 1234567 (rmsnorm)", "Zoë Müller")
+    assert rows["john-lee-1234568"] == ("Participant 1234568 (rmsnorm)", "John Lee")
+    # the feedback upload goes back into the same participant folder
+    download = lms_files(course.tree)[("rmsnorm", "john-lee-1234568")]
+    assert download == "John Lee_1234568_assignsubmission_file_RMSNorm (1).ipynb"
+    assert upload_name(download, "rmsnorm.html") == "John Lee_1234568_assignsubmission_file_/rmsnorm.html"
+    assert (course.tree.logs / LMS_FILES).is_file()
+
+
+def test_a_moodle_student_is_one_student_across_assignments_though_moodle_renumbers_them(course_copy):
+    """Moodle's number is a participant id, new in each assignment: the name links assignments,
+    a participant id seen before keeps its student, namesakes in one assignment stay apart."""
+    import json
+
+    from grader.collect import LMS_FILES, resolve_students
+    from grader.course import CourseTree
+
+    tree = CourseTree(course_copy)
+    tree.logs.mkdir()
+    (tree.logs / LMS_FILES).write_text(json.dumps({  # as the rmsnorm batch left them
+        "zoe-muller/rmsnorm": "Zoë Müller_1234567_assignsubmission_file_rmsnorm.ipynb",
+        "john-lee-1234568/rmsnorm": "John Lee_1234568_assignsubmission_file_rmsnorm.ipynb",
+        "john-lee-1234569/rmsnorm": "John Lee_1234569_assignsubmission_file_rmsnorm.ipynb",
+        "ada-byron/rmsnorm": "Ada Byron_1234570_assignsubmission_file_rmsnorm.ipynb"}))
+    names = ["Zoë Müller_2234567_assignsubmission_file_layernorm.ipynb",  # her layernorm participant id
+             "John Lee_2234568_assignsubmission_file_layernorm.ipynb",  # which John? Moodle does not say
+             "John Lee_2234569_assignsubmission_file_layernorm.ipynb",
+             "Ada Byron_1234570_assignsubmission_file_rmsnorm (1).ipynb",  # rmsnorm again: known id
+             "Bo Chen_2234571_assignsubmission_file_layernorm.ipynb"]
+    assert resolve_students(tree, names) == {
+        names[0]: "zoe-muller", names[1]: "john-lee-2234568", names[2]: "john-lee-2234569",
+        names[3]: "ada-byron", names[4]: "bo-chen"}
+    # a second Ada Byron in rmsnorm is not the first one
+    assert resolve_students(tree, ["Ada Byron_1234999_assignsubmission_file_rmsnorm.ipynb"]) == {
+        "Ada Byron_1234999_assignsubmission_file_rmsnorm.ipynb": "ada-byron-1234999"}
+
+
+def _corrupt_member(path: Path, marker: bytes) -> None:
+    """Damage one stored entry's bytes (its CRC no longer matches) by changing its marker."""
+    blob = path.read_bytes()
+    assert blob.count(marker) == 1
+    path.write_bytes(blob.replace(marker, marker[:-1] + b"X"))
+
+
+def test_bad_files_in_a_download_each_get_one_reason_and_nothing_good_is_lost(course_copy, tmp_path):
+    import csv
+    import unicodedata
+
+    from grader.collect import write_roster
+
+    course = _only_rmsnorm(course_copy)
+    nb = _release(course_copy)
+    good = {name: nbformat.writes(_marked(nb, tag)) for name, tag in {
+        "ada_1001_5001_rmsnorm.ipynb": "ada",
+        "cy_1003_5003_rmsnorm.ipynb": "cy CORRUPTME",  # damaged in the zip
+        "eve_1005_5005_rmsnorm.ipynb": "eve earlier",  # her later upload is not a notebook
+        "fay_1006_5006_rmsnorm.ipynb": "fay",
+        "fay_1006_5006_rmsnorm (1).ipynb": "fay",  # the same file twice
+        "gus_1007_5007_rmsnorm.ipynb": "gus first",
+        "gus_1007_5008_rmsnorm.ipynb": "gus second",  # Canvas's later attachment, same name otherwise
+        unicodedata.normalize("NFD", "müllerzoë_1008_5009_rmsnorm.ipynb"): "zoe"}.items()}
+    good["fay_1006_5006_rmsnorm (1).ipynb"] = good["fay_1006_5006_rmsnorm.ipynb"]
+    bad = {"dee_1004_5004_rmsnorm.ipynb": "{not json",  # her only file
+           "eve_1005_5099_rmsnorm.ipynb": ""}
+    zpath = tmp_path / "canvas.zip"
+    with zipfile.ZipFile(zpath, "w", zipfile.ZIP_STORED) as zf:
+        for name, text in {**good, **bad}.items():
+            zf.writestr(name, text)
+    _corrupt_member(zpath, b"cy CORRUPTME")
+    got = collect(course, zpath, ASSIGNMENTS)
+    assert got.students == ["ada", "dee", "eve", "fay", "gus", "mullerzoe"]
+    assert set(got.skipped) == {"cy_1003_5003_rmsnorm.ipynb", "eve_1005_5099_rmsnorm.ipynb",
+                                "fay_1006_5006_rmsnorm.ipynb", "gus_1007_5007_rmsnorm.ipynb"}
+    assert got.skipped["cy_1003_5003_rmsnorm.ipynb"].startswith(
+        "could not be read from the zip (BadZipFile: Bad CRC-32 for file 'cy_1003_5003_rmsnorm.ipynb'); "
+        "the other files were collected")
+    assert got.skipped["eve_1005_5099_rmsnorm.ipynb"] == (
+        "not a notebook (eve_1005_5099_rmsnorm.ipynb is not valid JSON (Expecting value at line 1)); "
+        "'eve_1005_5005_rmsnorm.ipynb' is graded instead")
+    assert got.skipped["fay_1006_5006_rmsnorm.ipynb"] == (
+        "the same file as 'fay_1006_5006_rmsnorm (1).ipynb' (uploaded twice), which is graded")
+    assert got.skipped["gus_1007_5007_rmsnorm.ipynb"] == (
+        "gus has more than one rmsnorm notebook here: 'gus_1007_5008_rmsnorm.ipynb' (the newest download) "
+        "is graded instead")
+    assert got.flags == {
+        "dee": ["rmsnorm: the download 'dee_1004_5004_rmsnorm.ipynb' is not a notebook (dee_1004_5004_rmsnorm.ipynb "
+                "is not valid JSON (Expecting property name enclosed in double quotes at line 1)): graded as a "
+                "blank notebook (0 points); ask the student to upload it again"],
+        "eve": ["rmsnorm: the newest download 'eve_1005_5099_rmsnorm.ipynb' is not a notebook "
+                "(eve_1005_5099_rmsnorm.ipynb is not valid JSON (Expecting value at line 1)): the earlier "
+                "'eve_1005_5005_rmsnorm.ipynb' is graded; ask the student which one counts"]}
+    for st, tag in [("ada", "ada"), ("eve", "eve earlier"), ("fay", "fay"), ("gus", "gus second"),
+                    ("mullerzoe", "zoe")]:
+        assert _answer_of(course_copy / "submitted" / st / "rmsnorm" / "rmsnorm.ipynb") == f"# {tag}"
+    # dee's file is collected as she sent it (repair then grades it as blank, with the reason)
+    assert (course_copy / "submitted" / "dee" / "rmsnorm" / "rmsnorm.ipynb").read_text() == "{not json"
+    with write_roster(course.tree, tmp_path / "roster.csv").open(encoding="utf-8") as f:
+        names = {r["student_id"]: r["name"] for r in csv.DictReader(f)}
+    assert names["mullerzoe"] == "müllerzoë" == unicodedata.normalize("NFC", "müllerzoë")  # one form: NFC
+    # a zip that is not a zip at all is refused before anything is written, in one line
+    (tmp_path / "broken.zip").write_bytes(b"PK\x03\x04 truncated")
+    with pytest.raises(ValueError, match=r"broken.zip: not a readable zip \(File is not a zip file\): "
+                                         "download it again from the LMS"):
+        check_input(course_copy, tmp_path / "broken.zip", ASSIGNMENTS)

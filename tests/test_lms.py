@@ -56,15 +56,56 @@ def test_canvas_export_is_filled_by_user_id_and_absent_students_listed(graded, t
         "John Lee,10011,,,S1,4.5,3,7", "Zoë Müller,10013,,,S1,0,,8", "Sam Absent,10099,,,S1,,,9"]
 
 
-def test_moodle_worksheet_gets_the_grade_of_its_assignment(graded, tmp_path):
+def test_moodle_worksheet_is_matched_on_the_participant_id_of_that_assignment(graded, tmp_path):
+    """Moodle numbers a student anew in each assignment (the participant id of the download's
+    folder, ``Participant <id>`` in the worksheet's Identifier): John Lee is 20011 in rmsnorm and
+    30011 in layernorm; the gradebook's Canvas id of him (10011) is not what Moodle writes."""
     tree = graded
+    tree.logs.mkdir()
+    (tree.logs / LMS_FILES).write_text(json.dumps({  # as collect keeps them
+        "leejohn-10011/rmsnorm": "John Lee_20011_assignsubmission_file_rmsnorm.ipynb",
+        "leejohn-10011/layernorm": "John Lee_30011_assignsubmission_file_layernorm.ipynb",
+        "mullerzoe/rmsnorm": "Zoë Müller_20013_assignsubmission_file_rmsnorm.ipynb"}))
     sheet = tmp_path / "Grades-L16-rmsnorm-42.csv"
     sheet.write_text("Identifier,Full name,Email address,Status,Grade,Maximum Grade,Grade can be changed\n"
-                     "Participant 10011,John Lee,jl@x.org,Submitted,,5.00,Yes\n"
-                     "Participant 10099,Sam Absent,sa@x.org,No submission,,5.00,Yes\n", encoding="utf-8")
+                     "Participant 20011,John Lee,jl@x.org,Submitted,,5.00,Yes\n"
+                     "Participant 20013,Zoë Müller,zm@x.org,Submitted,,5.00,Yes\n"
+                     "Participant 20099,Sam Absent,sa@x.org,No submission,,5.00,Yes\n", encoding="utf-8")
     got = fill_lms_gradebook(tree, sheet, ["layernorm", "rmsnorm"])
-    assert got.lms == "moodle" and got.filled == {"10011": {"rmsnorm": 4.5}} and got.blank == ["Sam Absent (10099)"]
-    assert got.path.read_text().splitlines()[1] == "Participant 10011,John Lee,jl@x.org,Submitted,4.5,5.00,Yes"
+    assert got.lms == "moodle" and got.path == tree.root / "lms-import-moodle-rmsnorm.csv"
+    assert got.filled == {"20011": {"rmsnorm": 4.5}, "20013": {"rmsnorm": 0.0}}
+    assert got.blank == ["Sam Absent (Participant 20099)"]
+    assert got.path.read_text(encoding="utf-8").splitlines()[1:3] == [
+        "Participant 20011,John Lee,jl@x.org,Submitted,4.5,5.00,Yes",
+        "Participant 20013,Zoë Müller,zm@x.org,Submitted,0,5.00,Yes"]
+    sheet2 = tmp_path / "Grades-L16-layernorm-43.csv"
+    sheet2.write_text("Identifier,Full name,Grade\nParticipant 30011,John Lee,\nParticipant 20011,John Lee?,\n",
+                      encoding="utf-8")
+    got = fill_lms_gradebook(tree, sheet2, ["layernorm", "rmsnorm"])
+    assert got.filled == {"30011": {"layernorm": 3.0}}  # his rmsnorm number means nothing in layernorm
+    assert got.blank == ["John Lee? (Participant 20011)"]
+
+
+def test_an_earlier_export_is_kept_before_a_different_one_replaces_it(graded, tmp_path):
+    from nbgrader.api import Gradebook
+
+    from grader.lms import EARLIER
+
+    tree = graded
+    export = tmp_path / "canvas.csv"
+    export.write_text("Student,ID,RMSNorm (5001)\nJohn Lee,10011,\n", encoding="utf-8")
+    first = fill_lms_gradebook(tree, export, ["rmsnorm"])
+    assert first.kept is None and first.path.read_text().splitlines()[1] == "John Lee,10011,4.5"
+    again = fill_lms_gradebook(tree, export, ["rmsnorm"])  # the same points: nothing to keep
+    assert again.kept is None and not (tree.root / EARLIER).exists()
+    with Gradebook(tree.gradebook_url) as gb:  # a hand grade changes his points
+        gb.find_grade("rmsnorm_test", "rmsnorm", "rmsnorm", "leejohn-10011").manual_score = 5.0
+        gb.db.commit()
+    later = fill_lms_gradebook(tree, export, ["rmsnorm"])
+    assert later.path.read_text().splitlines()[1] == "John Lee,10011,5"
+    assert later.kept.parent == tree.root / EARLIER and later.kept.name.startswith("lms-import-canvas-")
+    assert later.kept.read_text().splitlines()[1] == "John Lee,10011,4.5"  # what may be in Canvas already
+    assert not list(tree.root.glob("*.part")) and not list((tree.root / EARLIER).glob("*.part"))
 
 
 def test_a_file_of_another_kind_is_refused_with_its_columns(graded, tmp_path):
@@ -113,3 +154,13 @@ def test_feedback_zips_hold_each_students_feedback_under_the_lms_upload_name(gra
         assert zf.read("leejohn_10011_20013_rmsnorm.html").decode() == \
             "<html>feedback of leejohn-10011 for rmsnorm</html>"
     assert not list(root.glob("*.part"))
+    kept = {}
+    assert feedback_zips(tree, ["layernorm", "rmsnorm"], kept) == got and kept == {}  # the same feedback
+    (tree.feedback("mullerzoe", "rmsnorm") / "rmsnorm.html").write_text("<html>regraded</html>", encoding="utf-8")
+    feedback_zips(tree, ["layernorm", "rmsnorm"], kept)
+    moodle = root / "feedback-moodle-rmsnorm.zip"
+    assert list(kept) == [moodle] and kept[moodle].parent == root / "logs" / "lms-exports"
+    for path, text in [(moodle, "<html>regraded</html>"),
+                       (kept[moodle], "<html>feedback of mullerzoe for rmsnorm</html>")]:
+        with zipfile.ZipFile(path) as zf:
+            assert zf.read("Zoë Müller_10013_assignsubmission_file_/rmsnorm.html").decode() == text
