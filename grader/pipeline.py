@@ -216,16 +216,17 @@ def start_over(tree: CourseTree, *, yes: bool, tag: str, log=print) -> None:
     """
     real = state.has_grading_state(tree) and not (tree.root / DEMO_MARKER).exists()
     if real:
+        n = len(tree.students())
+        if not state.confirm(f"This removes the grading state of {n} students in {tree.root} "
+                             f"(it is backed up under {tree.logs / 'backups'} first).", yes):
+            raise state.CourseStateError(
+                f"{tree.root} holds the grading state of {n} students: starting over needs --yes "
+                f"(make ... YES=1) or a yes at the terminal; nothing was removed or written")
+        # only now, when the state will go: a refusal writes nothing (refusals used to push real
+        # backups out of the last KEEP_BACKUPS)
         gb = state.backup_gradebook(tree, tag, log=log)
         archive = _archive_state(tree, tag, gb)
         log(f"backup: {', '.join(str(p) for p in (gb, archive) if p)}")
-        n = len(tree.students())
-        if not state.confirm(f"This removes the grading state of {n} students in {tree.root} "
-                             f"(backed up under {tree.logs / 'backups'}).", yes):
-            raise state.CourseStateError(
-                f"{tree.root} holds the grading state of {n} students: starting over needs --yes "
-                f"(make ... YES=1) or a yes at the terminal; nothing was removed (a backup is in "
-                f"{tree.logs / 'backups'})")
     clean(tree.root)
     if not tree.is_sqlite:  # a server gradebook (--db): nbgrader's tables go, as the file would
         database.reset(tree.gradebook_url)
@@ -414,6 +415,8 @@ class Batch:
     demo_students: int | None = None
     lms_gradebook: Path | None = None
     groups: bool = True
+    command: str = ""
+    hand_grades_done: list = field(default_factory=list)  # carried over (or to redo) in this run
 
 
 def prepare(b: Batch) -> None:
@@ -443,7 +446,7 @@ def prepare(b: Batch) -> None:
         start_over(tree, yes=b.yes, tag=b.run_id, log=b.log)
     else:
         state.check_gradebook(tree)
-        state.backup_gradebook(tree, b.run_id, log=b.log)
+        state.backup_gradebook(tree, f"{b.run_id}-before", log=b.log)
 
 
 def generate(b: Batch) -> None:
@@ -501,6 +504,11 @@ def collect_submissions(b: Batch) -> None:
             log(f"collect: {st}: {note}")
     # a batch grades what it brought in new or changed, and whatever an earlier run left ungraded
     graded = _graded(tree, run.assignments)
+    if not b.fresh:  # recorded as graded, yet not in the gradebook (an older backup restored): again
+        lost = graded - state.gradebook_pairs(tree) - set(got.pairs)
+        for a, st in sorted(lost):
+            log(f"collect: {st} ({a}) has no gradebook row (an older gradebook was restored?): graded again")
+        graded -= lost
     b.to_grade = None if b.fresh else sorted(set(got.pairs) | (set(tree.pairs(run.assignments)) - graded))
     # until their autograde finishes, the submissions to grade count as ungraded (a killed run's
     # rerun grades them again)
@@ -618,27 +626,44 @@ def trusted_scoring(b: Batch) -> None:
     (``logs/graded.json``): a run stopped between autograde and scoring leaves them to the
     rerun, which grades them again (a red-team instructor's Ctrl-C there once left a correct
     submission at the kernel's 0 for good)."""
+    from .handgrades import forget
+
     scoring.scoring_stage(b)
     if b.run.autograde is not None:
         _remember_graded(b.tree, b.run.assignments, b.run.autograde)
+        forget(b.tree, b.hand_grades_done)  # applied (or named as to redo): the record may go
 
 
 def _carry_hand_grades(b: Batch) -> None:
-    """Hand grades of replaced submissions go back where the answer is unchanged; the others are
-    named (log and report) as hand grades to redo."""
-    from .handgrades import carry_over
+    """Hand grades and formgrader comments of replaced submissions (``logs/handgrades.json``,
+    written when they were captured, so an earlier run stopped before this point left them
+    there) go back where the answer is unchanged, for the submissions autograded in this run;
+    the others are named (log and report) as to redo. They leave the record once the submission
+    is recorded as graded (:func:`trusted_scoring`)."""
+    from .handgrades import carry_over, pending
 
-    if not b.collected.hand_grades:
+    graded = set(b.run.autograde.graded)
+    captured = {hg.key: hg for hg in b.collected.hand_grades}
+    captured.update({hg.key: hg for hg in pending(b.tree)})
+    todo = [hg for hg in captured.values() if (hg.assignment, hg.student) in graded]
+    if not todo:
         return
-    kept, redo = carry_over(b.tree, b.collected.hand_grades)
+    kept, redo = carry_over(b.tree, todo)
+    b.hand_grades_done = kept + redo
     for hg in kept:
-        b.log(f"hand grade kept: {hg.student} ({hg.assignment}) {hg.grade_id} = {hg.manual_score:g}: "
-              "the answer is unchanged")
+        if hg.manual_score is not None:
+            b.log(f"hand grade kept: {hg.student} ({hg.assignment}) {hg.grade_id} = {hg.manual_score:g}: "
+                  + ("the answers it tests are unchanged" if hg.test else "the answer is unchanged"))
+        if hg.comment is not None:
+            b.log(f"comment kept: {hg.student} ({hg.assignment}) {hg.grade_id}: the answer is unchanged")
     for hg in redo:
-        note = (f"{hg.assignment}: hand grade of {hg.grade_id} ({hg.manual_score:g}) must be redone: the "
-                "resubmitted answer changed")
-        b.collected.flags.setdefault(hg.student, []).append(note)
-        b.log(f"hand grade to redo: {hg.student} ({hg.assignment}) {hg.grade_id}: the answer changed")
+        what = (f"hand grade of {hg.grade_id} ({hg.manual_score:g})" if hg.manual_score is not None
+                else f"formgrader comment on {hg.grade_id}")
+        why = ("an answer cell above that autograded test changed, so the override was dropped" if hg.test
+               else "the resubmitted answer changed")
+        b.collected.flags.setdefault(hg.student, []).append(f"{hg.assignment}: {what} must be redone: {why}")
+        b.log(f"{'hand grade' if hg.manual_score is not None else 'comment'} to redo: {hg.student} "
+              f"({hg.assignment}) {hg.grade_id}: {why}")
 
 
 def feedback(b: Batch) -> None:
@@ -724,6 +749,10 @@ def report(b: Batch) -> None:
     run.report = build_report(b.tree.root, run.assignments, run.scores, run.max_points,
                               ungraded=ungraded, flags=flags, gradebook_url=b.tree.gradebook_url,
                               groups=b.groups)
+    # the batch history includes this run (its line in logs/runs.jsonl is written when it ends)
+    record = _run_record(b, b.command, "ok")
+    record["seconds"] = round(sum(run.stage_seconds.values()), 3)  # so far: the report is the last stage
+    run.report.runs.append(record)
     if not run.sandboxed:
         run.report.flags.setdefault("(all)", []).append("graded WITHOUT the sandbox")
     run.report_html = write_report(run.report, b.tree.reports)
@@ -844,7 +873,8 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
               jobs=jobs or default_jobs(), fresh=fresh, progress=progress, use_sandbox=use_sandbox,
               cell_timeout=cell_timeout, duedates=dict(duedates or {}), log=log, yes=yes,
               run_id=state.run_id(), demo_students=demo_students,
-              lms_gradebook=None if lms_gradebook is None else Path(lms_gradebook), groups=groups)
+              lms_gradebook=None if lms_gradebook is None else Path(lms_gradebook), groups=groups,
+              command=command)
     from .cluster import ClusterError, DaskCluster, scheduler_address
 
     try:  # a wrong scheduler address fails here, before anything is touched
@@ -863,6 +893,8 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
                     raise GradingError(str(e)) from None
                 run.stage_seconds[name] = time.perf_counter() - t
             status = "ok"
+            # the gradebook as this run left it: `restore` then rolls back only what came later
+            state.backup_gradebook(tree, f"{b.run_id}-after", log=log)
         except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM/SIGHUP through grader.__main__
             status, error = "interrupted", str(e) or "SIGINT"
             raise

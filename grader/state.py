@@ -94,10 +94,22 @@ def _read_lock(path: Path) -> dict:
 
 # --------------------------------------------------------------------------- backups
 
+def _backup_order(path: Path) -> tuple[str, int]:
+    """Sort key of a gradebook backup: by run id, and a run's ``-before`` backup ahead of its
+    ``-after`` one (alphabetically it would come after)."""
+    tag = path.stem.removeprefix("gradebook-")
+    for rank, suffix in ((0, "-before"), (2, "-after")):
+        if tag.endswith(suffix):
+            return tag.removesuffix(suffix), rank
+    return tag, 1
+
+
 def backups(tree: CourseTree) -> list[Path]:
-    """The gradebook backups, oldest first."""
+    """The gradebook backups, oldest first: ``gradebook-<run id>-before.db`` (written before a
+    run writes), ``gradebook-<run id>-after.db`` (as a successful run left it) and
+    ``gradebook-<run id>.db`` (before ``clean`` / ``--fresh``)."""
     d = tree.logs / "backups"
-    return sorted(d.glob("gradebook-*.db")) if d.is_dir() else []
+    return sorted(d.glob("gradebook-*.db"), key=_backup_order) if d.is_dir() else []
 
 
 def _gradebook_file_problem(path: Path) -> str | None:
@@ -160,6 +172,16 @@ def backup_gradebook(tree: CourseTree, tag: str, log=print) -> Path | None:
     return dest
 
 
+def gradebook_pairs(tree: CourseTree) -> set[tuple[str, str]]:
+    """``{(assignment, student)}`` of the submissions the gradebook holds (none without one)."""
+    if tree.is_sqlite and not (tree.gradebook_path.is_file() and tree.gradebook_path.stat().st_size):
+        return set()
+    from nbgrader.api import Gradebook
+
+    with Gradebook(tree.gradebook_url) as gb:
+        return {(a.name, sub.student.id) for a in gb.assignments for sub in a.submissions}
+
+
 #: Written by ``clean`` into ``logs/``: ``{"runs": lines of runs.jsonl when the course was cleaned}``.
 CLEANED = "cleaned.json"
 
@@ -209,8 +231,14 @@ def check_gradebook(tree: CourseTree) -> None:
 
 
 def restore_gradebook(tree: CourseTree, backup: Path | None = None, log=print) -> Path:
-    """Put a backup back as the gradebook (the newest by default); the gradebook it replaces, if
-    any, is kept as ``logs/backups/replaced-<time>.db`` first.
+    """Put a backup back as the gradebook (the newest by default: as the last successful run
+    left it); the gradebook it replaces, if any, is kept as ``logs/backups/replaced-<time>.db``
+    first.
+
+    An older backup rolls back the runs after it (``logs/runs.jsonl``): they are named, and the
+    submissions they graded that the restored gradebook lacks, or that they replaced, are taken
+    off ``logs/graded.json`` so that the next run grades them again (instead of skipping them
+    as done, and failing in ``generate_feedback`` for want of their gradebook rows).
 
     Raises:
         CourseStateError: there is no backup.
@@ -220,6 +248,7 @@ def restore_gradebook(tree: CourseTree, backup: Path | None = None, log=print) -
         if not found:
             raise CourseStateError(f"no readable gradebook backup to restore under {tree.logs / 'backups'}")
         backup = found[-1]
+    backup = Path(backup)
     dest = tree.gradebook_path
     if dest.exists() and dest.stat().st_size:
         keep = tree.logs / "backups" / f"replaced-{run_id()}.db"
@@ -229,7 +258,43 @@ def restore_gradebook(tree: CourseTree, backup: Path | None = None, log=print) -
     shutil.copy2(backup, part)
     os.replace(part, dest)
     log(f"restore: {dest} is now {backup}")
+    _roll_back_graded(tree, backup, log)
     return dest
+
+
+def _rolled_back_runs(tree: CourseTree, backup: Path) -> list[dict]:
+    """The runs of ``logs/runs.jsonl`` whose work ``backup`` does not hold: those after the run
+    that wrote it (and that run itself for a ``-before`` backup). ``[]`` when the backup's run is
+    not in the log (a backup from elsewhere)."""
+    tag = backup.stem.removeprefix("gradebook-")
+    rid, after = tag.removesuffix("-after").removesuffix("-before"), tag.endswith("-after")
+    runs = read_runs(tree)
+    at = [i for i, r in enumerate(runs) if r.get("run_id") == rid]
+    if not at:
+        return []
+    return runs[at[-1] + (1 if after else 0):]
+
+
+def _roll_back_graded(tree: CourseTree, backup: Path, log) -> None:
+    from .pipeline import GRADED
+
+    path = tree.logs / GRADED
+    later = _rolled_back_runs(tree, backup)
+    if later:
+        who = sorted({st for r in later for st in r.get("batch") or []})
+        log(f"restore: rolled back {len(later)} run(s) after that backup ({', '.join(r['run_id'] for r in later)}; "
+            f"students {', '.join(who) or 'none'}): their work is not in the restored gradebook")
+    if not path.is_file():
+        return
+    graded = {tuple(p) for p in json.loads(path.read_text())}
+    again = (graded - gradebook_pairs(tree)) | (graded & {tuple(p) for r in later for p in r.get("replaced") or []})
+    if not again:
+        return
+    part = tree.logs / (GRADED + ".part")
+    part.write_text(json.dumps(sorted(graded - again)))
+    os.replace(part, path)
+    log(f"restore: {len(again)} submission(s) will be graded again by the next run (kept in submitted/): "
+        + ", ".join(f"{st} ({a})" for a, st in sorted(again)))
 
 
 # --------------------------------------------------------------------------- history

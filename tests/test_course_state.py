@@ -92,19 +92,23 @@ def test_clean_backs_up_asks_and_restore_brings_the_gradebook_back(course_copy):
     before = real_class(course_copy)
     refused = grader("clean", course=course_copy)  # no terminal, no --yes: nothing removed
     assert refused.returncode == 1 and "needs --yes" in refused.stderr, refused.stderr
+    fresh = grader("--fresh", "--engine", "processes", "--submissions",
+                   submitted_tree(course_copy.parent / "in", {"ada": "correct"}), course=course_copy)
+    assert fresh.returncode == 1 and "needs --yes" in fresh.stderr, fresh.stderr
+    # a refusal writes nothing, not even a backup (refusals pushed real backups out of the last 10)
+    assert not (course_copy / "logs" / "backups").exists()
     assert {k: v for k, v in snapshot(course_copy).items() if not k.startswith("logs/")} == before
-    (gb_backup,) = (course_copy / "logs" / "backups").glob("gradebook-*.db")
+
+    done = grader("clean", "--yes", course=course_copy)
+    assert done.returncode == 0, done.stderr
+    assert not (course_copy / "gradebook.db").exists() and not (course_copy / "submitted").exists()
+    (gb_backup,) = (course_copy / "logs" / "backups").glob("gradebook-*.db")  # written as it went ahead
     with sqlite3.connect(gb_backup) as db:
         assert db.execute("select id from student").fetchall() == [("realstudent",)]
     (archive,) = (course_copy / "logs" / "backups").glob("state-*.tar.gz")
     with tarfile.open(archive) as tf:
         member = tf.extractfile("submitted/realstudent/rmsnorm/rmsnorm.ipynb").read()
     assert member == before["submitted/realstudent/rmsnorm/rmsnorm.ipynb"]
-
-    done = grader("clean", "--yes", course=course_copy)
-    assert done.returncode == 0, done.stderr
-    assert not (course_copy / "gradebook.db").exists() and not (course_copy / "submitted").exists()
-    assert len(list((course_copy / "logs" / "backups").glob("gradebook-*.db"))) == 2  # kept
 
     back = grader("restore", course=course_copy)
     assert back.returncode == 0, back.stderr
@@ -617,3 +621,110 @@ def test_a_run_stopped_between_autograde_and_scoring_leaves_the_submission_to_th
     rerun = grade_class(course_root=course_copy, submissions=tree, jobs=1, log=lambda *_: None)
     assert ("rmsnorm", "ada") in rerun.autograde.graded  # graded again, not skipped as done
     assert rerun.scores[("rmsnorm", "ada")] == {"rms_norm_shape": 1.0, "rms_norm_battery": 4.0}
+
+
+@pytest.mark.slow
+def test_hand_grades_comments_and_test_overrides_survive_a_resubmission_run_stopped_after_collect(
+        course_copy, tmp_path, monkeypatch):
+    """Red team: hand grades captured from a replaced submission lived only in memory (Ctrl-C after
+    collect lost them, and the rerun called the notebook unchanged); an override of an autograded
+    test was kept though the answer it tests changed; formgrader comments were never carried over;
+    the report's batch history left out the run that wrote it."""
+    from nbgrader.api import Gradebook
+
+    from grader import pipeline
+    from grader.handgrades import PENDING
+
+    only_assignments(course_copy, {"practice"})
+    rel = course_copy / "release" / "practice" / "practice.ipynb"
+
+    def batch(name, answers):
+        (tmp_path / name / "ada" / "practice").mkdir(parents=True)
+        nbformat.write(fill_answers(rel, answers), tmp_path / name / "ada" / "practice" / "practice.ipynb")
+        return tmp_path / name
+
+    out = grader("--submissions", batch("b1", _practice({})), "--engine", "processes", course=course_copy)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    url = f"sqlite:///{course_copy / 'gradebook.db'}"
+    with Gradebook(url) as gb:  # formgrader: a hand grade and comments, overrides of two tests
+        for gid, points in [("practice_shape_why", 1.0), ("practice_mean_var", 0.0), ("practice_shape", 0.0)]:
+            gb.find_grade(gid, "practice", "practice", "ada").manual_score = points
+        gb.find_comment("practice_shape_why", "practice", "practice", "ada").manual_comment = "Clear, well put."
+        gb.find_comment("practice_rms_answer", "practice", "practice", "ada").manual_comment = "Use eps."
+        gb.db.commit()
+
+    # ada resubmits with a changed practice_rms answer (below practice_mean_var, above practice_shape);
+    # the run is stopped right after collect
+    second = batch("b2", _practice({"practice_rms_answer": "rms_34 = 5.0"}))
+    stages = dict(pipeline.STAGES)
+
+    def stopped(_b):
+        raise KeyboardInterrupt("SIGINT")
+
+    monkeypatch.setattr(pipeline, "STAGES", tuple((n, stopped if n == "repair" else stages[n]) for n in stages))
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.grade_class(course_root=course_copy, submissions=second, engine="processes", log=lambda *_: None)
+    kept = json.loads((course_copy / "logs" / PENDING).read_text())  # on disk, not only in memory
+    assert {(k["grade_id"], k["manual_score"], k["comment"]) for k in kept} == {
+        ("practice_shape_why", 1.0, "Clear, well put."), ("practice_mean_var", 0.0, None),
+        ("practice_shape", 0.0, None), ("practice_rms_answer", None, "Use eps.")}
+
+    out = grader("--submissions", second, "--engine", "processes", course=course_copy)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-3000:]
+    assert "ada (practice) is unchanged since it was last received" in text
+    for line in ["hand grade kept: ada (practice) practice_shape_why = 1",
+                 "comment kept: ada (practice) practice_shape_why",
+                 "hand grade kept: ada (practice) practice_mean_var = 0",
+                 "hand grade to redo: ada (practice) practice_shape: an answer cell above",
+                 "comment to redo: ada (practice) practice_rms_answer"]:
+        assert line in text, text[-3000:]
+    with Gradebook(url) as gb:
+        g = lambda gid: gb.find_grade(gid, "practice", "practice", "ada")  # noqa: E731
+        assert (g("practice_shape_why").score, g("practice_shape_why").needs_manual_grade) == (1.0, False)
+        assert (g("practice_mean_var").manual_score, g("practice_mean_var").score) == (0.0, 0.0)
+        assert (g("practice_shape").manual_score, g("practice_shape").score) == (None, 1.0)  # autograde's
+        assert g("practice_rms").score == 0.0  # the changed answer, regraded
+        c = lambda gid: gb.find_comment(gid, "practice", "practice", "ada").manual_comment  # noqa: E731
+        assert (c("practice_shape_why"), c("practice_rms_answer")) == ("Clear, well put.", None)
+    assert not (course_copy / "logs" / PENDING).exists()  # applied: the record is gone
+    report = json.loads((course_copy / "reports" / "report.json").read_text())
+    assert any("practice_shape" in f and "must be redone" in f for f in report["flags"]["ada"])
+    # the report's batch history has every run, this one included (3 lines in runs.jsonl)
+    runs = (course_copy / "logs" / "runs.jsonl").read_text().splitlines()
+    html = (course_copy / "reports" / "index.html").read_text()
+    assert len(runs) == 3 and html.split("class='runs'", 1)[1].split("</table>")[0].count("<tr><td>") == 3
+
+
+@pytest.mark.slow
+def test_restoring_an_older_gradebook_regrades_what_it_rolls_back(course_copy, tmp_path):
+    """Red team: `restore` put back the backup from before the last run, whose students then
+    vanished from the gradebook while logs/graded.json still listed them; every later run failed
+    in generate_feedback. Now each successful run also backs up the gradebook it leaves (what a
+    plain `restore` puts back), and restoring an older one names the runs it rolls back and has
+    the next run grade their submissions again."""
+    only_assignments(course_copy, {"rmsnorm"})
+    run = lambda tree: grader("--submissions", tree, "--engine", "processes", course=course_copy)  # noqa: E731
+    for name, students in [("b1", {"ada": "correct"}), ("b2", {"bo": "correct"})]:
+        out = run(submitted_tree(tmp_path / name, students))
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    ids = [json.loads(ln)["run_id"] for ln in (course_copy / "logs" / "runs.jsonl").read_text().splitlines()]
+    backups = sorted(p.name for p in (course_copy / "logs" / "backups").glob("gradebook-*.db"))
+    assert backups == sorted([f"gradebook-{ids[0]}-after.db", f"gradebook-{ids[1]}-before.db",
+                              f"gradebook-{ids[1]}-after.db"])  # the first run had no gradebook before it
+
+    plain = grader("restore", course=course_copy)  # the newest: as the last run left it, nothing lost
+    assert plain.returncode == 0 and f"is now {course_copy / 'logs' / 'backups'}/gradebook-{ids[1]}-after.db" \
+        in plain.stdout and "rolled back" not in plain.stdout, plain.stdout + plain.stderr
+    older = course_copy / "logs" / "backups" / f"gradebook-{ids[1]}-before.db"
+    back = grader("restore", "--backup", older, course=course_copy)
+    assert back.returncode == 0, back.stderr
+    assert f"rolled back 1 run(s) after that backup ({ids[1]}; students bo)" in back.stdout, back.stdout
+    assert "1 submission(s) will be graded again by the next run (kept in submitted/): bo (rmsnorm)" \
+        in back.stdout, back.stdout
+
+    out = run(tmp_path / "b2")  # batch 2 again: unchanged notebooks, but graded again, not skipped
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    with (course_copy / "grades.csv").open() as f:
+        scores = {r["student_id"]: float(r["score"]) for r in csv.DictReader(f)}
+    assert scores == {"ada": 5.0, "bo": 5.0}  # bo regraded to the known 1 + 4, not a blank 0
