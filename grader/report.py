@@ -207,6 +207,8 @@ class ClassReport:
             question graded on several runs' inputs, notebooks without records.
         similar: ``{assignment: [grader.similarity.Pair]}``, near-identical answer code.
         late: ``{(assignment, student): seconds late}`` from the gradebook (late ones only).
+        lms_late: ``(assignment, student)`` whose graded download the LMS marked late (Canvas's
+            ``_LATE_``, ``logs/lms_late.json``), as ``grades.csv``'s ``late`` column counts them.
         course_root: where the links of the HTML report point (feedback, autograded, CSVs).
         runs: the batch history, ``logs/runs.jsonl`` (one dict per grading run).
         names: ``{student: name as the LMS wrote it}`` where the gradebook knows one (students
@@ -228,6 +230,7 @@ class ClassReport:
     groups_missing: dict[str, str] = field(default_factory=dict)
     similar: dict[str, list] = field(default_factory=dict)
     late: dict[tuple[str, str], float] = field(default_factory=dict)
+    lms_late: set[tuple[str, str]] = field(default_factory=set)
     course_root: Path | None = None
     runs: list[dict] = field(default_factory=list)
     names: dict[str, str] = field(default_factory=dict)
@@ -336,6 +339,10 @@ def build_report(course_root: Path, assignments: list[str], scores, max_points,
             rep.late = read_lateness(gb, assignments)
             rep.names = {st.id: name for st in gb.students
                          if (name := " ".join(x for x in (st.first_name, st.last_name) if x))}
+    from .collect import lms_late
+    from .course import CourseTree
+
+    rep.lms_late = {k for k in lms_late(CourseTree(course_root)) if k[1] in rep.totals.get(k[0], {})}
     rep.runs = read_runs(course_root)
     graded = {a: sorted(s for s in rep.totals[a] if s not in rep.not_diagnosed.get(a, [])) for a in assignments}
     if groups:
@@ -602,6 +609,17 @@ def _links(rep: ClassReport, out_dir: Path, student: str, assignment: str) -> st
     return " ".join(out)
 
 
+def late_note(rep: ClassReport, assignment: str, student: str) -> str:
+    """The student table's ``late`` entry for one submission: ``"rmsnorm (2.5 h)"`` after the due
+    date (the gradebook), ``"rmsnorm (marked late by the LMS)"`` for a download the LMS marked late
+    with no due date here to measure it by, ``""`` when it is not late."""
+    if (assignment, student) in rep.late:
+        return f"{assignment} ({rep.late[(assignment, student)] / 3600:.1f} h)"
+    if (assignment, student) in rep.lms_late:
+        return f"{assignment} (marked late by the LMS)"
+    return ""
+
+
 def _student_table(rep: ClassReport, out_dir: Path) -> list[str]:
     e = html.escape
     member: dict[str, list[str]] = defaultdict(list)
@@ -639,8 +657,7 @@ def _student_table(rep: ClassReport, out_dir: Path) -> list[str]:
             v = rep.totals[a].get(s)
             cells.append(f"<td class='num' data-v='{'' if v is None else f'{v:.4f}'}'>"
                          f"{'—' if v is None else f'{v:.2f}'}</td>")
-        late = [a for a in assignments if (a, s) in rep.late]
-        late_text = ", ".join(f"{a} ({rep.late[(a, s)] / 3600:.1f} h)" for a in late)
+        late_text = ", ".join(late_note(rep, a, s) for a in assignments if late_note(rep, a, s))
         cells.append(f"<td class='late'>{e(late_text)}</td>")
         cells.append(f"<td>{e(', '.join(rep.missing(s)))}</td>")
         notes = rep.flags.get(s, [])
@@ -802,5 +819,6 @@ def write_report(rep: ClassReport, out_dir: Path) -> Path:
         "groups_missing": rep.groups_missing,
         "similar": {a: [p.to_json() for p in ps] for a, ps in rep.similar.items()},
         "late_seconds": {f"{s} ({a})": v for (a, s), v in sorted(rep.late.items())},
+        "lms_late": [f"{s} ({a})" for a, s in sorted(rep.lms_late)],
         "ungraded": rep.ungraded, "flags": rep.flags, "names": rep.names}, indent=2, sort_keys=True))
     return path

@@ -298,3 +298,29 @@ def test_the_student_table_shows_the_lms_name_beside_the_id(course):
     assert "<td>cid</td>" in page  # no LMS name: the id alone
     data = json.loads((course / "reports" / "report.json").read_text(encoding="utf-8"))
     assert data["names"] == {"ana": "o'brienanaïs", "ben": "Ben Müller"}
+
+
+def test_the_late_column_shows_lms_late_marks_as_grades_csv_does(course):
+    """A Canvas ``_LATE_`` download (kept by collect in logs/lms_late.json, which grades.csv's late
+    column reads) is late in the report's student table too, with no due date here; a submission
+    after the gradebook's due date shows how late."""
+    import re
+    from datetime import datetime
+
+    from nbgrader.api import Gradebook
+
+    from grader.collect import LMS_LATE, _remember
+    from grader.course import CourseTree
+
+    _remember(CourseTree(course), {"ana/hw": True, "ben/hw": False, "eve/hw": True}, LMS_LATE)  # as collect does
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        gb.find_assignment("hw").duedate = datetime(2026, 11, 20, 9, 0)
+        gb.find_submission("hw", "cid").timestamp = datetime(2026, 11, 20, 11, 30)
+        gb.db.commit()
+    rep = build_report(course, ["hw"], SCORES, MAX, groups=False, similarity=False)
+    assert rep.lms_late == {("hw", "ana")}  # eve has no graded submission here
+    page = write_report(rep, course / "reports").read_text(encoding="utf-8")
+    late = dict(re.findall(r"<tr data-student='(\w+)'.*?<td class='late'>(.*?)</td>", page))
+    assert late == {"ana": "hw (marked late by the LMS)", "ben": "", "cid": "hw (2.5 h)", "dov": ""}
+    data = json.loads((course / "reports" / "report.json").read_text(encoding="utf-8"))
+    assert data["lms_late"] == ["ana (hw)"] and data["late_seconds"] == {"cid (hw)": 9000.0}
