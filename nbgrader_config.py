@@ -4,13 +4,17 @@ The course root is the folder this file lives in, so `nbgrader` commands and
 `python -m grader` work from any working directory inside a clone, and a copy of
 the course (tests, the demo class) is its own root.
 """
+import json
 import os
+import re
+import secrets
+import string
 
 import nbformat
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor, TagRemovePreprocessor
-from nbgrader.converters import GenerateAssignment
+from nbgrader.converters import Autograde, GenerateAssignment
 from nbgrader.coursedir import CourseDirectory
-from nbgrader.preprocessors import ClearHiddenTests, GetGrades, NbGraderPreprocessor
+from nbgrader.preprocessors import ClearHiddenTests, Execute, GetGrades, NbGraderPreprocessor
 
 #: The tag of a source notebook's "Standard answer" cell (a markdown cell directly after the
 #: answer cell it answers): removed from release/, shown in the feedback.
@@ -54,6 +58,71 @@ class StandardAnswers(NbGraderPreprocessor):
         return nb, resources
 
 
+#: Where a run's question keys are, relative to ``$NORMREF_HANDBACK_DIR`` (``logs/handback``):
+#: ``logs/scoring/handback-keys.json``, written by ``grader.scoring.prepare_inputs``.
+HANDBACK_KEYS = os.path.join("..", "scoring", "handback-keys.json")
+_RESOURCE = "normref_handback"
+
+
+class HandbackKeys(NbGraderPreprocessor):
+    """Autograde only, just before ``Execute``: give each hidden test the key to its question's
+    inputs, and the hand-back it is to use.
+
+    ``make grade`` locks every question's graded inputs with a key of its own, new every run
+    (``grader.scoring.prepare_inputs``); the keys are in a file no kernel can read. This puts, as
+    the notebook's first cell, ``<name> = normref.handback.seal()`` (``<name>`` random, new per
+    notebook: the hand-back as it is before any student cell runs), and rewrites each hidden
+    test's ``hand_back("<grade_id>", ...)`` into ``<name>("<grade_id>", "<key>", ...)``. So an
+    answer cell, which runs before, cannot read a question's inputs, and patching
+    ``normref.handback`` afterwards changes no hand-back unnoticed. :class:`HandbackKeysRemoved`
+    undoes both right after ``Execute``: neither the keys nor the name reach the autograded
+    notebook or the feedback (they are useless to a later run anyway: new keys every run).
+    Without the keys file (no ``make grade`` inputs) the notebook is left as it is.
+    """
+
+    def preprocess(self, nb, resources):
+        folder = os.environ.get("NORMREF_HANDBACK_DIR")
+        path = os.path.join(folder, HANDBACK_KEYS) if folder else None
+        if not path or not os.path.isfile(path):
+            return nb, resources
+        with open(path) as f:
+            keys = json.load(f)
+        name = "_" + "".join(secrets.choice(string.ascii_letters) for _ in range(16))
+        originals = {}
+        for i, cell in enumerate(nb.cells):
+            gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if cell.cell_type != "code" or gid not in keys:
+                continue
+            call = re.compile(r"\bhand_back\(\s*([\"'])" + re.escape(gid) + r"\1")
+            new = call.sub(lambda m: f'{name}("{gid}", "{keys[gid]}"', cell.source)
+            if new != cell.source:
+                originals[cell.get("id") or str(i)] = cell.source
+                cell.source = new
+        if originals:
+            prologue = nbformat.v4.new_code_cell(
+                f"{name} = __import__('normref.handback', fromlist=['seal']).seal()")
+            prologue.metadata[_RESOURCE] = True
+            nb.cells.insert(0, prologue)
+            resources[_RESOURCE] = originals
+        return nb, resources
+
+
+class HandbackKeysRemoved(NbGraderPreprocessor):
+    """Autograde only, right after ``Execute``: the hidden tests' sources as they were, and the
+    sealing cell gone (see :class:`HandbackKeys`)."""
+
+    def preprocess(self, nb, resources):
+        originals = resources.pop(_RESOURCE, None)
+        if originals is None:
+            return nb, resources
+        nb.cells = [cell for cell in nb.cells if not cell.metadata.get(_RESOURCE)]
+        for i, cell in enumerate(nb.cells):
+            key = cell.get("id") or str(i)
+            if key in originals:
+                cell.source = originals[key]
+        return nb, resources
+
+
 c = get_config()  # noqa: F821 - injected by traitlets when nbgrader loads this file
 
 c.CourseDirectory.course_id = "lesson16-normalization"
@@ -78,4 +147,8 @@ c.GenerateAssignment.preprocessors = [TagRemovePreprocessor,
                                       *GenerateAssignment.class_traits()["preprocessors"].default()]
 c.TagRemovePreprocessor.enabled = True
 c.TagRemovePreprocessor.remove_cell_tags = {STANDARD_ANSWER_TAG}
+_autograde = list(Autograde.class_traits()["autograde_preprocessors"].default())
+_at = _autograde.index(Execute)
+c.Autograde.autograde_preprocessors = [*_autograde[:_at], HandbackKeys, Execute, HandbackKeysRemoved,
+                                       *_autograde[_at + 1:]]
 c.Execute.extra_arguments = ["--HistoryManager.hist_file=:memory:", "--InteractiveShell.xmode=Plain"]

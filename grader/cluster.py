@@ -46,6 +46,8 @@ from .parallel import AutogradeOutcome, _reason, default_jobs
 
 #: The environment variable that points kernels at this run's graded inputs (normref.handback.ENV).
 HANDBACK_ENV = "NORMREF_HANDBACK_DIR"
+#: This run's question keys, beside the seeds (grader.scoring.KEYS_FILE), never inside a sandbox.
+HANDBACK_KEYS = "handback-keys.json"
 
 #: How many workers may die while running one task before it is given up (embedded cluster).
 ALLOWED_FAILURES = 1
@@ -207,7 +209,9 @@ def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
 
     Args:
         assignment: ``{"name", "config": bytes, "gradebook": bytes, "source_files": {rel: bytes},
-            "handback": {rel: bytes}}`` (``handback``: the graded inputs, see :mod:`grader.scoring`).
+            "handback": {rel: bytes}, "handback_keys": bytes}`` (``handback``: the graded inputs, locked
+            per question; ``handback_keys``: their keys, for the autograde preprocessor; see
+            :mod:`grader.scoring`).
         submission: ``{"student", "files": {rel: bytes}}`` (``submitted/<student>/<assignment>/``).
         options: ``{"sandbox": bool, "cell_timeout": int | None, "course_id": str}``.
 
@@ -238,6 +242,11 @@ def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
         _write_files(root / "submitted" / st / a, submission["files"])
         handback = root / "logs" / "handback"  # this run's graded inputs (grader.scoring)
         _write_files(handback, assignment.get("handback", {}))
+        if assignment.get("handback_keys"):  # outside the sandbox, as in the course: logs/scoring/
+            (root / "logs" / "scoring").mkdir(parents=True, exist_ok=True)
+            fd = os.open(root / "logs" / "scoring" / HANDBACK_KEYS, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(assignment["handback_keys"])
         config = Config()
         config.merge(PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config())
         config.CourseDirectory.root = str(root)
@@ -526,6 +535,9 @@ def autograde(course: CourseTree | Path, assignments: list[str], *, jobs: int | 
     config = (tree.root / "nbgrader_config.py").read_bytes()
     # the graded inputs the kernels read (grader.scoring.prepare_inputs points $NORMREF_HANDBACK_DIR at them)
     handback = _files(Path(os.environ[HANDBACK_ENV])) if os.environ.get(HANDBACK_ENV) else {}
+    # and their keys, which only the autograde preprocessor reads (HandbackKeys in nbgrader_config.py)
+    keys_file = Path(os.environ[HANDBACK_ENV]).parent / "scoring" / HANDBACK_KEYS if handback else None
+    handback_keys = keys_file.read_bytes() if keys_file and keys_file.is_file() else None
     options = {"sandbox": use_sandbox, "config_args": list(extra_args or []), "course_id": course_id}
     for a, s in pairs:  # a regrade starts from nothing, as nbgrader autograde --force does
         old = tree.autograded(s, a)
@@ -535,7 +547,7 @@ def autograde(course: CourseTree | Path, assignments: list[str], *, jobs: int | 
     # one assignment's definition at a time, its tasks sent as soon as it is ready: the workers
     # start on the first assignment while the next definition is copied out of the gradebook
     for name in sorted({a for a, _ in pairs}, key=[a for a, _ in pairs].index):
-        payload = {"name": name, "config": config, "handback": handback,
+        payload = {"name": name, "config": config, "handback": handback, "handback_keys": handback_keys,
                    "gradebook": assignment_definitions(tree, [name], course_id)[name],
                    "source_files": _files(tree.source(name), skip_notebooks=True)}
         for a, s in pairs:

@@ -54,7 +54,18 @@ import nbformat
 import numpy as np
 
 from normref.faults import METADATA_KEY, output_metadata
-from normref.handback import ENV, MIME
+from normref.handback import ENV, MIME, lock, question_key
+
+#: The run's question keys (``{grade_id: hex}``), beside the seeds in ``logs/scoring/`` (outside
+#: every sandbox): read by the autograde preprocessor that writes each key into its hidden test
+#: cell (``HandbackKeys`` in ``nbgrader_config.py``), found from ``$NORMREF_HANDBACK_DIR``'s
+#: parent folder as ``scoring/handback-keys.json``.
+KEYS_FILE = "handback-keys.json"
+
+
+def keys_path(inputs: Path) -> Path:
+    """Where the keys of the inputs in ``inputs`` (``logs/handback``) are: ``logs/scoring/handback-keys.json``."""
+    return Path(inputs).parent / "scoring" / KEYS_FILE
 
 __all__ = ["QUESTIONS", "PRACTICE", "prepare_inputs", "score_notebook", "score_class", "Replay", "ReplayClass",
            "decode_answer", "module_plan", "block_plan", "Scored", "inputs_id",
@@ -381,13 +392,8 @@ def block_plan(cases: list) -> list[dict]:
     return plan
 
 
-#: torch functions and ops that compute a normalization (names as a TorchFunctionMode sees them).
-TORCH_NORMS = ("layer_norm", "rms_norm", "group_norm", "instance_norm", "batch_norm", "native_layer_norm",
-               "_fused_rms_norm", "native_batch_norm", "native_group_norm", "local_response_norm")
-NORMREF_NORMS = ("normref.functional.layer_norm", "normref.functional.rms_norm", "normref.modules.LayerNorm.forward",
-                 "normref.modules.RMSNorm.forward", "normref.blocks.TransformerBlock.forward")
-NORMREF_PLACEMENT = ("normref.blocks.pre_ln", "normref.blocks.post_ln", "normref.blocks.TransformerBlock.forward")
-NORMREF_BACKWARD = ("normref.backward.layer_norm_backward", "normref.backward.rms_norm_backward")
+# What counts as running a reference: normref.rules' lists, which the student's self-check uses too.
+from normref.rules import NORMREF_BACKWARD, NORMREF_NORMS, NORMREF_PLACEMENT, TORCH_NORMS  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -563,7 +569,9 @@ def prepare_inputs(course_root: Path, *, seed: int | None = None, log=print,
                    set_env: bool = True) -> tuple[int, Path]:
     """Draw this run's graded inputs and point the kernels at them.
 
-    Writes ``logs/handback/<grade_id>.pt`` (what the kernels may read) and appends the seed to
+    Writes ``logs/handback/<grade_id>.pt`` (what the kernels may read, each locked with a key of
+    its own, new every run: :func:`normref.handback.lock`; the keys go to
+    ``logs/scoring/handback-keys.json``, which no kernel can read) and appends the seed to
     ``logs/scoring/seeds.jsonl`` (what reproduces the grades; no kernel can read ``logs/``), and
     sets ``NORMREF_HANDBACK_DIR`` in this process's environment (unless ``set_env`` is
     False: then pass it to nbgrader yourself), which nbgrader's autograde processes and the
@@ -578,6 +586,7 @@ def prepare_inputs(course_root: Path, *, seed: int | None = None, log=print,
     seed = new_seed() if seed is None else seed
     inputs = root / "logs" / "handback"
     inputs.mkdir(parents=True, exist_ok=True)
+    master, keys = secrets.token_bytes(32), {}
     for gid in QUESTIONS:
         q = QUESTIONS[gid]
         if q.kind == "class":  # the plan of calls (a visible check's public cases, too)
@@ -588,9 +597,18 @@ def prepare_inputs(course_root: Path, *, seed: int | None = None, log=print,
         else:
             calls = None if q.public else probe_calls(gid, seed)  # public cases: the kernel makes them
             data = {"calls": calls, "public": q.public, "reference": q.reference}
-        torch.save(data, inputs / f"{gid}.pt")
+        buf = io.BytesIO()
+        torch.save(data, buf)
+        key = question_key(master, gid)
+        keys[gid] = key.hex()
+        (inputs / f"{gid}.pt").write_bytes(lock(key, buf.getvalue()))
     seeds = root / "logs" / "scoring"
     seeds.mkdir(parents=True, exist_ok=True)
+    kp = keys_path(inputs)
+    kp.unlink(missing_ok=True)
+    fd = os.open(kp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(keys, f)
     with (seeds / "seeds.jsonl").open("a") as f:
         f.write(json.dumps({"time": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "seed": seed,
                             "questions": sorted(QUESTIONS)}) + "\n")
@@ -926,10 +944,22 @@ def score_notebook(nb, seed: int) -> dict[str, Scored]:
         if len(found) != 1 or found[0].get("grade_id") != gid:
             flags = ([f"{gid}: {len(found)} sets of outputs in one test cell (one is handed back): scored 0"]
                      if len(found) > 1 else [])
+            removed = _removed_answer(nb, cell)
+            if removed:
+                out[gid] = Scored(gid, 0.0, f"{gid}: 0 points: {removed}", flags)
+                continue
             errors = [f"{o.get('ename')}: {o.get('evalue')}" for o in cell.get("outputs", [])
                       if o.get("output_type") == "error"]
             why = errors[-1] if errors else "no outputs were handed back"
             out[gid] = Scored(gid, 0.0, f"{gid}: not graded ({why}): 0 points", flags)
+            continue
+        changed = found[0].get("changed")
+        if changed:
+            names = ", ".join(str(c)[:120] for c in list(changed)[:8]) if isinstance(changed, list) else "?"
+            out[gid] = Scored(gid, 0.0, f"{gid}: 0 points: the grader's hand-back code was changed in the kernel "
+                              f"before it ran ({names}); a hand-back that may not be the grader's is not scored",
+                              [f"{gid}: changed the grader's hand-back in the kernel ({names}): scored 0"],
+                              [])
             continue
         q = QUESTIONS[gid]
         if q.kind == "values":
@@ -965,6 +995,34 @@ def score_notebook(nb, seed: int) -> dict[str, Scored]:
             record = result_record(result, inputs_id(seed))
         out[gid] = Scored(gid, fraction, text, [], result.faults, result.variants, record)
     return out
+
+
+#: How the grader's repair stage (grader/repair.py) replaces an answer cell it removed.
+_REMOVED = "# The grader removed this cell: "
+_RULES = {"it tried to change how grading works":
+          "code that changes how grading works (the grader's checkers, hand-back or recorder, the "
+          "interpreter's or IPython's machinery, threads, TorchScript) is not allowed: the cell is "
+          "removed and its question earns what a blank answer earns",
+          "it calls the reference implementation instead of implementing it":
+          "calling the reference normalization instead of implementing it earns what a blank answer "
+          "earns: implement it with tensor operations"}
+
+
+def _removed_answer(nb, test_cell) -> str | None:
+    """Why this test cell's question has no hand-back, when the answer cell above it was removed by
+    the grader's scan (the rule it broke, stated as the report states it), else None."""
+    answer = None
+    for cell in nb.cells:
+        if cell is test_cell:
+            break
+        if cell.get("metadata", {}).get("nbgrader", {}).get("solution") and cell.cell_type == "code":
+            answer = cell
+    if answer is None or not answer.source.startswith(_REMOVED):
+        return None
+    reason = answer.source[len(_REMOVED):].split("\n", 1)[0].strip()
+    aid = answer.metadata.get("nbgrader", {}).get("grade_id", "?")
+    return (f"the grader removed your answer cell {aid!r} before grading: {reason}. The rule: "
+            f"{_RULES.get(reason, reason)}. (The report lists the line it found.)")
 
 
 def _score_values(gid: str, seed: int, bundle: dict) -> Scored:

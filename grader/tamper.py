@@ -11,7 +11,10 @@ tree and reports:
   ``setattr``/``delattr`` on a module; reaching the interpreter's machinery (``get_ipython``,
   ``__builtins__``, ``__import__``, ``exec``/``eval``/``compile``, ``globals()[...] =``,
   ``sys.modules``) or importing ``builtins``, ``ctypes``, ``gc``, ``inspect``, ``importlib``,
-  ``IPython.core``, ``ipykernel``, ``nbgrader``;
+  ``IPython.core``, ``ipykernel``, ``nbgrader``; a module this cell imports is a module too
+  (``import normref.handback as h; h.run_calls = ...``); reaching ``normref.handback``; work the
+  grader's call recorder cannot see (``threading``, ``concurrent.futures``, ``multiprocessing``,
+  TorchScript: ``torch.jit``, ``CompilationUnit``; ``torch.compile``; ``torch._C``);
 * ``reference``: calling the reference instead of implementing it (``normref.rms_norm``,
   ``F.layer_norm``, ``torch.rms_norm``, ``nn.LayerNorm`` ...).
 
@@ -32,7 +35,15 @@ from normref import rules as _rules
 MODULE_NAMES = {"normref", "np", "numpy", "torch", "F", "nn", "math", "sys", "os", "builtins",
                 "IPython", "ipykernel", "nbgrader", "unittest", "pytest", "functools", "operator"}
 DENY_IMPORTS = {"builtins", "ctypes", "gc", "inspect", "importlib", "ipykernel", "nbgrader",
-                "IPython.core", "IPython.terminal", "traceback", "atexit", "signal", "code", "codeop"}
+                "IPython.core", "IPython.terminal", "traceback", "atexit", "signal", "code", "codeop",
+                # the grader's hand-back, and work the grader's call recorder cannot see: other
+                # threads and processes (a pool started before the graded call), TorchScript
+                "normref.handback", "threading", "_thread", "concurrent", "multiprocessing", "torch.jit",
+                "torch._C", "torch.multiprocessing"}
+#: Attributes whose use is tamper: TorchScript (``torch.jit``, ``CompilationUnit``; its ops run
+#: outside torch's function mode), ``torch.compile``, torch's C internals, the grader's hand-back.
+DENY_ATTRS = {"jit": "TorchScript (torch.jit)", "CompilationUnit": "TorchScript (CompilationUnit)",
+              "_C": "torch's C internals (torch._C)", "handback": "the grader's hand-back (normref.handback)"}
 DENY_NAMES = {"get_ipython", "__builtins__", "__import__", "exec", "eval", "compile", "globals",
               "locals", "vars", "__loader__", "__spec__", "breakpoint"}
 # The rule "implement it, do not call the reference" is normref.rules', shared with the student's
@@ -104,6 +115,12 @@ def scan(source: str, protected: dict[str, str | None] | None = None) -> list[Fi
     except SyntaxError:
         return findings  # a syntax error only costs the student the cell; nothing to tamper with
 
+    # names this cell binds to a module or a module's attribute by an import (``import
+    # normref.handback as h``): assigning to their attributes changes that module
+    imported = {name for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+                for name, _ in _import_targets(node)}
+    modules = MODULE_NAMES | set(protected) | imported
+
     def bind(name: str, line: int, target: str | None = None):
         if name in protected and not (target is not None and protected[name] == target):
             findings.append(Finding("tamper", line, f"rebinds {name!r}, which the test cells use"))
@@ -127,7 +144,7 @@ def scan(source: str, protected: dict[str, str | None] | None = None) -> list[Fi
                         bind(sub.id, line)
                 if isinstance(t, (ast.Attribute, ast.Subscript)):
                     root = _root(t)
-                    if root in MODULE_NAMES or root in protected:
+                    if root in modules:
                         findings.append(Finding("tamper", line, f"modifies {_dotted(t) or root}"))
                     elif (isinstance(t, ast.Subscript) and isinstance(t.value, ast.Call)
                           and _root(t.value) in DENY_NAMES):
@@ -141,12 +158,15 @@ def scan(source: str, protected: dict[str, str | None] | None = None) -> list[Fi
                     "meta_path", "path_hooks", "_getframe"):
                 findings.append(Finding("tamper", line, f"uses {dotted}"))
             elif node.attr in ("__globals__", "__code__", "__builtins__", "__dict__", "f_globals",
-                               "f_locals", "f_back", "__subclasses__"):
+                               "f_locals", "f_back", "__subclasses__", "__closure__", "__defaults__",
+                               "__kwdefaults__"):
                 findings.append(Finding("tamper", line, f"uses {node.attr}"))
+            elif node.attr in DENY_ATTRS or (node.attr == "compile" and _root(node) in ("torch", "_torch")):
+                findings.append(Finding("tamper", line, f"uses {DENY_ATTRS.get(node.attr, 'torch.compile')}"))
         if isinstance(node, ast.Call):
             fn = node.func
             if isinstance(fn, ast.Name) and fn.id in ("setattr", "delattr") and node.args:
-                if _root(node.args[0]) in MODULE_NAMES or _root(node.args[0]) in protected:
+                if _root(node.args[0]) in modules:
                     findings.append(Finding("tamper", line, f"{fn.id} on {_dotted(node.args[0])}"))
     for line, what in _rules.reference_calls(code, protected):  # imports and calls of a reference
         findings.append(Finding("reference", line, what.replace("calls ", "calls the reference ", 1)))

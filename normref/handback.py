@@ -34,6 +34,58 @@ MIME = "application/vnd.normref.handback+json"
 ENV = "NORMREF_HANDBACK_DIR"
 #: Largest array handed back (elements); the graded inputs are tiny.
 MAX_ELEMENTS = 1 << 16
+#: First bytes of an inputs file locked with its question's key (:func:`lock`).
+MAGIC = b"NRHB1\n"
+
+
+# ------------------------------------------------------------------ the inputs, locked per question
+#
+# The grader (grader.scoring.prepare_inputs) writes each question's inputs locked with a key of
+# its own, new every grading run; only an nbgrader preprocessor outside the sandbox knows the keys,
+# and it writes a question's key into that question's hidden test cell just before autograde runs
+# it (nbgrader_config.py, HandbackKeys). An answer cell, which runs earlier, cannot read them.
+
+def question_key(master: bytes, grade_id: str) -> bytes:
+    """The key of one question: HMAC-SHA256 of its ``grade_id`` under the run's master key."""
+    import hashlib
+    import hmac
+
+    return hmac.new(master, b"normref-handback:" + grade_id.encode(), hashlib.sha256).digest()
+
+
+def _keystream(key: bytes, nonce: bytes, n: int) -> np.ndarray:
+    import hashlib
+
+    blocks = bytearray()
+    for i in range((n + 31) // 32):
+        blocks += hashlib.sha256(key + nonce + i.to_bytes(8, "little")).digest()
+    return np.frombuffer(bytes(blocks[:n]), dtype=np.uint8)
+
+
+def lock(key: bytes, data: bytes) -> bytes:
+    """``data`` encrypted with ``key`` (a SHA-256 keystream, counter mode) and authenticated
+    (HMAC-SHA256, encrypt-then-MAC): ``MAGIC + nonce + tag + ciphertext``."""
+    import hashlib
+    import hmac
+    import secrets
+
+    nonce = secrets.token_bytes(16)
+    ct = (np.frombuffer(data, dtype=np.uint8) ^ _keystream(key, nonce, len(data))).tobytes()
+    tag = hmac.new(key, nonce + ct, hashlib.sha256).digest()
+    return MAGIC + nonce + tag + ct
+
+
+def unlock(key: bytes, blob: bytes) -> bytes:
+    """The inverse of :func:`lock`. Raises ValueError for a wrong key or a changed file."""
+    import hashlib
+    import hmac
+
+    if not blob.startswith(MAGIC):
+        raise ValueError("not a locked inputs file")
+    nonce, tag, ct = blob[len(MAGIC):len(MAGIC) + 16], blob[len(MAGIC) + 16:len(MAGIC) + 48], blob[len(MAGIC) + 48:]
+    if not hmac.compare_digest(tag, hmac.new(key, nonce + ct, hashlib.sha256).digest()):
+        raise ValueError("wrong key for these inputs")
+    return (np.frombuffer(ct, dtype=np.uint8) ^ _keystream(key, nonce, len(ct))).tobytes()
 
 
 def _npy(a: np.ndarray) -> str:
@@ -87,28 +139,61 @@ def _same(a, b) -> bool:
     return bool(np.array_equal(a, b, equal_nan=True))
 
 
+#: The normref modules whose functions and methods can be references (by their code objects).
+_REFERENCE_MODULES = ("normref.functional", "normref.modules", "normref.blocks", "normref.backward")
+
+
+def reference_codes() -> dict:
+    """``{code object: "module.qualname"}`` of every function and method defined in
+    :data:`_REFERENCE_MODULES`, read from the modules as they are now (the sealed prologue
+    reads them before any student cell runs, :func:`seal`)."""
+    import importlib
+    import types
+
+    out = {}
+    for modname in _REFERENCE_MODULES:
+        mod = importlib.import_module(modname)
+        for obj in list(vars(mod).values()):
+            members = [obj]
+            if isinstance(obj, type) and obj.__module__ == modname:
+                members = list(vars(obj).values())
+            for m in members:
+                f = getattr(m, "__func__", m)
+                if isinstance(f, types.FunctionType) and f.__module__ == modname:
+                    out[f.__code__] = f"{modname}.{f.__qualname__}"
+    return out
+
+
 class ReferenceRecorder:
     """While the student's function runs: which reference normalizations it executed, by any
     spelling (``F.rms_norm``, an alias, ``getattr(F, "layer_norm")``, ``F.__dict__[...]``,
     ``operator.attrgetter``, ``torch.nn.LayerNorm``, ``torch.ops.aten.native_layer_norm``,
-    ``normref.rms_norm`` ...).
+    ``normref.rms_norm``, ``normref.blocks.post_ln`` ...).
 
     A :class:`torch.overrides.TorchFunctionMode` sees every torch function and op called,
-    however it was reached; a profile hook sees every Python function of ``normref`` called.
-    A call counts when the nearest caller outside torch is the student's own code, so a norm
-    the checker hands in (Pre-/Post-LN's ``norm``) may run its own reference.
+    however it was reached; a profile hook sees every Python function called, and knows the
+    course's references by their code objects (:func:`reference_codes`, read before any student
+    code ran when the grading kernel sealed them), not by the file they are in. A call counts
+    unless an object the grader handed in (Pre-/Post-LN's ``norm``, a block's swapped-in
+    submodules: ``handed_in``) is running it; every other frame of a library (torch, numpy, the
+    standard library, normref itself) is walked through, so a course helper cannot launder it.
 
     Args:
         torch_names: torch function/op names that are references (``"layer_norm"``,
             ``"native_layer_norm"`` ...; an op's overload suffix is ignored).
         normref_names: ``normref`` functions that are references, as ``module.qualname``
             (``"normref.functional.rms_norm"``, ``"normref.modules.LayerNorm.forward"``).
+        handed_in: the grader's own objects given to the student's code, which may run a reference.
+        codes: ``{code: name}`` of the references (default: :func:`reference_codes` now).
+        threads: idents of the Python threads that may be alive when the call starts (the
+            kernel's own, from :func:`seal`); another one alive then is recorded, as work this
+            recorder cannot see (``None``: not checked).
 
     Attributes:
-        found: what was executed, e.g. ``["calls torch rms_norm"]``, in order of first call.
+        found: what was executed, e.g. ``["calls torch's rms_norm"]``, in order of first call.
     """
 
-    def __init__(self, torch_names=(), normref_names=()):
+    def __init__(self, torch_names=(), normref_names=(), handed_in=(), codes=None, threads=None):
         import sysconfig
 
         import torch
@@ -116,28 +201,31 @@ class ReferenceRecorder:
         self.torch_names = set(torch_names)
         self.normref_names = set(normref_names)
         self.found: list[str] = []
+        self._codes = codes if codes is not None else (reference_codes() if normref_names else {})
+        self._threads = threads
+        self._handed = {id(o) for o in handed_in}
+        self._handed_codes = {getattr(o, "__code__", None) for o in handed_in} - {None}
+        self._keep = list(handed_in)  # the ids stay valid while the call runs
         here = os.path.dirname(os.path.abspath(__file__))
-        self._normref = here + os.sep
         self._library = tuple({os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
                                os.path.dirname(os.path.abspath(np.__file__)) + os.sep,
-                               sysconfig.get_paths()["stdlib"] + os.sep, self._normref})
+                               sysconfig.get_paths()["stdlib"] + os.sep, here + os.sep})
         self._mode = None
         self._old_profile = None
 
     def _student_frame(self, frame) -> bool:
-        """Is the nearest caller outside torch/numpy/the standard library the student's code?
-
-        Only the course's own norms and sublayers (``normref/modules.py``, ``blocks.py``,
-        ``functional.py``: what a checker hands in) may call a reference; any other normref
-        frame (a checker's call helper, say) is walked through, so it cannot launder a call.
-        """
+        """Is the nearest caller outside torch/numpy/the standard library/normref the student's
+        code, with no object the grader handed in running in between?"""
         while frame is not None:
-            f = os.path.abspath(frame.f_code.co_filename) if not frame.f_code.co_filename.startswith("<") \
-                else frame.f_code.co_filename
-            if not f.startswith(self._library) or f.startswith("<"):
+            name = frame.f_code.co_filename
+            f = name if name.startswith("<") else os.path.abspath(name)
+            if f.startswith("<") or not f.startswith(self._library):
                 return True
-            if f.startswith(self._normref) and os.path.basename(f) in _HANDED_IN:
+            if frame.f_code in self._handed_codes:
                 return False
+            if self._handed and "self" in frame.f_code.co_varnames[:1]:
+                if id(frame.f_locals.get("self")) in self._handed:
+                    return False
             frame = frame.f_back
         return False
 
@@ -145,12 +233,23 @@ class ReferenceRecorder:
         if what not in self.found:
             self.found.append(what)
 
+    def _check_threads(self) -> None:
+        import sys
+
+        if self._threads is None:
+            return
+        extra = set(sys._current_frames()) - set(self._threads)
+        if extra:
+            self._add(f"runs code in another thread or process ({len(extra)} thread(s) started before the "
+                      "grader's call were still running)")
+
     def __enter__(self) -> "ReferenceRecorder":
         import sys
 
         from torch.overrides import TorchFunctionMode
 
         rec = self
+        self._check_threads()
 
         class Mode(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -159,16 +258,18 @@ class ReferenceRecorder:
                     rec._add(f"calls torch's {name}")
                 return func(*args, **(kwargs or {}))
 
+        codes = self._codes
+
         def profile(frame, event, arg):
-            if event == "c_call" and (getattr(arg, "__module__", None), getattr(arg, "__name__", None)) in _ESCAPES:
-                # Work moved to another thread or process runs where this recorder cannot see it.
-                self._add(f"runs code in another thread or process ({arg.__module__}.{arg.__name__})")
+            if event == "c_call":
+                if (getattr(arg, "__module__", None), getattr(arg, "__name__", None)) in _ESCAPES:
+                    # Work moved to another thread or process runs where this recorder cannot see it.
+                    self._add(f"runs code in another thread or process ({arg.__module__}.{arg.__name__})")
                 return
-            if event != "call" or not frame.f_code.co_filename.startswith(self._normref):
+            if event != "call":
                 return
-            rel = os.path.relpath(frame.f_code.co_filename, os.path.dirname(self._normref.rstrip(os.sep)))
-            name = rel[:-3].replace(os.sep, ".") + "." + frame.f_code.co_qualname
-            if name in self.normref_names and self._student_frame(frame.f_back):
+            name = codes.get(frame.f_code)
+            if name is not None and name in self.normref_names and self._student_frame(frame.f_back):
                 self._add(f"calls {name}")
 
         self._mode = Mode()
@@ -191,10 +292,9 @@ class ReferenceRecorder:
         sys.setprofile(self._old_profile)
         if stack and self._mode in stack:
             self._mode.__exit__(*exc)
+        self._check_threads()
 
 
-#: normref files whose code a checker hands in (a norm, a sublayer): they may run a reference.
-_HANDED_IN = {"modules.py", "blocks.py", "functional.py"}
 #: C functions that move work out of the recorded call: a thread or a child process.
 _ESCAPES = {("_thread", "start_new_thread"), ("_thread", "start_new"), ("_thread", "start_joinable_thread"),
             ("posix", "fork"), ("posix", "forkpty"), ("posix", "posix_spawn"), ("posix", "posix_spawnp"),
@@ -208,12 +308,28 @@ def _recorder_intact() -> bool:
     return all(ReferenceRecorder.__dict__.get(k) is v for k, v in _RECORDER_METHODS.items())
 
 
-def run_calls(fn, calls: list, reference: dict | None = None) -> list[dict] | dict:
+def _recorder(reference: dict | None, handed_in=(), sealed: dict | None = None) -> ReferenceRecorder:
+    kw = dict(reference or {})
+    if sealed is not None:
+        kw.setdefault("codes", sealed["codes"])
+        kw.setdefault("threads", sealed["threads"])
+    return ReferenceRecorder(handed_in=handed_in, **kw)
+
+
+def _handed_in(args, kwargs) -> list:
+    """The grader's objects among a call's arguments (a norm, a sublayer): not arrays, not numbers."""
+    import torch
+
+    return [a for a in (*args, *kwargs.values())
+            if not isinstance(a, (torch.Tensor, np.ndarray, int, float, bool, str, type(None), tuple, list))]
+
+
+def run_calls(fn, calls: list, reference: dict | None = None, sealed: dict | None = None) -> list[dict] | dict:
     """Make each call ``(args, kwargs, grad_enabled)`` of ``fn``, as the checker would; one
     record per call: ``{"out": encode(output)}``, ``{"raised": [type, message]}`` or
     ``{"timeout": True}``, plus ``"after"`` for inputs the call modified and ``"references"``
     for the reference normalizations it executed (``reference``: the keyword arguments of
-    :class:`ReferenceRecorder`)."""
+    :class:`ReferenceRecorder`; ``sealed``: what :func:`seal` captured at kernel start)."""
     import torch
 
     from .checks.core import CALL_TIMEOUT_S, _call_with_timeout, _Timeout
@@ -224,11 +340,13 @@ def run_calls(fn, calls: list, reference: dict | None = None) -> list[dict] | di
     for args, kwargs, grad in calls:
         before = [(i, _copy(a)) for i, a in _arrays(args)]
         rec: dict = {}
-        recorder = ReferenceRecorder(**(reference or {}))
+        recorder = _recorder(reference, _handed_in(args, kwargs), sealed)
         try:
             with torch.set_grad_enabled(grad), recorder:
                 out = _call_with_timeout(fn, tuple(args), dict(kwargs), CALL_TIMEOUT_S)
-            rec["out"] = encode(out)
+                # encoded inside the record: a returned object whose conversion runs code
+                # (a tensor subclass, say) runs it where the recorder sees it
+                rec["out"] = encode(out)
         except _Timeout:
             rec["timeout"] = True
         except Exception as e:  # noqa: BLE001 - the student's error is handed back as it is
@@ -306,20 +424,22 @@ def _report(m, attrs) -> dict:
     return {"params": names, "attrs": out}
 
 
-def _timed(fn, args: tuple, kwargs: dict, reference: dict | None = None) -> dict:
+def _timed(fn, args: tuple, kwargs: dict, reference: dict | None = None, handed_in=(),
+           sealed: dict | None = None) -> dict:
     """One call of the student's code: ``{"out": encode(...)}``, ``{"raised": [type, message]}``
     or ``{"timeout": True}``, with ``"references"`` when ``reference`` is given and the call ran
     a reference normalization (see :func:`run_calls`)."""
     from .checks.core import CALL_TIMEOUT_S, _call_with_timeout, _Timeout
 
     rec: dict = {}
-    recorder = ReferenceRecorder(**reference) if reference is not None else None
+    recorder = _recorder(reference, handed_in, sealed) if reference is not None else None
     try:
         if recorder is None:
             rec["value"] = _call_with_timeout(fn, tuple(args), dict(kwargs), CALL_TIMEOUT_S)
         else:
             with recorder:
                 rec["value"] = _call_with_timeout(fn, tuple(args), dict(kwargs), CALL_TIMEOUT_S)
+                rec["out"] = encode(rec["value"])  # inside the record (see run_calls)
     except _Timeout:
         rec["timeout"] = True
     except Exception as e:  # noqa: BLE001 - the student's error is handed back as it is
@@ -341,7 +461,7 @@ def _value(expr, x, outs: list):
     return outs[int(str(expr)[1:])]
 
 
-def run_plan(cls, plan: list[dict], reference: dict | None = None) -> list[dict] | dict:
+def run_plan(cls, plan: list[dict], reference: dict | None = None, sealed: dict | None = None) -> list[dict] | dict:
     """Perform the grader's plan for a class question (its checker's cases, decided by the
     grader) on the student's class ``cls`` and record what happened; nothing is judged here.
 
@@ -396,6 +516,7 @@ def run_plan(cls, plan: list[dict], reference: dict | None = None) -> list[dict]
             if not new.get("module"):
                 continue
             rec["report"] = _report(m, case.get("attrs", ()))
+            handed = [part for _, part in case.get("swap") or ()]
             try:
                 with torch.no_grad():
                     for name, value in (case.get("load") or {}).items():
@@ -416,21 +537,22 @@ def run_plan(cls, plan: list[dict], reference: dict | None = None) -> list[dict]
                     for name, expr in case["trace"]["calls"]:
                         arg = _value(expr, tx, outs)
                         part = getattr(m, name, None)
-                        one = _timed(part, (arg,), {}, reference or {}) if callable(part) else {
+                        one = _timed(part, (arg,), {}, reference or {}, handed, sealed) if callable(part) else {
                             "raised": ["TypeError", f"{name} is not callable"]}
                         one["in"] = encode(arg)
                         out = one.pop("value", None)
                         if "raised" in one or "timeout" in one:
                             trace.append(one)
                             break
-                        one["out"] = encode(out)
+                        one.setdefault("out", encode(out))
                         trace.append(one)
                         outs.append(out)
                 if x is not None:
                     before = _copy(x)
-                    one = _timed(m, (x,), {}, reference or {})
+                    one = _timed(m, (x,), {}, reference or {}, handed, sealed)
                     if "value" in one:
-                        one["out"] = encode(one.pop("value"))
+                        value = one.pop("value")
+                        one.setdefault("out", encode(value))
                     if not _same(x, before):
                         one["after"] = {"0": encode(x)}
                     rec["forward"] = one
@@ -486,19 +608,25 @@ def hand_back(grade_id: str, fn, *more) -> float | None:
     (:func:`encode_answer`: ``fn`` and ``more`` are the answers, e.g.
     ``hand_back("practice_mean_var", mean_1357, var_1357)``).
 
-    Args:
-        grade_id: the hidden test's nbgrader ``grade_id``, e.g. ``"rms_norm_battery"``.
-        fn: the student's function or class, or the first answer.
-        more: further answers of a short-answer question.
+    In ``make grade`` this line of the hidden test is not what runs: the grader's nbgrader
+    preprocessor (``HandbackKeys`` in ``nbgrader_config.py``) replaces it, just before autograde
+    executes the cell, with a call of the hand-back :func:`seal` captured when the kernel started,
+    given the question's key (its inputs are locked with it, :func:`lock`). Called as written, in
+    autograde, it finds locked inputs it cannot read, says so and scores 0.
 
     Returns:
-        In autograde, 0.0 for a battery (the cell's nbgrader score until the grader's scoring
-        stage writes the real one into the gradebook) and None for a visible check (nbgrader's
-        pass/fail of the cell stands until then); elsewhere None (no output: Validate judges the
-        visible part of the cell).
+        In autograde, 0.0 (the cell's nbgrader score until the grader's scoring stage writes the
+        real one into the gradebook); elsewhere None (no output: Validate judges the visible part
+        of the cell).
     """
     if os.environ.get("NBGRADER_EXECUTION") != "autograde":
         return None  # nothing to hand back; and validate must not read a score of 0 here
+    print(f"{grade_id}: this hidden test ran without its key (grade with make grade): 0 points for now")
+    return 0.0
+
+
+def _hand_back_keyed(grade_id: str, key: bytes, fn, more: tuple, sealed: dict | None, display) -> float | None:
+    """What the sealed hand-back does (:func:`seal`): unlock the question's inputs, run, show."""
     folder = os.environ.get(ENV)
     if not folder:
         print(f"{grade_id}: this grading run drew no inputs (grade with make grade): 0 points for now")
@@ -508,29 +636,104 @@ def hand_back(grade_id: str, fn, *more) -> float | None:
         print(f"{grade_id}: the grader left no inputs for this question")
         return 0.0
     import torch
-    from IPython.display import display
 
-    inputs = torch.load(path, weights_only=False)  # written by the grader, read-only in here
+    try:
+        data = unlock(key, path.read_bytes())
+    except ValueError as e:
+        print(f"{grade_id}: the grader's inputs could not be read ({e}): 0 points for now")
+        return 0.0
+    inputs = torch.load(io.BytesIO(data), weights_only=False)  # written by the grader, read-only in here
     kind = inputs.get("kind", "function")
+    changed = sealed["changed"]() if sealed else []
     if kind == "values":
         bundle = {"grade_id": grade_id, "values": [encode_answer(v) for v in (fn, *more)]}
-        display({MIME: bundle, "text/plain": f"{grade_id}: answers handed to the grader"}, raw=True)
-        return 0.0
-    if kind == "class":
-        bundle = {"grade_id": grade_id, "cases": run_plan(fn, inputs["plan"], inputs.get("reference"))}
-        display({MIME: bundle, "text/plain": f"{grade_id}: outputs handed to the grader"}, raw=True)
-        return None if inputs.get("visible") else 0.0
-    calls = inputs.get("calls")
-    if calls is None:  # a visible check: its public cases, made here by the course's checker
-        from . import checks
+        retval = 0.0
+    elif kind == "class":
+        bundle = {"grade_id": grade_id, "cases": run_plan(fn, inputs["plan"], inputs.get("reference"), sealed)}
+        retval = None if inputs.get("visible") else 0.0
+    else:
+        calls = inputs.get("calls")
+        if calls is None:  # a visible check: its public cases, made here by the course's checker
+            from . import checks
 
-        name, args, kwargs = inputs["public"]
-        calls = probe(getattr(checks, name), *args, **kwargs)
-    bundle = {"grade_id": grade_id, "calls": run_calls(fn, calls, inputs.get("reference"))}
+            name, args, kwargs = inputs["public"]
+            calls = probe(getattr(checks, name), *args, **kwargs)
+        bundle = {"grade_id": grade_id, "calls": run_calls(fn, calls, inputs.get("reference"), sealed)}
+        # A visible check keeps nbgrader's pass/fail of its cell until the grader's score
+        # replaces it (the grader compares the two); a battery scores 0 until then.
+        retval = None if inputs.get("public") else 0.0
+    if sealed:
+        changed = sorted(set(changed) | set(sealed["changed"]()))
+        if changed:
+            bundle["changed"] = changed
     display({MIME: bundle, "text/plain": f"{grade_id}: outputs handed to the grader"}, raw=True)
-    # A visible check keeps nbgrader's pass/fail of its cell until the grader's score replaces
-    # it (the grader compares the two); a battery scores 0 until then.
-    return None if inputs.get("public") else 0.0
+    return retval
+
+
+def _watched(owner) -> dict:
+    """The functions and classes ``owner`` (a module) defines: ``{name: (object, code, class dict)}``."""
+    import types
+
+    out = {}
+    for k, v in list(vars(owner).items()):
+        if getattr(v, "__module__", None) != owner.__name__:
+            continue
+        if isinstance(v, types.FunctionType):
+            out[k] = (v, v.__code__, None)
+        elif isinstance(v, type):
+            members = dict(vars(v))
+            codes = {a: getattr(getattr(m, "__func__", m), "__code__", None) for a, m in members.items()}
+            out[k] = (v, None, (members, codes))
+    return out
+
+
+def seal():
+    """The hand-back as it is now, kept from later changes: what the grading kernel runs first.
+
+    ``make grade``'s preprocessor puts ``<name> = normref.handback.seal()`` (a fresh random
+    name per run) in a cell of its own before every cell of the notebook, and each hidden test
+    calls ``<name>(grade_id, key, fn, *more)``. The returned function keeps its own references
+    to this module's functions (and the checkers' call helpers), the course references' code
+    objects (:func:`reference_codes`), the kernel's threads and IPython's ``display``; every
+    hand-back it makes says which of those functions, methods or code objects were replaced
+    since (``"changed"``, scored 0 and flagged by the grader). Patching ``normref.handback``
+    after this (through any alias) changes no hand-back unnoticed.
+    """
+    import sys
+
+    from IPython.display import display
+
+    from .checks import core
+
+    owners = [sys.modules[__name__], core]
+    watched = [(owner, _watched(owner)) for owner in owners]
+
+    def changed() -> list[str]:
+        out = []
+        for owner, items in watched:
+            now = vars(owner)
+            for k, (v, code, cls) in items.items():
+                where = f"{owner.__name__}.{k}"
+                if now.get(k) is not v:
+                    out.append(where)
+                elif code is not None and v.__code__ is not code:
+                    out.append(f"{where} (its code)")
+                elif cls is not None:
+                    members, codes = cls
+                    if set(vars(v)) != set(members) or any(vars(v)[a] is not m for a, m in members.items()):
+                        out.append(f"{where} (its methods)")
+                    elif any(c is not None and getattr(getattr(m, "__func__", m), "__code__", None) is not c
+                             for a, (m, c) in ((a, (members[a], codes[a])) for a in members)):
+                        out.append(f"{where} (a method's code)")
+        return out
+
+    state = {"codes": reference_codes(), "threads": frozenset(sys._current_frames()), "changed": changed}
+    keyed = _hand_back_keyed
+
+    def sealed(grade_id: str, key: str, fn, *more):
+        return keyed(grade_id, bytes.fromhex(key), fn, more, state, display)
+
+    return sealed
 
 
 def as_graded(result, grade_id: str, points: float) -> None:

@@ -418,3 +418,95 @@ def test_forgeries_caps_and_shadowing_through_make_grade(bubblewrap, course_copy
     assert [o.ename for o in errors][-1] == "GradingSandboxLimit"
     # nothing the flood wrote reached the course's disk
     assert not list(course_copy.rglob("junk*.bin"))
+
+
+# Routes a red-team student found (2026-12-01), each full marks unflagged before the fixes below.
+_REF = "getattr(torch.nn.functional, 'rms' + '_norm')"  # a spelling the syntax scan has no name for
+# 1. the graded inputs read in the answer cell (the kernel could read them from its start), the
+#    reference's outputs computed there, outside any record, and the function a lookup table
+READ_INPUTS = (
+    "import os\nKNOWN = []\ntry:\n"
+    "    _d = torch.load(os.path.join(os.environ['NORMREF_HANDBACK_DIR'], 'rms_norm_battery.pt'),"
+    " weights_only=False)\n"
+    "    for _args, _kw, _g in _d['calls']:\n"
+    "        _x, _w = _args[0], _args[1]\n"
+    "        _eps = _args[2] if len(_args) > 2 else _kw.get('eps', 1e-6)\n"
+    f"        KNOWN.append((_x.clone(), {_REF}(_x.float(), (_x.shape[-1],), _w.float(), _eps).to(_x.dtype)))\n"
+    "    print('READ', len(KNOWN))\n"
+    "except Exception as e:\n    print('UNREADABLE', type(e).__name__)\n"
+    "def rms_norm(x, weight, eps=1e-6):\n"
+    "    for kx, ky in KNOWN:\n"
+    "        if kx.shape == x.shape and kx.dtype == x.dtype and torch.equal(kx, x):\n"
+    "            return ky.clone()\n"
+    "    return x.clone()\n")
+_CHEAT = f"def rms_norm(x, weight, eps=1e-6):\n    return {_REF}(x.float(), (x.shape[-1],), weight.float(), eps).to(x.dtype)\n"
+# 2. the hand-back patched through an alias of its module, so the recorder is given no names
+_FAKE_RUN_CALLS = ("_orig = h.run_calls\n"
+                   "def _fake(fn, calls, reference=None, *a, **k):\n    return _orig(fn, calls, None, *a, **k)\n")
+ALIAS_PATCH = "import normref.handback as h\n" + _FAKE_RUN_CALLS + "h.run_calls = _fake\n" + _CHEAT
+# ... spelled so that no syntax rule sees it: caught when the hidden test runs
+ALIAS_PATCH_UNSEEN = ("import normref, normref.checks\nh = getattr(normref, 'hand' + 'back')\n" + _FAKE_RUN_CALLS
+                      + "setattr(h, 'run_' + 'calls', _fake)\n" + _CHEAT)
+# 3. the reference laundered through the course's own Post-LN with a zero sublayer
+LAUNDER = ("import normref.blocks as _blocks\nfrom functools import partial\n"
+           "def rms_norm(x, weight, eps=1e-6):\n"
+           f"    norm = partial({_REF}, normalized_shape=(x.shape[-1],), weight=weight.float(), eps=eps)\n"
+           "    return getattr(_blocks, 'post' + '_ln')(x.float(), lambda t: t * 0, norm).to(x.dtype)\n")
+# 4. a thread pool started in the answer cell, and TorchScript
+POOL = ("from concurrent.futures import ThreadPoolExecutor\nPOOL = ThreadPoolExecutor(1)\nPOOL.submit(int).result()\n"
+        f"def rms_norm(x, weight, eps=1e-6):\n    f = {_REF}\n"
+        "    return POOL.submit(f, x.float(), (x.shape[-1],), weight.float(), eps).result().to(x.dtype)\n")
+TORCHSCRIPT = ("CU = torch.jit.CompilationUnit('''\ndef f(x, w, eps: float):\n"
+               "    return torch.rms_norm(x, [x.size(-1)], w, eps)\n''')\n"
+               "def rms_norm(x, weight, eps=1e-6):\n    return CU.f(x.float(), weight.float(), eps).to(x.dtype)\n")
+
+
+@pytest.mark.slow
+def test_red_team_routes_through_make_grade(bubblewrap, course_copy, tmp_path):
+    """The red team's routes through grade_class (sandbox on): each earns what a blank answer
+    earns for the question; the flagged ones say why in the report, and a question whose answer
+    cell the scan removed says the rule in its feedback. The honest answer keeps full marks."""
+    if not sandbox_available():
+        pytest.fail(f"{bubblewrap} is installed but cannot create namespaces on this machine")
+    release = make_hostile_assignment(course_copy)
+    w = lambda nb: nbformat.writes(nb).encode()  # noqa: E731
+    corpus = {"honest": (RMS_CORRECT, FULL), "read_inputs": (READ_INPUTS, Q1_ZERO),
+              "alias_patch": (ALIAS_PATCH, Q1_ZERO), "alias_patch_unseen": (ALIAS_PATCH_UNSEEN, Q1_ZERO),
+              "launder": (LAUNDER, Q1_ZERO), "pool": (POOL, Q1_ZERO), "torchscript": (TORCHSCRIPT, Q1_ZERO)}
+    tree = tmp_path / "submitted"
+    for sid, (q1, _) in corpus.items():
+        (tree / sid / "hostile").mkdir(parents=True)
+        (tree / sid / "hostile" / "hostile.ipynb").write_bytes(w(answered(release, q1=q1)))
+    run = grade_class(course_root=course_copy, submissions=tree, jobs=2, cell_timeout=30,
+                      use_sandbox=True, log=lambda *_: None)
+    assert run.sandboxed
+    assert {sid: run.scores.get(("hostile", sid)) for sid in corpus} == {sid: exp for sid, (_, exp) in corpus.items()}
+    flags = json.loads((course_copy / "reports" / "report.json").read_text())["flags"]
+    assert not flags.get("honest"), flags
+
+    def autograded(sid):
+        return nbformat.read(course_copy / "autograded" / sid / "hostile" / "hostile.ipynb", 4)
+
+    # 1. the answer cell could not read the inputs (locked with a key it never saw); the keys and
+    # the sealing cell are not in the autograded notebook (nor, then, in the feedback)
+    nb = autograded("read_inputs")
+    printed = "".join(o.get("text", "") for c in _cells(nb, "rms_norm_impl") for o in c.get("outputs", []))
+    assert "UNREADABLE" in printed and "READ" not in printed.replace("UNREADABLE", ""), printed
+    keys = json.loads((course_copy / "logs" / "scoring" / "handback-keys.json").read_text())
+    text = nbformat.writes(nb)
+    assert not any(k in text for k in keys.values()) and "seal()" not in text
+    assert len(nb.cells) == len(release.cells)
+    # 2. seen by the scan (the alias is a module this cell imported), or when the hidden test ran
+    assert any("modifies h.run_calls" in f for f in flags["alias_patch"]), flags["alias_patch"]
+    assert any("changed the grader's hand-back" in f and "normref.handback.run_calls" in f
+               for f in flags["alias_patch_unseen"]), flags["alias_patch_unseen"]
+    # 3. the reference, called through normref.blocks.post_ln, is still the student's call
+    assert any("calls torch's rms_norm" in f for f in flags["launder"]), flags["launder"]
+    # 4. a pool and TorchScript: work the recorder cannot see, flagged by the scan
+    assert any("imports concurrent.futures" in f for f in flags["pool"]), flags["pool"]
+    assert any("TorchScript" in f for f in flags["torchscript"]), flags["torchscript"]
+    # 5. a removed answer cell's question says the rule in its feedback, not a NameError
+    for sid in ("alias_patch", "pool", "torchscript"):
+        said = "".join(o.get("data", {}).get("text/plain", "") for o in _cells(autograded(sid), "rms_norm_battery")[0].outputs)
+        assert "the grader removed your answer cell 'rms_norm_impl'" in said and "The rule:" in said, said
+        assert "NameError" not in said, said

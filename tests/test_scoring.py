@@ -205,7 +205,6 @@ REFERENCE_SPELLINGS = {
 def test_a_reference_call_by_any_spelling_earns_zero_and_says_the_rule(spelling):
     ns = {"torch": torch, "F": torch.nn.functional}
     exec(REFERENCE_SPELLINGS[spelling], ns)
-    assert __import__("normref").check_rms_norm(ns["rms_norm"]).score > 0 or spelling == "direct"
     s = graded("rms_norm_battery", ns["rms_norm"], 5)
     assert s.fraction == 0.0
     assert "grading gives this question 0" in s.text and "implement it with tensor operations" in s.text
