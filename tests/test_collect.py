@@ -348,3 +348,55 @@ def test_bad_files_in_a_download_each_get_one_reason_and_nothing_good_is_lost(co
     with pytest.raises(ValueError, match=r"broken.zip: not a readable zip \(File is not a zip file\): "
                                          "download it again from the LMS"):
         check_input(course_copy, tmp_path / "broken.zip", ASSIGNMENTS)
+
+
+@pytest.mark.slow
+def test_a_moodle_folders_zip_is_graded_and_its_worksheet_filled_by_participant_id(course_copy, tmp_path):
+    """One real ``python -m grader`` run: Moodle's "Download submissions in folders" zip (nested
+    in the assignment's folder) reaches grades.csv with each answer's known points (the answer
+    bank's), namesakes apart; the worksheet comes back filled by participant id; the feedback zip
+    holds each student's feedback in their own participant folder."""
+    import csv
+    import subprocess
+    import sys
+
+    from grader.demo import fill_answers
+    from grader.demo.answer_bank import ANSWERS
+
+    _only_rmsnorm(course_copy)
+    release = course_copy / "release" / "rmsnorm" / "rmsnorm.ipynb"
+    top = "L16-RMSNorm-42"
+    students = {"Zoë Müller_1234567": "correct", "John Lee_1234568": "correct", "John Lee_1234569": "unbiased_variance"}
+    zpath = tmp_path / "moodle.zip"
+    with zipfile.ZipFile(zpath, "w") as zf:
+        for folder, variant in students.items():
+            zf.writestr(f"{top}/{folder}_assignsubmission_file_/rmsnorm.ipynb",
+                        nbformat.writes(fill_answers(release, ANSWERS["rmsnorm"][variant])))
+    sheet = tmp_path / "Grades-L16-RMSNorm-42.csv"
+    sheet.write_text("Identifier,Full name,Email address,Status,Grade,Maximum Grade\n"
+                     "Participant 1234567,Zoë Müller,zm@x.org,Submitted,,5.00\n"
+                     "Participant 1234568,John Lee,jl1@x.org,Submitted,,5.00\n"
+                     "Participant 1234569,John Lee,jl2@x.org,Submitted,,5.00\n"
+                     "Participant 1234570,Sam Absent,sa@x.org,No submission,,5.00\n", encoding="utf-8")
+    out = subprocess.run([sys.executable, "-m", "grader", "--submissions", str(zpath), "--jobs", "2",
+                          "--lms-gradebook", str(sheet), "--course-root", str(course_copy)],
+                         capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "skipped" not in out.stdout
+    with (course_copy / "grades.csv").open() as f:
+        grades = {r["student_id"]: float(r["score"]) for r in csv.DictReader(f)}
+    assert grades == {"zoe-muller": 5.0, "john-lee-1234568": 5.0, "john-lee-1234569": 0.0}
+    assert (course_copy / "lms-import-moodle-rmsnorm.csv").read_text(encoding="utf-8").splitlines() == [
+        "Identifier,Full name,Email address,Status,Grade,Maximum Grade",
+        "Participant 1234567,Zoë Müller,zm@x.org,Submitted,5,5.00",
+        "Participant 1234568,John Lee,jl1@x.org,Submitted,5,5.00",
+        "Participant 1234569,John Lee,jl2@x.org,Submitted,0,5.00",
+        "Participant 1234570,Sam Absent,sa@x.org,No submission,,5.00"]
+    assert "left blank (no submission here): Sam Absent (Participant 1234570)" in out.stdout
+    with (course_copy / "roster.csv").open(encoding="utf-8") as f:
+        roster = {r["student_id"]: (r["lms_id"], r["name"]) for r in csv.DictReader(f)}
+    assert roster == {"zoe-muller": ("Participant 1234567 (rmsnorm)", "Zoë Müller"),
+                      "john-lee-1234568": ("Participant 1234568 (rmsnorm)", "John Lee"),
+                      "john-lee-1234569": ("Participant 1234569 (rmsnorm)", "John Lee")}
+    with zipfile.ZipFile(course_copy / "feedback-moodle-rmsnorm.zip") as zf:
+        assert sorted(zf.namelist()) == [f"{folder}_assignsubmission_file_/rmsnorm.html" for folder in sorted(students)]
