@@ -134,6 +134,8 @@ _TABLE = [
     Fault("missing_residual", "the residual add is missing: add the original x back.",
           "left out the residual add"),
     Fault("missing_norm", "the norm was not applied.", "left out the norm"),
+    Fault("ignores_sublayer", "the sublayer was not used: a residual sublayer adds F's output to "
+          "x.", "left out the sublayer F"),
     Fault("norm_on_sublayer_output", "the norm was applied to the sublayer's output F(x) "
           "instead of where the placement puts it.", "normalized the sublayer's output",
           aliases=("norm_after_sublayer",)),

@@ -396,9 +396,11 @@ def test_pre_ln_seed_token_by_hand():
 
 @pytest.mark.parametrize("student, fault, score", [
     (bank("post_ln", "pre_post_swapped"), "pre_post_swapped", 0.0),  # x + F(N(x))
-    # N(F(x)): LN(2x) = LN(3x) on the seed token with F(v) = 2v: the missing residual hides
-    # there, 1 of 4.
-    (bank("post_ln", "missing_residual"), "missing_residual", 0.25),
+    # N(F(x)): LN(2x) = LN(3x) on the seed token with F(v) = 2v, but the seed case also runs
+    # F(v) = (v3, v1, v2): LN(3, 1, 2) is not LN(x + F(x)) = LN(4, 3, 5): 0 of 4.
+    (bank("post_ln", "missing_residual"), "missing_residual", 0.0),
+    # N(x), the sublayer left out: right for F(v) = 2v only (LN(3x) = LN(x)): 0 of 4
+    (lambda x, F, N: N(x), "ignores_sublayer", 0.0),
     (bank("post_ln", "missing_norm"), "missing_norm", 0.0),  # x + F(x)
     (bank("post_ln", "norm_on_sublayer_output"), "norm_on_sublayer_output", 0.0),  # x + N(F(x))
     (lambda x, F, N: N(x) + F(x), "residual_from_normed", 0.0),

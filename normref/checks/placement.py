@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from ..rules import PLACEMENT_REFERENCE
@@ -31,12 +31,31 @@ class ToySublayer:
         return "F(v) = tanh(v W + c)"
 
 
+class Roll:
+    """A fixed linear sublayer that is not a multiple of its input: F(v) = v with its features
+    rotated one place, ``(v_D, v_1, ..., v_{D-1})`` (``torch.roll(v, 1, -1)``); on the seed token
+    (1, 2, 3) it gives (3, 1, 2). With F(v) = 2v, x + F(x) = 3x, and a scale-invariant norm gives
+    Norm(3x) = Norm(x) = Norm(F(x)): a Post-LN that drops the sublayer or the residual looks
+    right there; with this F it does not."""
+
+    def __call__(self, v):
+        import torch
+
+        return torch.roll(v, 1, dims=-1)
+
+    def __repr__(self) -> str:
+        return "F(v) = (v_D, v_1, ..., v_{D-1})"
+
+
 @dataclass
 class _PlacementCase:
     name: str
     x: object
     sublayer: Callable
     norm: Callable
+    #: a second sublayer run on the same ``x`` and ``norm`` (the case passes when both outputs
+    #: are right), e.g. :class:`Roll` beside the seed's F(v) = 2v
+    also: Callable | None = None
 
 
 def _placement_battery() -> list[_PlacementCase]:
@@ -56,8 +75,8 @@ def _placement_battery() -> list[_PlacementCase]:
     attn = CausalSelfAttention(8, 2)
     rms8b = RMSNorm(8)
     return [
-        _PlacementCase("seed token (1, 2, 3), F(v) = 2v, LayerNorm without eps",
-                       torch.tensor([1.0, 2.0, 3.0]), lambda v: 2 * v, LayerNorm(3, eps=0.0)),
+        _PlacementCase("seed token (1, 2, 3), F(v) = 2v, then F(v) = (v3, v1, v2), LayerNorm without eps",
+                       torch.tensor([1.0, 2.0, 3.0]), lambda v: 2 * v, LayerNorm(3, eps=0.0), Roll()),
         _PlacementCase("[2, 3, 8], F(v) = tanh(v W + c), RMSNorm with a trained gamma",
                        rnd(2, 3, 8, scale=2.0, shift=0.5), ToySublayer(8, 1), rms8),
         _PlacementCase("B = T = D [4, 4, 4], F(v) = tanh(v W + c), LayerNorm with gamma and beta",
@@ -78,6 +97,8 @@ def pre_models(x, F, N):
            "sublayer, x + F(Norm(x)).")
     yield ("norm_on_sublayer_output", x + N(F(x)), "the norm went after the sublayer, "
            "x + Norm(F(x)); Pre-LN normalizes the sublayer's input: x + F(Norm(x)).")
+    yield ("ignores_sublayer", x + N(x), "that is x + Norm(x): the sublayer was left out; Pre-LN "
+           "is x + F(Norm(x)).")
 
 
 def post_models(x, F, N):
@@ -91,6 +112,8 @@ def post_models(x, F, N):
            "Post-LN normalizes the whole sum: Norm(x + F(x)).")
     yield ("residual_from_normed", N(x) + F(x), "x was normalized before the add, Norm(x) + F(x); "
            "Post-LN normalizes the sum: Norm(x + F(x)).")
+    yield ("ignores_sublayer", N(x), "that is Norm(x): the sublayer was left out; Post-LN "
+           "normalizes x + F(x).")
 
 
 def _check_placement(name: str, fn: Callable, reference: Callable, models: Callable,
@@ -101,15 +124,28 @@ def _check_placement(name: str, fn: Callable, reference: Callable, models: Calla
         cases = _placement_battery()[: 2 if quick else None]
 
     def run_case(case: _PlacementCase) -> CaseResult:
+        sublayers = [case.sublayer] + ([case.also] if case.also is not None else [])
         with torch.no_grad():
-            want = to_f64(reference(case.x, case.sublayer, case.norm))
-            got, failed = student_call(case.name, fn, (case.x, case.sublayer, case.norm),
-                                       watch=(case.x,), handed_in=(case.sublayer, case.norm))
-            if failed:
-                return failed
-
-            return compare_array(case.name, case.x, got, want, lambda g, rtol, atol: diagnose_by_models(
-                g, want, models(case.x, case.sublayer, case.norm), rtol, atol))
+            # every call is made before any is judged: grading replays the calls in this order
+            calls = []
+            for F in sublayers:
+                got, failed = student_call(case.name, fn, (case.x, F, case.norm),
+                                           watch=(case.x,), handed_in=(F, case.norm))
+                calls.append((F, got, failed))
+            first = None
+            for i, (F, got, failed) in enumerate(calls):
+                if failed is None:
+                    want = to_f64(reference(case.x, F, case.norm))
+                    failed = compare_array(case.name, case.x, got, want, lambda g, rtol, atol, F=F, want=want:
+                                           diagnose_by_models(g, want, models(case.x, F, case.norm), rtol, atol))
+                if i and not failed.passed:  # the second sublayer: say which, and what was observed on
+                    failed.message = failed.message.replace(  # (normref.diagnosis reads observed_case)
+                        f"case '{case.name}': ", f"case '{case.name}': with the second sublayer, {F!r}: ", 1)
+                    failed.observed_case = replace(case, sublayer=F, also=None)
+                if not failed.passed:
+                    return failed
+                first = first or failed
+            return first
 
     return run(name, cases, run_case, fn, reference=PLACEMENT_REFERENCE)
 

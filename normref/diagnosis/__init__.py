@@ -113,7 +113,8 @@ def refine(checker: str, battery: Sequence[object], results: Sequence[object]) -
     obs: list[Observation] = []
     for case, r in zip(battery, results):
         seen = getattr(r, "observed", None)
-        gcase = observation_case(checker, case)
+        # a case of several calls observes the one that failed (a checker says which)
+        gcase = observation_case(checker, getattr(r, "observed_case", None) or case)
         if gcase is None or seen is None:
             continue
         got, want, rtol, atol = seen
