@@ -107,8 +107,6 @@ def parse_lms_name(filename: str) -> dict | None:
             out = {"student_id": sid, "file_id": gd["file_id"] + ".ipynb"}
             if gd.get("late"):
                 out["late"] = True
-            if gd.get("attachment"):
-                out["attachment"] = gd["attachment"]
             if "timestamp" in gd:
                 d = gd["timestamp"].split("-")
                 out["timestamp"] = f"{d[0]}-{d[1]}-{d[2]} {d[3]}:{d[4]}:{d[5]}"
@@ -353,14 +351,16 @@ def _lms_files(path: Path, tmp: Path, skipped: dict[str, str]) -> list[tuple[Pat
     return out
 
 
-def _newest_first(info: dict) -> tuple:
+def _newest_first(info: dict, filename: str = "") -> tuple:
     """Sort key among one student's files for one assignment, oldest first: the LMS timestamp
     (Blackboard), Canvas's attachment id (a later upload has a higher one), then the re-download
     number (``rmsnorm (2).ipynb`` after ``rmsnorm (1).ipynb``)."""
     stem = info["file_id"][: -len(".ipynb")]
     m = re.search(r"(?:\((\d+)\)|-(\d+))$", stem)
     copy = int(next(g for g in m.groups() if g is not None)) if m else 0
-    return (info.get("timestamp", ""), int(info.get("attachment", 0)), copy)
+    m = _PATTERNS[2].match(os.path.basename(filename).removesuffix(".ipynb"))
+    attachment = int(m["attachment"]) if m and lms_kind(filename) == "canvas" else 0
+    return (info.get("timestamp", ""), attachment, copy)
 
 
 def notebook_problem(path: Path) -> str | None:
@@ -416,9 +416,9 @@ def _choose(a: str, st: str, found: list[_Found], out: Collected) -> _Found:
     """The one file of ``found`` to grade: the newest readable notebook (:func:`_newest_first`),
     else the newest; every other one is listed in ``out.skipped`` with the reason, and a newer
     download that is not a notebook is flagged."""
-    order = sorted(found, key=lambda c: (c.problem is None, _newest_first(c.info), c.where))
+    order = sorted(found, key=lambda c: (c.problem is None, _newest_first(c.info, c.file.name), c.where))
     chosen = order[-1]
-    newest = max(found, key=lambda c: (_newest_first(c.info), c.where))
+    newest = max(found, key=lambda c: (_newest_first(c.info, c.file.name), c.where))
     for other in found:
         if other is chosen:
             continue
