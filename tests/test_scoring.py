@@ -359,3 +359,132 @@ def test_a_block_record_that_does_not_follow_the_graders_wiring_fails_that_case(
     rec["cases"] = rec["cases"][:2]
     cell.outputs = [nbformat.v4.new_output("display_data", data={MIME: json.loads(json.dumps(rec))})]
     assert scoring.score_notebook(nbformat.v4.new_notebook(cells=[cell]), 4)["block_battery"].fraction == 0.5
+
+
+# ----------------------------------------------------------- locked inputs and the sealed hand-back
+
+def _scored_bundle(gid: str, bundle: dict, seed: int) -> scoring.Scored:
+    cell = nbformat.v4.new_code_cell("", metadata={"nbgrader": {"grade_id": gid, "grade": True}})
+    cell.outputs = [nbformat.v4.new_output("display_data", data={MIME: json.loads(json.dumps(bundle))})]
+    return scoring.score_notebook(nbformat.v4.new_notebook(cells=[cell]), seed)[gid]
+
+
+def _config_namespace() -> dict:
+    from traitlets.config import Config
+
+    ns = {"get_config": Config, "__file__": str(REPO / "nbgrader_config.py")}
+    exec(compile((REPO / "nbgrader_config.py").read_text(), str(REPO / "nbgrader_config.py"), "exec"), ns)
+    return ns
+
+
+def test_each_question_is_locked_with_its_own_key_which_the_preprocessor_writes_into_its_hidden_test(
+        tmp_path, monkeypatch):
+    import io
+    import re
+
+    from normref.handback import ENV, unlock
+
+    seed, inputs = scoring.prepare_inputs(tmp_path, seed=5, log=lambda *_: None, set_env=False)
+    keys = json.loads(scoring.keys_path(inputs).read_text())
+    assert set(keys) == set(scoring.QUESTIONS) and len(set(keys.values())) == len(keys)
+    assert scoring.keys_path(inputs).stat().st_mode & 0o077 == 0  # the grader's alone
+    blob = (inputs / "rms_norm_battery.pt").read_bytes()
+    with pytest.raises(Exception):  # what an answer cell could read: not a torch file
+        torch.load(io.BytesIO(blob), weights_only=False)
+    with pytest.raises(ValueError):  # another question's key opens nothing
+        unlock(bytes.fromhex(keys["layer_norm_battery"]), blob)
+    calls = torch.load(io.BytesIO(unlock(bytes.fromhex(keys["rms_norm_battery"]), blob)), weights_only=False)["calls"]
+    want = scoring.probe_calls("rms_norm_battery", seed)
+    assert len(calls) == len(want) and all(torch.equal(a[0][0], b[0][0]) for a, b in zip(calls, want))
+
+    ns = _config_namespace()
+    source = nbformat.read(REPO / "source" / "rmsnorm" / "rmsnorm.ipynb", as_version=4)
+    nb = nbformat.reads(nbformat.writes(source), as_version=4)
+    monkeypatch.setenv(ENV, str(inputs))
+    resources: dict = {}
+    nb, resources = ns["HandbackKeys"]().preprocess(nb, resources)
+    name = re.fullmatch(r"(_[A-Za-z]{16}) = __import__\('normref.handback', fromlist=\['seal'\]\)\.seal\(\)",
+                        nb.cells[0].source).group(1)
+    hidden = {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells
+              if c.metadata.get("nbgrader", {}).get("grade_id") in ("rms_norm_shape", "rms_norm_battery")}
+    for gid, src in hidden.items():
+        assert f'{name}("{gid}", "{keys[gid]}", rms_norm)' in src and "hand_back(" not in src
+    nb, resources = ns["HandbackKeysRemoved"]().preprocess(nb, resources)
+    assert nbformat.writes(nb) == nbformat.writes(source)  # no key, no sealing cell left behind
+    monkeypatch.delenv(ENV)
+    assert ns["HandbackKeys"]().preprocess(nb, {})[0].cells[0].source == source.cells[0].source  # no keys: as it is
+    autograde = [p.__name__ for p in ns["c"].Autograde.autograde_preprocessors]
+    assert autograde[autograde.index("Execute") - 1:autograde.index("Execute") + 2] == [
+        "HandbackKeys", "Execute", "HandbackKeysRemoved"]
+
+
+def test_the_sealed_hand_back_reports_a_patched_module_and_a_thread_started_before_the_call(tmp_path, monkeypatch):
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    import normref.handback as handback
+    from normref.handback import ENV
+
+    seed, inputs = scoring.prepare_inputs(tmp_path, seed=5, log=lambda *_: None, set_env=False)
+    keys = json.loads(scoring.keys_path(inputs).read_text())
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj, raw=False: shown.append(obj[MIME]))
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    monkeypatch.setenv(ENV, str(inputs))
+    sealed = handback.seal()  # what the first cell of a graded notebook does
+    gid, key = "rms_norm_battery", keys["rms_norm_battery"]
+    ns = {"torch": torch}
+    exec(RMS_HONEST, ns)
+    assert sealed(gid, key, ns["rms_norm"]) == 0.0 and "changed" not in shown[-1]
+    s = _scored_bundle(gid, shown[-1], seed)
+    assert (s.fraction, s.flags) == (1.0, [])
+    assert handback.hand_back(gid, ns["rms_norm"]) == 0.0 and len(shown) == 1  # as written: no key, nothing
+
+    cheat = f"def rms_norm(x, weight, eps=1e-6):\n    return {REFERENCE_SPELLINGS['getattr'].split('return ')[1]}"
+    ns = {"torch": torch, "F": torch.nn.functional}
+    exec(cheat, ns)
+    # the red team's patch: the hand-back given no reference names, through an alias of its module
+    alias, orig = sys.modules["normref.handback"], handback.run_calls
+    monkeypatch.setattr(alias, "run_calls", lambda fn, calls, reference=None, sealed=None: orig(fn, calls, None))
+    sealed(gid, key, ns["rms_norm"])
+    assert shown[-1]["changed"] == ["normref.handback.run_calls"]
+    s = _scored_bundle(gid, shown[-1], seed)
+    assert s.fraction == 0.0 and "changed the grader's hand-back" in s.flags[0] and "run_calls" in s.flags[0]
+    monkeypatch.setattr(alias, "run_calls", orig)
+    monkeypatch.setattr(orig, "__code__", (lambda fn, calls, reference=None, sealed=None: []).__code__)
+    sealed(gid, key, ns["rms_norm"])
+    assert shown[-1]["changed"] == ["normref.handback.run_calls (its code)"]
+    monkeypatch.undo()
+    monkeypatch.setattr("IPython.display.display", lambda obj, raw=False: shown.append(obj[MIME]))
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    monkeypatch.setenv(ENV, str(inputs))
+
+    # a pool whose thread was started after the kernel was sealed, before the call
+    pool = ThreadPoolExecutor(1)
+    try:
+        pool.submit(int).result()
+        ref = getattr(torch.nn.functional, "rms" + "_norm")
+        sealed(gid, key, lambda x, w, eps=1e-6: pool.submit(ref, x.float(), (x.shape[-1],), w.float(), eps)
+               .result().to(x.dtype))
+    finally:
+        pool.shutdown()
+    s = _scored_bundle(gid, shown[-1], seed)
+    assert s.fraction == 0.0 and "another thread or process" in s.flags[0], s.flags
+
+
+def test_a_reference_laundered_through_a_course_helper_is_the_students_call():
+    from functools import partial
+
+    import normref.blocks
+
+    ref = getattr(torch.nn.functional, "rms" + "_norm")
+
+    def rms_norm(x, weight, eps=1e-6):
+        norm = partial(ref, normalized_shape=(x.shape[-1],), weight=weight.float(), eps=eps)
+        return normref.blocks.post_ln(x.float(), lambda t: t * 0, norm).to(x.dtype)
+
+    s = graded("rms_norm_battery", rms_norm, 5)
+    assert s.fraction == 0.0 and "calls torch's rms_norm" in s.flags[0], s.flags
+    # the same Post-LN, for the block question, with the checker's own norm: allowed
+    post = graded("post_ln_battery", lambda x, sublayer, norm: norm(x + sublayer(x)), 5)
+    assert (post.fraction, post.flags) == (1.0, [])
