@@ -201,8 +201,10 @@ def restore(argv: list[str]) -> int:
     p = argparse.ArgumentParser(
         prog="python -m grader restore",
         description="Put a backup from logs/backups/ back. By default the gradebook alone: a gradebook "
-        "backup (gradebook-<run>.db, written before every run that writes) becomes gradebook.db, the one it "
-        "replaces kept beside the backups. With --state, a whole course state (state-<run>.tar.gz, written "
+        "backup (gradebook-<run>-before.db / -after.db, written before every run that writes and as each "
+        "successful run leaves it; the newest by default) becomes gradebook.db, the one it replaces kept "
+        "beside the backups; an older one names the runs it rolls back, whose submissions the next run "
+        "grades again. With --state, a whole course state (state-<run>.tar.gz, written "
         "before `clean` and --fresh): the gradebook with its hand grades, submitted/, autograded/, "
         "feedback/, the CSVs, roster.csv and the LMS's late marks and download names; grading state "
         "here now is replaced only with --yes (or a yes at the terminal), after a backup of it.")
@@ -244,8 +246,8 @@ def clean(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m grader clean",
                                 description="Remove all grading state (submitted/, autograded/, feedback/, "
                                 "gradebook.db, reports/, ...), keeping logs/backups/ and logs/runs.jsonl. With "
-                                "real students graded here, the gradebook and the rest are backed up first and "
-                                "a yes is needed (--yes, or typed at the terminal).")
+                                "real students graded here, a yes is needed (--yes, or typed at the terminal), and "
+                                "then the gradebook and the rest are backed up before anything is removed.")
     p.add_argument("--yes", action="store_true")
     p.add_argument("--course-root", type=Path, default=REPO_ROOT)
     args = p.parse_args(argv)

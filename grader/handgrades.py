@@ -25,6 +25,7 @@ from pathlib import Path
 import nbformat
 
 from .course import CourseTree
+from .state import CourseStateError
 
 #: ``logs/handgrades.json``: hand grades and comments captured from replaced submissions and
 #: not yet written back (a list of :class:`HandGrade` as dicts).
@@ -85,8 +86,8 @@ def _read_pending(tree: CourseTree) -> list[HandGrade]:
     try:
         return [HandGrade(**d) for d in json.loads(path.read_text(encoding="utf-8"))]
     except (ValueError, TypeError) as e:
-        raise RuntimeError(f"{path} cannot be read ({e}): it holds hand grades of replaced submissions "
-                           "not yet written back; fix or move it, then run again") from None
+        raise CourseStateError(f"{path} cannot be read ({e}): it holds hand grades of resubmitted notebooks "
+                               "not yet written back; fix it (or move it away to drop them), then run again") from None
 
 
 def _write_pending(tree: CourseTree, grades: list[HandGrade]) -> None:

@@ -892,9 +892,9 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
                 except ClusterError as e:
                     raise GradingError(str(e)) from None
                 run.stage_seconds[name] = time.perf_counter() - t
+            if tree.is_sqlite:  # the gradebook as this run left it: what a plain `restore` puts back
+                state.backup_gradebook(tree, f"{b.run_id}-after", log=log)
             status = "ok"
-            # the gradebook as this run left it: `restore` then rolls back only what came later
-            state.backup_gradebook(tree, f"{b.run_id}-after", log=log)
         except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM/SIGHUP through grader.__main__
             status, error = "interrupted", str(e) or "SIGINT"
             raise

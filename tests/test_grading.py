@@ -136,7 +136,7 @@ def test_make_clean_removes_all_grading_state_but_backups_and_the_run_log(tmp_pa
 
     makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
     recipe = makefile.split("\nclean:", 1)[1].split("\n\n", 1)[0]
-    assert "-m grader clean" in recipe  # grader.pipeline.start_over: a backup, then clean()
+    assert "-m grader clean" in recipe  # grader.pipeline.start_over: a yes, a backup, then clean()
     for name in GRADING_STATE:
         p = tmp_path / name
         if name in ("submitted", "autograded", "feedback", "downloaded", "reports", "logs"):
