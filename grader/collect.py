@@ -318,6 +318,8 @@ def _lms_files(path: Path, tmp: Path, skipped: dict[str, str]) -> list[tuple[Pat
     out: list[tuple[Path, str]] = []
 
     def put(i: int, rel: str, read) -> None:
+        # a name a folder's file system could not decode is shown with U+FFFD (it still prints)
+        rel = rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
         parts = [p for p in re.split(r"[/\\]", rel) if p not in ("", ".")]
         if not parts:
             return
