@@ -180,9 +180,19 @@ def check_pre_ln_block(block_cls, quick: bool = False) -> CheckResult:
         h = x + self.self_attn(self.input_layernorm(x))
         return h + self.mlp(self.post_attention_layernorm(h))
 
-    The checker builds the block, then on two cases replaces the four submodules with its own
-    (known weights, two norms with different gammas) so the wiring alone is graded, and on the
-    last case runs the student's own submodules.
+    The checker builds the block and runs ``forward`` on its own submodules: it must keep the
+    shape and change ``x`` as a block does (by at least :data:`MIN_BLOCK_CHANGE` of its size;
+    a block of normref's attention and feed-forward net changes it by 16% to 52%), so a forward
+    that returns its input fails the build case. Then on two cases it replaces the four
+    submodules with its own (known weights, two norms with different gammas) so the wiring
+    alone is graded, and on the last case runs the student's own submodules in the reference
+    wiring (which must not leave ``x`` unchanged either).
+
+    The rule (:mod:`normref.rules`): every ``forward`` and every call of the block's own
+    submodules runs under grading's recorder with :data:`normref.rules.BLOCK_REFERENCE`; a
+    block whose norms are torch's (``nn.RMSNorm``, a subclass of it) or normref's own
+    (``RMSNorm = normref.RMSNorm``) scores 0, as in grading. The checker's swapped-in
+    submodules are handed in and may run theirs.
 
     Args:
         block_cls: the student's class, factory or module.
@@ -191,7 +201,7 @@ def check_pre_ln_block(block_cls, quick: bool = False) -> CheckResult:
 
     Returns:
         :class:`CheckResult` with four cases. Diagnoses missing_attribute, shared_norm (one norm
-        object used twice), residual_from_normed, pre_post_swapped, norms_swapped,
+        object used twice), block_returns_input, sublayers_add_nothing, residual_from_normed, pre_post_swapped, norms_swapped,
         missing_residual, mlp_reads_x, mutates_input and the generic faults. Never raises
         because of what the student's code does.
 

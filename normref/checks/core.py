@@ -302,6 +302,10 @@ def _recorded(fn: Callable, args: tuple, kwargs: dict, timeout: float, handed_in
     reference, found = _RECORDING[-1]
     if handed_in and _recorder_takes("handed_in"):
         reference = {**reference, "handed_in": tuple(handed_in)}
+    elif handed_in:  # a recorder without handed_in lets normref's norms run their own references,
+        # but counts a call of one from the student's code: the handed-in norms' own names do not count
+        reference = {**reference, "normref_names": tuple(
+            n for n in reference.get("normref_names", ()) if not n.startswith(("normref.modules.", "normref.functional.")))}
     recorder = ReferenceRecorder(**reference)
     try:
         with recorder:
@@ -397,11 +401,12 @@ def run(name: str, cases: list, run_case: Callable, fn=None, what: str = "a func
     for c in result.cases:  # the tags were for refine; the student reads the text without them
         c.message, _, variants = _faults.split_tags(c.message)
         c.variant = c.variant or (variants[0] if variants else None)
-    # The source's own spelling first (``calls F.rms_norm``, as the tamper scan reads it); what
-    # grading's recorder saw the calls run (``calls torch's rms_norm``) when the source does not
-    # show it (``getattr(F, "rms" + "_norm")``, an alias, ``nn.RMSNorm`` as a base class ...).
+    # What grading's recorder saw the calls run first (``calls torch's rms_norm``: the words of
+    # grading's feedback, whatever the spelling: ``getattr(F, "rms" + "_norm")``, an alias,
+    # ``nn.RMSNorm`` as a base class ...), then what the source shows (``calls F.rms_norm``, as
+    # the tamper scan reads it; a call on a path these cases did not take).
     seen = [what_ for _, what_ in reference_calls_in(fn)] if fn is not None else []
-    result.breaches = list(dict.fromkeys(rule_message(w, backend) for w in (seen or ran)))
+    result.breaches = list(dict.fromkeys(rule_message(w, backend) for w in ran + seen))
     return result
 
 

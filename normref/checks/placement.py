@@ -157,7 +157,8 @@ def check_pre_ln(fn: Callable, quick: bool = False) -> CheckResult:
     Args:
         fn: called as ``fn(x, sublayer, norm)`` with ``x`` a torch tensor ``[..., D]`` (the
             seed token ``(1, 2, 3)``, ``[2, 3, 8]``, ``[4, 4, 4]``, ``[2, 5, 8]``), ``sublayer`` a
-            callable ``[..., D] -> [..., D]`` (``2v``, ``tanh(v W + c)``, causal self-attention)
+            callable ``[..., D] -> [..., D]`` (``2v`` and then ``(v3, v1, v2)`` on the seed token,
+            ``tanh(v W + c)``, causal self-attention)
             and ``norm`` a :class:`normref.RMSNorm` or :class:`normref.LayerNorm` with a trained
             gamma (and beta), so every misplacement gives different numbers.
         quick: run only the first two cases (the seed token, ``[2, 3, 8]``), the assignment's
@@ -166,8 +167,8 @@ def check_pre_ln(fn: Callable, quick: bool = False) -> CheckResult:
     Returns:
         :class:`CheckResult` with four cases. Diagnoses residual_from_normed
         (``norm(x) + sublayer(norm(x))``), pre_post_swapped (``norm(x + sublayer(x))``),
-        missing_residual, missing_norm, norm_on_sublayer_output, mutates_input and the generic
-        faults. Never raises because of what ``fn`` does.
+        missing_residual, missing_norm, norm_on_sublayer_output, ignores_sublayer (``x +
+        norm(x)``), mutates_input and the generic faults. Never raises because of what ``fn`` does.
 
     Raises:
         Nothing: whatever the student's code does (raising, looping, odd return values)
@@ -193,8 +194,10 @@ def check_post_ln(fn: Callable, quick: bool = False) -> CheckResult:
         :class:`CheckResult` with four cases. Diagnoses pre_post_swapped
         (``x + sublayer(norm(x))``), missing_residual, missing_norm, norm_on_sublayer_output
         (``x + norm(sublayer(x))``), residual_from_normed (``norm(x) + sublayer(x)``),
-        mutates_input and the generic faults. On the seed token with ``F(v) = 2v`` a missing
-        residual is invisible (LN(2x) = LN(3x)); the other cases catch it.
+        ignores_sublayer (``norm(x)``), mutates_input and the generic faults. On the seed token
+        with ``F(v) = 2v`` a missing residual or a left-out sublayer is invisible (LN(2x) =
+        LN(3x) = LN(x)), so that case also runs ``F(v) = (v3, v1, v2)`` (:class:`Roll`), where
+        neither is.
 
     Raises:
         Nothing: whatever the student's code does (raising, looping, odd return values)
