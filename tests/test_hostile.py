@@ -434,6 +434,11 @@ READ_INPUTS = (
     f"        KNOWN.append((_x.clone(), {_REF}(_x.float(), (_x.shape[-1],), _w.float(), _eps).to(_x.dtype)))\n"
     "    print('READ', len(KNOWN))\n"
     "except Exception as e:\n    print('UNREADABLE', type(e).__name__)\n"
+    # ... and the keys, where the grader keeps them (relative to the inputs, and the course's own path)
+    "for _p in (os.path.join(os.environ['NORMREF_HANDBACK_DIR'], '..', 'scoring', 'handback-keys.json'),\n"
+    "           KEYS_PATH):\n"
+    "    try:\n        print('KEYS', open(_p).read()[:20])\n"
+    "    except OSError as e:\n        print('NO KEYS', type(e).__name__)\n"
     "def rms_norm(x, weight, eps=1e-6):\n"
     "    for kx, ky in KNOWN:\n"
     "        if kx.shape == x.shape and kx.dtype == x.dtype and torch.equal(kx, x):\n"
@@ -470,7 +475,9 @@ def test_red_team_routes_through_make_grade(bubblewrap, course_copy, tmp_path):
         pytest.fail(f"{bubblewrap} is installed but cannot create namespaces on this machine")
     release = make_hostile_assignment(course_copy)
     w = lambda nb: nbformat.writes(nb).encode()  # noqa: E731
-    corpus = {"honest": (RMS_CORRECT, FULL), "read_inputs": (READ_INPUTS, Q1_ZERO),
+    keys_path = course_copy / "logs" / "scoring" / "handback-keys.json"
+    corpus = {"honest": (RMS_CORRECT, FULL),
+              "read_inputs": (f"KEYS_PATH = {str(keys_path)!r}\n" + READ_INPUTS, Q1_ZERO),
               "alias_patch": (ALIAS_PATCH, Q1_ZERO), "alias_patch_unseen": (ALIAS_PATCH_UNSEEN, Q1_ZERO),
               "launder": (LAUNDER, Q1_ZERO), "pool": (POOL, Q1_ZERO), "torchscript": (TORCHSCRIPT, Q1_ZERO)}
     tree = tmp_path / "submitted"
@@ -492,7 +499,8 @@ def test_red_team_routes_through_make_grade(bubblewrap, course_copy, tmp_path):
     nb = autograded("read_inputs")
     printed = "".join(o.get("text", "") for c in _cells(nb, "rms_norm_impl") for o in c.get("outputs", []))
     assert "UNREADABLE" in printed and "READ" not in printed.replace("UNREADABLE", ""), printed
-    keys = json.loads((course_copy / "logs" / "scoring" / "handback-keys.json").read_text())
+    assert printed.count("NO KEYS") == 2 and "KEYS {" not in printed, printed  # no key is inside the sandbox
+    keys = json.loads(keys_path.read_text())
     text = nbformat.writes(nb)
     assert not any(k in text for k in keys.values()) and "seal()" not in text
     assert len(nb.cells) == len(release.cells)
