@@ -749,9 +749,11 @@ def test_problem_is_the_first_breach_or_diagnosis_without_the_raw_error():
                                  CaseResult("c", False, "case 'c': second", "wrong_values")])
     assert r.problem == "use keepdim=True"  # the hint, not torch's message nor the case name
     r.breaches = ["calls F.rms_norm: grading gives this question 0 — implement it with tensor operations"]
-    # the rule first, wrapped for nbgrader validate (it cuts each line of an error at 80)
-    assert r.problem == ("calls F.rms_norm: grading gives this question 0 — implement it with tensor\n"
-                         "operations")
+    # the rule first, wrapped for nbgrader validate (it cuts each line of an error at 80; the
+    # first line follows "AssertionError: ")
+    assert r.problem == ("calls F.rms_norm: grading gives this question 0 — implement\n"
+                         "it with tensor operations")
+    assert all(len("AssertionError: " + line) <= 80 for line in r.problem.splitlines())
     assert CheckResult("rms_norm", [CaseResult("a", True)]).problem == ""
     # on a real check: the quick check of a missing keepdim names it, in torch's and numpy's words
     assert check_rms_norm(bank("rms_norm", "missing_keepdim"), quick=True).problem.startswith("without keepdim=True")

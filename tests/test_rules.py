@@ -323,3 +323,28 @@ def test_grading_agrees_once_scoring_uses_the_rules_block_reference_and_the_new_
     want = _expected(case)
     _, _, ns = _self_check(case, monkeypatch, capsys)
     assert {g: _grading_points(g, ns[HANDED[g]]) for g in pending} == {g: want[g] for g in pending}
+
+
+@pytest.mark.slow
+def test_real_nbgrader_validate_says_the_rule_in_grading_words(tmp_path):
+    """The real ``nbgrader validate`` (two notebooks, run side by side): no "Success!", each
+    question that loses points fails with grading's sentence and points."""
+    procs = {}
+    for case in ("getattr", "nn_rmsnorm_subclass"):
+        path = tmp_path / case / f"{RULE_CASES[case][0]}.ipynb"
+        path.parent.mkdir()
+        nb = _notebook(case)
+        for c in nb.cells:  # the written answer too, so that only the code questions fail
+            if c.metadata.get("nbgrader", {}).get("grade_id") == "block_warmup_why":
+                c.source = "Post-LN's output-side gradients are large at initialisation; warmup keeps early steps small."
+        nbformat.write(nb, path)
+        procs[case] = subprocess.Popen([sys.executable, "-m", "nbgrader", "validate", str(path)], cwd=path.parent,
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for case, proc in procs.items():
+        out = " ".join(proc.communicate(timeout=300)[0].split())
+        assignment, _, changed, rule, _ = RULE_CASES[case]
+        assert "Success!" not in out and f"VALIDATION FAILED ON {len(changed)} CELL(S)" in out, out[-3000:]
+        assert " ".join(rule_message(rule).split()) in out, out[-3000:]
+        for gid in changed:
+            if gid.endswith("_battery"):
+                assert f"{gid}: " in out and f"0 of {POINTS[assignment][gid]:g} points" in out, (gid, out[-3000:])

@@ -120,8 +120,10 @@ class CheckResult:
         """What grading would hold against this result first, for an error message: the first
         broken rule, else the first failing case's diagnosis (without the case name and the
         raw error it explains, e.g. ``"use keepdim=True ..."`` rather than ``"raised
-        RuntimeError: The size of tensor a (8) ..."``); ``""`` when passed. Wrapped at 76
-        columns, as ``nbgrader validate`` cuts every line of an error at 80."""
+        RuntimeError: The size of tensor a (8) ..."``); ``""`` when passed. Wrapped for
+        ``nbgrader validate``, which cuts every line of an error at 80 columns: the first line
+        at 60 (``assert quick.passed, quick.problem`` shows it after ``"AssertionError: "``),
+        the others at 76."""
         import textwrap
 
         why = ""
@@ -132,7 +134,9 @@ class CheckResult:
                 if not c.passed:
                     why = c.message.split("': ", 1)[-1].split("; ", 1)[-1]
                     break
-        return textwrap.fill(why, 76)
+        first = textwrap.wrap(why, 60)[:1]
+        rest = why[len(first[0]):].strip() if first else ""
+        return "\n".join(first + textwrap.wrap(rest, 76))
 
     def report(self) -> str:
         """The human summary shown in self-check and grader cells (no internal tags)."""
