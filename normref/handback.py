@@ -670,12 +670,20 @@ def _hand_back_keyed(grade_id: str, key: bytes, fn, more: tuple, sealed: dict | 
     return retval
 
 
-def _watched(owner) -> dict:
-    """The functions and classes ``owner`` (a module) defines: ``{name: (object, code, class dict)}``."""
+#: What the hand-back uses of the checkers' module (its call helpers): watched by :func:`seal`. The
+#: rest of it (``CheckResult`` ...) is the self-check's: patching that changes only the self-check.
+_CORE_USED = ("_call_with_timeout", "_call_alarm", "_Timeout", "seeded")
+
+
+def _watched(owner, names=None) -> dict:
+    """The functions and classes ``owner`` (a module) defines (only ``names``, when given):
+    ``{name: (object, code, (class dict, method codes))}``."""
     import types
 
     out = {}
     for k, v in list(vars(owner).items()):
+        if names is not None and k not in names:
+            continue
         if getattr(v, "__module__", None) != owner.__name__:
             continue
         if isinstance(v, types.FunctionType):
@@ -705,8 +713,7 @@ def seal():
 
     from .checks import core
 
-    owners = [sys.modules[__name__], core]
-    watched = [(owner, _watched(owner)) for owner in owners]
+    watched = [(sys.modules[__name__], _watched(sys.modules[__name__])), (core, _watched(core, _CORE_USED))]
 
     def changed() -> list[str]:
         out = []
