@@ -1019,10 +1019,12 @@ def _removed_answer(nb, test_cell) -> str | None:
             answer = cell
     if answer is None or not answer.source.startswith(_REMOVED):
         return None
-    reason = answer.source[len(_REMOVED):].split("\n", 1)[0].strip()
+    reason = answer.source[len(_REMOVED):].split("\n", 1)[0].strip().rstrip(".")
     aid = answer.metadata.get("nbgrader", {}).get("grade_id", "?")
+    if reason not in _RULES:  # not the scan (e.g. the kernel died in this question's code)
+        return f"the grader removed your answer cell {aid!r}: {reason}."
     return (f"the grader removed your answer cell {aid!r} before grading: {reason}. The rule: "
-            f"{_RULES.get(reason, reason)}. (The report lists the line it found.)")
+            f"{_RULES[reason]}. (The report names the line it found.)")
 
 
 def _score_values(gid: str, seed: int, bundle: dict) -> Scored:

@@ -488,3 +488,25 @@ def test_a_reference_laundered_through_a_course_helper_is_the_students_call():
     # the same Post-LN, for the block question, with the checker's own norm: allowed
     post = graded("post_ln_battery", lambda x, sublayer, norm: norm(x + sublayer(x)), 5)
     assert (post.fraction, post.flags) == (1.0, [])
+
+
+@pytest.mark.parametrize("reason, said", [
+    ("it tried to change how grading works", "The rule: code that changes how grading works"),
+    ("it calls the reference implementation instead of implementing it",
+     "The rule: calling the reference normalization instead of implementing it earns what a blank answer earns"),
+    ("the grading kernel died or hung while running this question's code.",
+     "the grading kernel died or hung while running this question's code."),
+])
+def test_a_question_whose_answer_cell_the_grader_removed_says_why_not_a_name_error(reason, said):
+    stub = f"# The grader removed this cell: {reason}\nraise RuntimeError('removed by the grader')"  # grader/repair.py
+    answer = nbformat.v4.new_code_cell(stub, metadata={"nbgrader": {"grade_id": "rms_norm_impl", "solution": True}})
+    tests = []
+    for gid in ("rms_norm_shape", "rms_norm_battery"):
+        cell = nbformat.v4.new_code_cell("", metadata={"nbgrader": {"grade_id": gid, "grade": True}})
+        cell.outputs = [nbformat.v4.new_output("error", ename="NameError", evalue="name 'rms_norm' is not defined",
+                                               traceback=[])]
+        tests.append(cell)
+    scored = scoring.score_notebook(nbformat.v4.new_notebook(cells=[answer, *tests]), 3)
+    for gid, s in scored.items():
+        assert s.fraction == 0.0 and "removed your answer cell 'rms_norm_impl'" in s.text and said in s.text, s.text
+        assert "NameError" not in s.text
