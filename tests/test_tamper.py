@@ -134,3 +134,30 @@ def test_start_up_files_in_a_submission_are_named(tmp_path):
                      "ipython_config.py is a Python start-up file",
                      "ipython_kernel_config.py is a Python start-up file",
                      "sitecustomize.py is a Python start-up file", "usercustomize.py is a Python start-up file"]
+
+
+@pytest.mark.parametrize("source, what", [
+    # a module this cell imports is a module: the red team's alias of the hand-back
+    ("import normref.handback as h\nh.run_calls = print", "modifies h.run_calls"),
+    ("from normref import checks as c\nsetattr(c, 'check_rms_norm', print)", "setattr on c"),
+    ("import normref\nhb = normref.handback", "uses the grader's hand-back (normref.handback)"),
+    ("from normref.handback import run_calls", "imports normref.handback"),
+    # work the grader's call recorder cannot see: other threads and processes, TorchScript
+    ("from concurrent.futures import ThreadPoolExecutor", "imports concurrent.futures"),
+    ("import threading", "imports threading"),
+    ("import multiprocessing as mp", "imports multiprocessing"),
+    ("cu = torch.jit.CompilationUnit('def f(x):\\n    return x')", "uses TorchScript (torch.jit)"),
+    ("from torch.jit import script", "imports torch.jit"),
+    ("f = torch.compile(print)", "uses torch.compile"),
+    ("ops = torch._C._nn", "uses torch's C internals (torch._C)"),
+    ("def g():\n    return 1\ncells = g.__closure__", "uses __closure__"),
+])
+def test_the_red_team_routes_are_tamper(source, what):
+    found = scan(source, {"torch": "torch"})
+    assert Finding("tamper", source.count("\n") + 1, what) in found, found
+
+
+def test_using_an_imported_module_without_changing_it_is_not_tamper():
+    src = ("import numpy as np\nimport math\nfrom collections import OrderedDict\n"
+           "d = OrderedDict()\nd['a'] = np.zeros(3)\nd['a'][0] = math.pi\n")
+    assert scan(src, {"torch": "torch"}) == []
