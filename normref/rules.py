@@ -3,11 +3,21 @@
 One rule today: **implement it, do not call it.** An answer that calls a library or reference
 normalization (``F.rms_norm``, ``torch.nn.functional.layer_norm``, ``torch.rms_norm``,
 ``nn.LayerNorm``, ``normref.rms_norm``, ``normref.pre_ln`` ...) instead of implementing it earns
-0 for that question. The grader's tamper scan (``grader/tamper.py``) reads each answer cell's
-source with :func:`reference_calls`; a checker (:mod:`normref.checks`) reads the source of the
-student's function or class with :func:`reference_calls_in` and says the same thing in the
-student's notebook: "calls F.rms_norm: grading gives this question 0 — implement it with
-tensor operations".
+0 for that question. It is applied twice, the same way in grading and in the student's
+self-check (:mod:`normref.checks`):
+
+* at run time: every call of the student's code runs under
+  :class:`normref.handback.ReferenceRecorder` with this module's lists of names
+  (:data:`NORM_REFERENCE`, :data:`BACKWARD_REFERENCE`, :data:`PLACEMENT_REFERENCE`,
+  :data:`BLOCK_REFERENCE`), which sees a reference run however it was spelled
+  (``getattr(F, "rms" + "_norm")``, a subclass of ``nn.RMSNorm``, ``RMSNorm = normref.RMSNorm``);
+* on the source: the grader's tamper scan (``grader/tamper.py``) reads each answer cell with
+  :func:`reference_calls`, a checker the student's function or class with
+  :func:`reference_calls_in`.
+
+Either way the student reads, in the notebook and in the feedback, :func:`rule_message`'s
+sentence: "calls torch's rms_norm: grading gives this question 0 — implement it with tensor
+operations".
 
 Nothing here is secret: the rule is part of the assignment's instructions.
 """
