@@ -106,13 +106,19 @@ def pending(tree: CourseTree) -> list[HandGrade]:
     return _read_pending(tree)
 
 
-def capture(tree: CourseTree, assignment: str, student: str) -> list[HandGrade]:
+def capture(tree: CourseTree, assignment: str, student: str, graded: Path | None = None) -> list[HandGrade]:
     """The hand grades and comments of the submission now in ``submitted/<student>/<assignment>/``
     (call it before that submission is replaced), added to ``logs/handgrades.json`` before this
-    returns (a capture of the same cell replaces the one recorded)."""
+    returns (a capture of the same cell replaces the one recorded).
+
+    Args:
+        graded: the folder of the notebooks the gradebook's grades were given to, when it is not
+            ``submitted/`` (a restored older gradebook graded the earlier submission, kept in
+            ``logs/replaced/``).
+    """
     from nbgrader.api import Gradebook, MissingEntry
 
-    answers = _answers(tree.submitted(student, assignment))
+    answers = _answers(graded or tree.submitted(student, assignment))
     found: dict[tuple[str, str], dict] = {}
     with Gradebook(tree.gradebook_url) as gb:
         try:

@@ -287,9 +287,21 @@ def _roll_back_graded(tree: CourseTree, backup: Path, log) -> None:
     if not path.is_file():
         return
     graded = {tuple(p) for p in json.loads(path.read_text())}
-    again = (graded - gradebook_pairs(tree)) | (graded & {tuple(p) for r in later for p in r.get("replaced") or []})
+    replaced = graded & {tuple(p) for r in later for p in r.get("replaced") or []} & gradebook_pairs(tree)
+    again = (graded - gradebook_pairs(tree)) | replaced
     if not again:
         return
+    if replaced:  # the restored rows graded the earlier submission: their hand grades are carried
+        from nbgrader.api import Gradebook  # over like a resubmission's (kept where the answer is
+                                            # unchanged, named as to redo where it changed)
+        from .handgrades import capture
+
+        for a, st in sorted(replaced):
+            earlier = tree.logs / "replaced" / st / a
+            capture(tree, a, st, graded=earlier)  # gone: every hand grade is to redo
+        with Gradebook(tree.gradebook_url) as gb:
+            for a, st in sorted(replaced):
+                gb.remove_submission(a, st)
     part = tree.logs / (GRADED + ".part")
     part.write_text(json.dumps(sorted(graded - again)))
     os.replace(part, path)

@@ -705,9 +705,16 @@ def test_restoring_an_older_gradebook_regrades_what_it_rolls_back(course_copy, t
     the next run grade their submissions again."""
     only_assignments(course_copy, {"rmsnorm"})
     run = lambda tree: grader("--submissions", tree, "--engine", "processes", course=course_copy)  # noqa: E731
-    for name, students in [("b1", {"ada": "correct"}), ("b2", {"bo": "correct"})]:
-        out = run(submitted_tree(tmp_path / name, students))
-        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    from nbgrader.api import Gradebook
+
+    out = run(submitted_tree(tmp_path / "b1", {"ada": "correct"}))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    with Gradebook(f"sqlite:///{course_copy / 'gradebook.db'}") as gb:  # an override of ada's test
+        gb.find_grade("rms_norm_battery", "rmsnorm", "rmsnorm", "ada").manual_score = 2.0
+        gb.db.commit()
+    # batch 2: bo, and ada again with a different answer (its variance is wrong: 0 points)
+    out = run(submitted_tree(tmp_path / "b2", {"bo": "correct", "ada": "unbiased_variance"}))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     ids = [json.loads(ln)["run_id"] for ln in (course_copy / "logs" / "runs.jsonl").read_text().splitlines()]
     backups = sorted(p.name for p in (course_copy / "logs" / "backups").glob("gradebook-*.db"))
     assert backups == sorted([f"gradebook-{ids[0]}-after.db", f"gradebook-{ids[1]}-before.db",
@@ -719,12 +726,14 @@ def test_restoring_an_older_gradebook_regrades_what_it_rolls_back(course_copy, t
     older = course_copy / "logs" / "backups" / f"gradebook-{ids[1]}-before.db"
     back = grader("restore", "--backup", older, course=course_copy)
     assert back.returncode == 0, back.stderr
-    assert f"rolled back 1 run(s) after that backup ({ids[1]}; students bo)" in back.stdout, back.stdout
-    assert "1 submission(s) will be graded again by the next run (kept in submitted/): bo (rmsnorm)" \
-        in back.stdout, back.stdout
+    assert f"rolled back 1 run(s) after that backup ({ids[1]}; students ada, bo)" in back.stdout, back.stdout
+    assert "2 submission(s) will be graded again by the next run (kept in submitted/): ada (rmsnorm), " \
+        "bo (rmsnorm)" in back.stdout, back.stdout
 
     out = run(tmp_path / "b2")  # batch 2 again: unchanged notebooks, but graded again, not skipped
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    # the restored gradebook's override graded ada's earlier answer: not applied to the new one
+    assert "hand grade to redo: ada (rmsnorm) rms_norm_battery" in out.stdout, out.stdout[-3000:]
     with (course_copy / "grades.csv").open() as f:
         scores = {r["student_id"]: float(r["score"]) for r in csv.DictReader(f)}
-    assert scores == {"ada": 5.0, "bo": 5.0}  # bo regraded to the known 1 + 4, not a blank 0
+    assert scores == {"ada": 0.0, "bo": 5.0}  # bo regraded to the known 1 + 4, ada's new answer 0
