@@ -4,7 +4,10 @@ and hand the outputs back, unjudged.
 While ``make grade`` autogrades, a question's hidden test is one line,
 ``hand_back("rms_norm_battery", rms_norm)``. The grader has drawn that question's inputs from a
 secret seed (new every grading run) and left them, as the exact calls its checker makes, in
-``$NORMREF_HANDBACK_DIR/<grade_id>.pt``; this module makes each call in the kernel and shows
+``$NORMREF_HANDBACK_DIR/<grade_id>.pt``, locked with a key of that question's own (:func:`lock`);
+an nbgrader preprocessor rewrites the line, just before the cell runs, into a call of the
+hand-back that :func:`seal` kept at kernel start, with the key (see :func:`seal`), so that no
+answer cell can read the inputs beforehand. This module makes each call in the kernel and shows
 the outputs (arrays and tensors with their dtype and shape, or the exception) as one output
 of MIME type :data:`MIME`. The grader's own process reads that output from the autograded
 notebook and judges it with the same checker, outside the student's process
