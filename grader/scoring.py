@@ -11,7 +11,10 @@ For every question in :data:`QUESTIONS` (the code questions' full batteries):
    cancels), bfloat16, a constant row (LayerNorm). It runs the course's own checker
    on those cases with a probe in place of the student's function, and saves the calls the
    checker makes (arguments and keyword arguments) to ``<inputs>/<grade_id>.pt``: the kernel's
-   only view of the question (``NORMREF_HANDBACK_DIR``, read-only in the sandbox).
+   only view of the question (``NORMREF_HANDBACK_DIR``, read-only in the sandbox), locked with a
+   key of its own (new every run, in ``logs/scoring/handback-keys.json``, outside the sandbox)
+   that the autograde preprocessor ``HandbackKeys`` (``nbgrader_config.py``) writes into that
+   question's hidden test just before it runs.
 2. In the kernel, the hidden test ``hand_back(grade_id, fn)`` (:mod:`normref.handback`) makes
    those calls and shows the outputs (or exceptions) as one output of its MIME type.
 3. :func:`score_notebook`, after autograde, reads that output from the autograded notebook
