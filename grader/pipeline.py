@@ -202,7 +202,7 @@ def clean(course_root: Path) -> None:
 
 
 def start_over(tree: CourseTree, *, yes: bool, tag: str, log=print) -> None:
-    """:func:`clean`, after a backup, and only with a yes when real students are graded here.
+    """:func:`clean`, only with a yes when real students are graded here, and then after a backup.
 
     The gradebook is backed up with SQLite's backup API and, with every other piece of grading
     state (``submitted/``, ``autograded/``, ``feedback/``, the CSVs, ``reports/``, and what

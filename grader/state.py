@@ -276,6 +276,11 @@ def _rolled_back_runs(tree: CourseTree, backup: Path) -> list[dict]:
 
 
 def _roll_back_graded(tree: CourseTree, backup: Path, log) -> None:
+    """After ``backup`` was restored: name the runs it rolls back, and take off
+    ``logs/graded.json`` the submissions the restored gradebook lacks or that a rolled-back run
+    replaced. A replaced one's restored rows graded the earlier submission: their hand grades
+    are captured against it (``logs/replaced/``) and the rows removed, so the next run carries
+    them over like a resubmission's (kept where the answer is unchanged, named as to redo)."""
     from .pipeline import GRADED
 
     path = tree.logs / GRADED
@@ -286,19 +291,18 @@ def _roll_back_graded(tree: CourseTree, backup: Path, log) -> None:
             f"students {', '.join(who) or 'none'}): their work is not in the restored gradebook")
     if not path.is_file():
         return
-    graded = {tuple(p) for p in json.loads(path.read_text())}
-    replaced = graded & {tuple(p) for r in later for p in r.get("replaced") or []} & gradebook_pairs(tree)
-    again = (graded - gradebook_pairs(tree)) | replaced
+    graded, held = {tuple(p) for p in json.loads(path.read_text())}, gradebook_pairs(tree)
+    replaced = graded & held & {tuple(p) for r in later for p in r.get("replaced") or []}
+    again = (graded - held) | replaced
     if not again:
         return
-    if replaced:  # the restored rows graded the earlier submission: their hand grades are carried
-        from nbgrader.api import Gradebook  # over like a resubmission's (kept where the answer is
-                                            # unchanged, named as to redo where it changed)
+    if replaced:
+        from nbgrader.api import Gradebook
+
         from .handgrades import capture
 
-        for a, st in sorted(replaced):
-            earlier = tree.logs / "replaced" / st / a
-            capture(tree, a, st, graded=earlier)  # gone: every hand grade is to redo
+        for a, st in sorted(replaced):  # the earlier notebook gone: each hand grade is to redo
+            capture(tree, a, st, graded=tree.logs / "replaced" / st / a)
         with Gradebook(tree.gradebook_url) as gb:
             for a, st in sorted(replaced):
                 gb.remove_submission(a, st)
