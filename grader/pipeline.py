@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import fnmatch
 import hashlib
 import json
 import os
@@ -35,6 +36,14 @@ DEMO_MARKER = ".demo-class"
 #: What a fresh run removes (nbgrader's grading state; never source/ or release/).
 GRADING_STATE = ("submitted", "autograded", "feedback", "downloaded", "reports", "logs", "gradebook.db",
                  "grades.csv", "grades_by_question.csv", "roster.csv", DEMO_MARKER)
+#: Grading state named per LMS and assignment (grader.lms's import files and feedback zips).
+GRADING_STATE_PATTERNS = ("lms-import-*.csv", "feedback-*.zip")
+
+
+def _state_names(root: Path) -> list[str]:
+    """:data:`GRADING_STATE`, then the files of ``root`` matching :data:`GRADING_STATE_PATTERNS`."""
+    found = sorted({p.name for pat in GRADING_STATE_PATTERNS for p in Path(root).glob(pat) if p.is_file()})
+    return list(GRADING_STATE) + found
 #: What :func:`clean` keeps of ``logs/``: the backups, the run history, and the note of how long
 #: that history was when the course was last cleaned (:data:`grader.state.CLEANED`).
 KEPT_LOGS = ("backups", "runs.jsonl", "cleaned.json")
@@ -181,7 +190,7 @@ def clean(course_root: Path) -> None:
     protects it: ``logs/backups/`` and the run history ``logs/runs.jsonl``. No questions asked:
     :func:`start_over` is the careful way."""
     root = Path(course_root)
-    for name in GRADING_STATE:
+    for name in _state_names(root):
         p = root / name
         if name == "logs" and p.is_dir():
             for child in p.iterdir():
@@ -244,7 +253,7 @@ def _archive_state(tree: CourseTree, tag: str, gradebook: Path | None = None) ->
     gradebook backup ``gradebook`` as ``gradebook.db`` (one archive is a whole course state)."""
     import tarfile
 
-    names = [n for n in GRADING_STATE if n not in ("logs", "gradebook.db") and (tree.root / n).exists()]
+    names = [n for n in _state_names(tree.root) if n not in ("logs", "gradebook.db") and (tree.root / n).exists()]
     logs = _logs_state(tree)
     if not names and not logs and gradebook is None:
         return None
@@ -284,7 +293,7 @@ def current_state(tree: CourseTree) -> list[str]:
     out = []
     if tree.gradebook_path.is_file() and tree.gradebook_path.stat().st_size:
         out.append(GRADEBOOK_IN_ARCHIVE)
-    for n in GRADING_STATE:
+    for n in _state_names(tree.root):
         p = tree.root / n
         if n in ("logs", "gradebook.db") or not p.exists():
             continue
@@ -304,7 +313,8 @@ def _restorable(name: str) -> bool:
         return False
     if parts[0] == "logs":
         return len(parts) == 1 or parts[1] not in KEPT_LOGS
-    return parts[0] in GRADING_STATE
+    return parts[0] in GRADING_STATE or (len(parts) == 1 and any(fnmatch.fnmatch(parts[0], pat)
+                                                                  for pat in GRADING_STATE_PATTERNS))
 
 
 def restore_state(tree: CourseTree, archive: Path, *, yes: bool, log=print) -> list[str]:
@@ -694,14 +704,19 @@ def export(b: Batch) -> None:
         b.run.lms_import = got.path
         b.log(f"export: {got.path} is {b.lms_gradebook.name} with the points of {len(got.filled)} students "
               f"filled in: import it into {got.lms.capitalize()}")
+        if got.kept is not None:
+            b.log(f"export: the earlier, different {got.path.name} was kept as {got.kept}")
         if got.blank:
             b.log(f"export: left blank (no submission here): {', '.join(got.blank)}")
     from .lms import feedback_zips
 
-    b.run.feedback_zips = feedback_zips(b.tree, b.run.assignments)
+    kept: dict[Path, Path] = {}
+    b.run.feedback_zips = feedback_zips(b.tree, b.run.assignments, kept)
     for path, students in b.run.feedback_zips.items():
         b.log(f"export: {path}: the feedback of {len(students)} students, named for the LMS's bulk "
               "feedback upload")
+    for path, earlier in kept.items():
+        b.log(f"export: the earlier, different {Path(path).name} was kept as {earlier}")
 
 
 def _add_late_column(path: Path, lms_marked: set[tuple[str, str]]) -> None:

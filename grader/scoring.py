@@ -236,15 +236,16 @@ def draw_backward_battery(g) -> list:
 
 
 def draw_placement_battery(g) -> list:
-    """A drawn Pre-/Post-LN battery: a token through F(v) = 2v (a linear map) and LayerNorm
-    without eps; ``[B, T, 8]`` through tanh(v W + c) and an RMSNorm with a trained gamma;
-    ``B = T = D`` through tanh(v W + c) and a LayerNorm with gamma and beta; ``[2, T, 8]``
-    through causal self-attention and an RMSNorm. Every object is the course's own class."""
+    """A drawn Pre-/Post-LN battery: a token through F(v) = 2v and then F(v) = (v3, v1, v2)
+    (:class:`normref.checks.placement.Roll`), with LayerNorm without eps; ``[B, T, 8]``
+    through tanh(v W + c) and an RMSNorm with a trained gamma; ``B = T = D`` through
+    tanh(v W + c) and a LayerNorm with gamma and beta; ``[2, T, 8]`` through causal
+    self-attention and an RMSNorm. Every object is the course's own class."""
     import torch
     from torch import nn
 
     from normref.blocks import CausalSelfAttention
-    from normref.checks.placement import ToySublayer, _PlacementCase
+    from normref.checks.placement import Roll, ToySublayer, _PlacementCase
     from normref.modules import LayerNorm, RMSNorm
 
     def rnd(*shape, scale=1.0, shift=0.0):
@@ -270,8 +271,8 @@ def draw_placement_battery(g) -> list:
         rms8b.weight.copy_(1 + 0.5 * rnd(8))
     tok = _token(g)
     return [
-        _PlacementCase(f"token {tuple(int(v) for v in tok.tolist())}, F(v) = 2v, LayerNorm without eps",
-                       tok, twice, LayerNorm(3, eps=0.0)),
+        _PlacementCase(f"token {tuple(int(v) for v in tok.tolist())}, F(v) = 2v, then F(v) = (v3, v1, v2), "
+                       "LayerNorm without eps", tok, twice, LayerNorm(3, eps=0.0), Roll()),
         _PlacementCase(f"[{b_}, {t_}, 8], F(v) = tanh(v W + c), RMSNorm with a trained gamma",
                        rnd(b_, t_, 8, scale=2.0, shift=0.5), ToySublayer(8, seed()), rms8),
         _PlacementCase(f"B = T = D [{n}, {n}, {n}], F(v) = tanh(v W + c), LayerNorm with gamma and beta",
@@ -323,7 +324,8 @@ def draw_module_battery(g) -> list:
 
 def draw_block_battery(g) -> list:
     """A drawn pre-norm-block battery, the kinds of case of
-    :func:`normref.checks.block._block_battery`: the build (structural, as it is); the wiring
+    :func:`normref.checks.block._block_battery`: the build (its attributes, and forward on a drawn
+    ``[B, T, 8]`` input changes it as a block does); the wiring
     on ``[B, T, 8]`` through the course's attention and feed-forward net (weights drawn) and
     two RMSNorms with different trained gammas; the same with two LayerNorms with gammas and
     betas; the student's own submodules on ``[B, T, 8]``."""
@@ -350,8 +352,10 @@ def draw_block_battery(g) -> list:
 
     b1, t1, b2, t2 = _pick(g, [2, 3]), _pick(g, [3, 4, 5]), _pick(g, [3, 4, 5]), _pick(g, [4, 5, 6])
     b3, t3 = _pick(g, [2, 3]), _pick(g, [3, 4, 5])
+    b0, t0 = _pick(g, [2, 3]), _pick(g, [3, 4, 5])
     return [
-        _BlockCase("build: block_cls(8, 2) has input_layernorm, self_attn, post_attention_layernorm, mlp"),
+        _BlockCase("build: block_cls(8, 2) has input_layernorm, self_attn, post_attention_layernorm, mlp, and its "
+                   f"forward changes a [{b0}, {t0}, 8] input as a block does", rnd(b0, t0, 8)),
         _BlockCase(f"wiring [{b1}, {t1}, 8]: known attention, feed-forward and two RMSNorms with different gammas",
                    rnd(b1, t1, 8, scale=2.0), parts(RMSNorm)),
         _BlockCase(f"wiring [{b2}, {t2}, 8]: two LayerNorms with different gammas and betas",
@@ -396,7 +400,7 @@ def block_plan(cases: list) -> list[dict]:
 
 
 # What counts as running a reference: normref.rules' lists, which the student's self-check uses too.
-from normref.rules import NORMREF_BACKWARD, NORMREF_NORMS, NORMREF_PLACEMENT, TORCH_NORMS  # noqa: E402
+from normref.rules import BACKWARD_REFERENCE, BLOCK_REFERENCE, NORM_REFERENCE, PLACEMENT_REFERENCE  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -431,7 +435,7 @@ def _checks():
     return checks
 
 
-_NORMS = {"torch_names": TORCH_NORMS, "normref_names": NORMREF_NORMS}
+_NORMS = NORM_REFERENCE
 QUESTIONS: dict[str, Question] = {
     "rms_norm_battery": Question(lambda fn: _checks().check_rms_norm(fn), "normref.checks.norms", "battery",
                                  lambda g: draw_norm_battery("rms", "torch", g), _NORMS),
@@ -439,12 +443,11 @@ QUESTIONS: dict[str, Question] = {
                                    "battery", lambda g: draw_norm_battery("layer", "numpy", g), _NORMS, "numpy"),
     "layer_norm_backward_gradcheck": Question(
         lambda fn: _checks().check_layer_norm_backward(fn), "normref.checks.backward", "_backward_battery",
-        draw_backward_battery, {"torch_names": TORCH_NORMS + ("native_layer_norm_backward",),
-                                "normref_names": NORMREF_NORMS + NORMREF_BACKWARD}, "numpy"),
+        draw_backward_battery, BACKWARD_REFERENCE, "numpy"),
     "pre_ln_battery": Question(lambda fn: _checks().check_pre_ln(fn), "normref.checks.placement",
-                               "_placement_battery", draw_placement_battery, {"normref_names": NORMREF_PLACEMENT}),
+                               "_placement_battery", draw_placement_battery, PLACEMENT_REFERENCE),
     "post_ln_battery": Question(lambda fn: _checks().check_post_ln(fn), "normref.checks.placement",
-                                "_placement_battery", draw_placement_battery, {"normref_names": NORMREF_PLACEMENT}),
+                                "_placement_battery", draw_placement_battery, PLACEMENT_REFERENCE),
 }
 # The visible checks are scored outside the kernel too, on their public cases, all or nothing.
 _VISIBLE = {  # grade_id: (checker, its arguments after fn, cases counted, the battery's question)
@@ -472,7 +475,7 @@ for _gid, (_name, (_args, _kwargs), _head, _battery) in _VISIBLE.items():
 # Classes (the block assignment's RMSNorm module and PreNormBlock): the grader decides every
 # call (:func:`module_plan`, :func:`block_plan`), the kernel performs them and records what
 # happened (:func:`normref.handback.run_plan`), the checker judges the record (:class:`ReplayClass`).
-_BLOCK_REFERENCE = {"torch_names": TORCH_NORMS, "normref_names": NORMREF_PLACEMENT}
+_BLOCK_REFERENCE = BLOCK_REFERENCE
 QUESTIONS.update({
     "rms_module_battery": Question(lambda cls: _checks().check_rms_norm_module(cls), "normref.checks.module",
                                    "_module_battery", draw_module_battery, _NORMS, kind="class", plan=module_plan),

@@ -234,7 +234,8 @@ def test_moodle_folders_are_collected_as_the_flat_layout_by_participant_id(cours
     assert got.skipped == {
         f"{top}/Ada Byron_1234570_assignsubmission_onlinetext_/onlinetext.html":
             "file name not recognised as an LMS submission",
-        f"__MACOSX/{top}/._Zoë Müller_1234567_assignsubmission_file_": "a hidden or macOS metadata file, not a submission"}
+        f"__MACOSX/{top}/._Zoë Müller_1234567_assignsubmission_file_":
+            "a hidden or macOS metadata file, not a submission"}
     for st, tag in [("zoe-muller", "zoe"), ("john-lee-1234568", "john 68"), ("john-lee-1234569", "john 69"),
                     ("ada-byron", "ada")]:
         assert _answer_of(course_copy / "submitted" / st / "rmsnorm" / "rmsnorm.ipynb") == f"# {tag}"

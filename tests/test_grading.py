@@ -101,7 +101,8 @@ def _canvas_zip(course_copy, tmp_path):
 def test_lms_names_are_parsed():
     assert parse_lms_name("doejane_12345_67890_rmsnorm.ipynb") == {"student_id": "doejane", "file_id": "rmsnorm.ipynb"}
     assert parse_lms_name("doejane_LATE_12345_67890_rmsnorm.ipynb")["student_id"] == "doejane"
-    assert parse_lms_name("Jane Doe_12345_assignsubmission_file_rmsnorm.ipynb")["student_id"] == "12345"
+    # Moodle's number is the participant id, new in every assignment: the student is the full name
+    assert parse_lms_name("Jane Doe_12345_assignsubmission_file_rmsnorm.ipynb")["student_id"] == "jane-doe"
     bb = parse_lms_name("Lesson 16_jdoe_attempt_2026-11-20-09-00-00_rmsnorm.ipynb")
     assert bb == {"student_id": "jdoe", "file_id": "rmsnorm.ipynb", "timestamp": "2026-11-20 09:00:00"}
     assert parse_lms_name("README.md") is None

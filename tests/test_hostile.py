@@ -444,7 +444,8 @@ READ_INPUTS = (
     "        if kx.shape == x.shape and kx.dtype == x.dtype and torch.equal(kx, x):\n"
     "            return ky.clone()\n"
     "    return x.clone()\n")
-_CHEAT = f"def rms_norm(x, weight, eps=1e-6):\n    return {_REF}(x.float(), (x.shape[-1],), weight.float(), eps).to(x.dtype)\n"
+_CHEAT = (f"def rms_norm(x, weight, eps=1e-6):\n"
+          f"    return {_REF}(x.float(), (x.shape[-1],), weight.float(), eps).to(x.dtype)\n")
 # 2. the hand-back patched through an alias of its module, so the recorder is given no names
 _FAKE_RUN_CALLS = ("_orig = h.run_calls\n"
                    "def _fake(fn, calls, reference=None, *a, **k):\n    return _orig(fn, calls, None, *a, **k)\n")
@@ -515,6 +516,7 @@ def test_red_team_routes_through_make_grade(bubblewrap, course_copy, tmp_path):
     assert any("TorchScript" in f for f in flags["torchscript"]), flags["torchscript"]
     # 5. a removed answer cell's question says the rule in its feedback, not a NameError
     for sid in ("alias_patch", "pool", "torchscript"):
-        said = "".join(o.get("data", {}).get("text/plain", "") for o in _cells(autograded(sid), "rms_norm_battery")[0].outputs)
+        outputs = _cells(autograded(sid), "rms_norm_battery")[0].outputs
+        said = "".join(o.get("data", {}).get("text/plain", "") for o in outputs)
         assert "the grader removed your answer cell 'rms_norm_impl'" in said and "The rule:" in said, said
         assert "NameError" not in said, said

@@ -194,37 +194,33 @@ FAKE_BLOCK = (
     "    def forward(self, x):\n"
     "        return x\n")
 
-# case -> (assignment, answer cells, {grade_id: points where not full}, the rule's sentence or
-# None, the grade_ids whose grading needs a change in grader/scoring.py still to come)
+# case -> (assignment, answer cells, {grade_id: points where not full}, the rule's sentence or None)
 RULE_CASES = {
     "getattr": ("rmsnorm", {"rms_norm_impl": (
         "import torch.nn.functional as F\n\n"
         "def rms_norm(x, weight, eps=1e-6):\n"
         "    return getattr(F, 'rms' + '_norm')(x.float(), (x.shape[-1],), weight.float(), eps).to(x.dtype)\n")},
-        {"rms_norm_shape": 0.0, "rms_norm_battery": 0.0}, "calls torch's rms_norm", ()),
+        {"rms_norm_shape": 0.0, "rms_norm_battery": 0.0}, "calls torch's rms_norm"),
     # a subclass of torch's RMSNorm: the module runs torch's rms_norm, and so does the block built of it
     "nn_rmsnorm_subclass": ("block", {**HONEST_BLOCK, "rms_module_impl": (
-        "class RMSNorm(nn.RMSNorm):\n    def __init__(self, dim, eps=1e-6):\n        super().__init__(dim, eps=eps)\n")},
+        "class RMSNorm(nn.RMSNorm):\n    def __init__(self, dim, eps=1e-6):\n"
+        "        super().__init__(dim, eps=eps)\n")},
         {"rms_module_quick": 0.0, "rms_module_battery": 0.0, "block_quick": 0.0, "block_battery": 0.0},
-        "calls torch's rms_norm", ()),
+        "calls torch's rms_norm"),
     # normref's own RMSNorm under the student's name: the module and the block built of it
     "normref_alias": ("block", {**HONEST_BLOCK, "rms_module_impl": "import normref\n\nRMSNorm = normref.RMSNorm\n"},
                       {"rms_module_quick": 0.0, "rms_module_battery": 0.0, "block_quick": 0.0, "block_battery": 0.0},
-                      "calls normref.modules.RMSNorm.forward", ("block_quick", "block_battery")),
+                      "calls normref.modules.RMSNorm.forward"),
     # a block whose forward returns its input, with submodules named like the real ones
     "fake_block": ("block", {**HONEST_BLOCK, "block_impl": FAKE_BLOCK},
-                   {"block_quick": 0.0, "block_battery": 0.0}, None, ("block_battery",)),
+                   {"block_quick": 0.0, "block_battery": 0.0}, None),
     # Post-LN that leaves the sublayer out: right only where F(v) = 2v (LN(3x) = LN(x))
-    "post_ln_norm_x": ("block", {**HONEST_BLOCK, "post_ln_impl": "def post_ln(x, sublayer, norm):\n    return norm(x)\n"},
-                       {"post_ln_quick": 0.0, "post_ln_battery": 0.0}, None, ("post_ln_battery",)),
-    "honest_rmsnorm": ("rmsnorm", {"rms_norm_impl": HONEST_RMS}, {}, None, ()),
-    "honest_block": ("block", HONEST_BLOCK, {}, None, ()),
+    "post_ln_norm_x": ("block", {**HONEST_BLOCK,
+                                 "post_ln_impl": "def post_ln(x, sublayer, norm):\n    return norm(x)\n"},
+                       {"post_ln_quick": 0.0, "post_ln_battery": 0.0}, None),
+    "honest_rmsnorm": ("rmsnorm", {"rms_norm_impl": HONEST_RMS}, {}, None),
+    "honest_block": ("block", HONEST_BLOCK, {}, None),
 }
-#: what grader/scoring.py must still do for grading to agree (see normref.rules, normref.checks.block)
-PENDING = {"block_quick": "grader.scoring's block reference is normref.rules.BLOCK_REFERENCE (normref's norms count)",
-           "block_battery": "grader.scoring: BLOCK_REFERENCE, and draw_block_battery's build case gets an input x",
-           "post_ln_battery": "grader.scoring.draw_placement_battery's token case gets also=Roll()"}
-
 
 def _notebook(case: str) -> nbformat.NotebookNode:
     from grader.demo import fill_answers
@@ -298,11 +294,12 @@ def _self_check_points(gid: str, ns: dict) -> float:
 
 @pytest.mark.parametrize("case", sorted(RULE_CASES))
 def test_the_self_check_and_validate_say_what_grading_gives(case, monkeypatch, capsys):
-    assignment, _, _, rule, pending = RULE_CASES[case]
+    assignment, _, _, rule = RULE_CASES[case]
     want = _expected(case)
     errors, shown, ns = _self_check(case, monkeypatch, capsys)
     # Validate: exactly the cells that lose points fail, each naming the rule or the diagnosis
-    assert {g for g, e in errors.items() if e is not None} == {g for g, p in want.items() if p < POINTS[assignment][g]}, \
+    losing = {g for g, p in want.items() if p < POINTS[assignment][g]}
+    assert {g for g, e in errors.items() if e is not None} == losing, \
         {g: repr(e)[:300] for g, e in errors.items() if e is not None}
     for gid, err in errors.items():
         if err is not None and gid.endswith("_battery"):
@@ -313,17 +310,7 @@ def test_the_self_check_and_validate_say_what_grading_gives(case, monkeypatch, c
     # the self-check's points
     assert {g: _self_check_points(g, ns) for g in want} == want
     # grading
-    got = {g: _grading_points(g, ns[HANDED[g]]) for g in want if g not in pending}
-    assert got == {g: p for g, p in want.items() if g not in pending}
-
-
-@pytest.mark.xfail(strict=True, reason="waits for grader/scoring.py: " + "; ".join(PENDING.values()))
-@pytest.mark.parametrize("case", sorted(c for c in RULE_CASES if RULE_CASES[c][4]))
-def test_grading_agrees_once_scoring_uses_the_rules_block_reference_and_the_new_cases(case, monkeypatch, capsys):
-    _, _, _, _, pending = RULE_CASES[case]
-    want = _expected(case)
-    _, _, ns = _self_check(case, monkeypatch, capsys)
-    assert {g: _grading_points(g, ns[HANDED[g]]) for g in pending} == {g: want[g] for g in pending}
+    assert {g: _grading_points(g, ns[HANDED[g]]) for g in want} == want
 
 
 @pytest.mark.slow
@@ -337,13 +324,14 @@ def test_real_nbgrader_validate_says_the_rule_in_grading_words(tmp_path):
         nb = _notebook(case)
         for c in nb.cells:  # the written answer too, so that only the code questions fail
             if c.metadata.get("nbgrader", {}).get("grade_id") == "block_warmup_why":
-                c.source = "Post-LN's output-side gradients are large at initialisation; warmup keeps early steps small."
+                c.source = ("Post-LN's output-side gradients are large at initialisation; "
+                            "warmup keeps early steps small.")
         nbformat.write(nb, path)
         procs[case] = subprocess.Popen([sys.executable, "-m", "nbgrader", "validate", str(path)], cwd=path.parent,
                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     for case, proc in procs.items():
         out = " ".join(proc.communicate(timeout=300)[0].split())
-        assignment, _, changed, rule, _ = RULE_CASES[case]
+        assignment, _, changed, rule = RULE_CASES[case]
         assert "Success!" not in out and f"VALIDATION FAILED ON {len(changed)} CELL(S)" in out, out[-3000:]
         assert " ".join(rule_message(rule).split()) in out, out[-3000:]
         for gid in changed:

@@ -539,10 +539,12 @@ _BLOCK_EXPECTED = {
     "pre_post_swapped": _b(pre_ln_quick=0.0, pre_ln_battery=0.0,
                            post_ln_quick=0.0, post_ln_battery=0.0),
     # pre_ln: F(Norm(x)) is never x + F(Norm(x)): 0 of 4. post_ln: Norm(F(x)) = LN(2x) =
-    # LN(3x) = Norm(x + F(x)) on the seed case (LayerNorm without eps is scale-invariant),
-    # wrong on the rest: 1 of 4. block: builds; without the first residual wrong on 1-3: 1 of 4
+    # LN(3x) = Norm(x + F(x)) with the seed's F(v) = 2v (LayerNorm without eps is
+    # scale-invariant), but the seed case also runs F(v) = (v3, v1, v2), where it is wrong, as on
+    # the rest: 0 of 4. block: builds (forward changes x); without the first residual wrong on
+    # 1-3: 1 of 4
     "missing_residual": _b(pre_ln_quick=0.0, pre_ln_battery=0.0,
-                           post_ln_quick=0.0, post_ln_battery=0.5,
+                           post_ln_quick=0.0, post_ln_battery=0.0,
                            block_quick=0.0, block_battery=0.5),
     # x + Norm(F(x)): on the seed token x + LN(2x) = x + LN(x), not x + 2 LN(x) nor LN(3x);
     # wrong on every case of both: 0 of 4 each

@@ -201,8 +201,8 @@ def check_pre_ln_block(block_cls, quick: bool = False) -> CheckResult:
 
     Returns:
         :class:`CheckResult` with four cases. Diagnoses missing_attribute, shared_norm (one norm
-        object used twice), block_returns_input, sublayers_add_nothing, residual_from_normed, pre_post_swapped, norms_swapped,
-        missing_residual, mlp_reads_x, mutates_input and the generic faults. Never raises
+        object used twice), block_returns_input, sublayers_add_nothing, residual_from_normed,
+        pre_post_swapped, norms_swapped, missing_residual, mlp_reads_x, mutates_input and the generic faults. Never raises
         because of what the student's code does.
 
     Raises:

@@ -309,7 +309,8 @@ def _recorded(fn: Callable, args: tuple, kwargs: dict, timeout: float, handed_in
     elif handed_in:  # a recorder without handed_in lets normref's norms run their own references,
         # but counts a call of one from the student's code: the handed-in norms' own names do not count
         reference = {**reference, "normref_names": tuple(
-            n for n in reference.get("normref_names", ()) if not n.startswith(("normref.modules.", "normref.functional.")))}
+            n for n in reference.get("normref_names", ())
+            if not n.startswith(("normref.modules.", "normref.functional.")))}
     recorder = ReferenceRecorder(**reference)
     try:
         with recorder:
