@@ -65,6 +65,20 @@ CLOSE_TIMEOUT_S = 2
 _LOCK = threading.Lock()  # nbgrader's apps change the working directory: one at a time per process
 
 
+class _HeartbeatLost(logging.Filter):
+    """Drops a worker's "Failed to communicate with scheduler during heartbeat." (an ``OSError``
+    with its traceback, logged at ERROR). In the embedded cluster it comes from the worker side
+    of a race at close, or from a heartbeat that timed out while the cores were busy with
+    kernels: the next heartbeat retries, and a worker really lost fails its task, which the run
+    reports. A successful run printed the traceback (red-team instructor)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Failed to communicate with scheduler during heartbeat")
+
+
+_HEARTBEAT_FILTER = _HeartbeatLost()
+
+
 class ClusterError(RuntimeError):
     """The Dask cluster cannot run the grading (unreachable scheduler, no workers, no sandbox)."""
 
@@ -361,6 +375,10 @@ class DaskCluster:
         if self.address is None:
             import nbgrader.apps  # noqa: F401 - the forked workers start with nbgrader imported
 
+            # the workers are forked from this process: they inherit the filter
+            worker_log = logging.getLogger("distributed.worker")
+            if _HEARTBEAT_FILTER not in worker_log.filters:
+                worker_log.addFilter(_HEARTBEAT_FILTER)
             with dask.config.set({"distributed.scheduler.allowed-failures": ALLOWED_FAILURES,
                                   # fork: a worker starts in 0.2 s instead of ~9 s (spawn re-imports)
                                   "distributed.worker.multiprocessing-method": "fork",
