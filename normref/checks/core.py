@@ -412,7 +412,193 @@ def run(name: str, cases: list, run_case: Callable, fn=None, what: str = "a func
     # the tamper scan reads it; a call on a path these cases did not take).
     seen = [what_ for _, what_ in reference_calls_in(fn)] if fn is not None else []
     result.breaches = list(dict.fromkeys(rule_message(w, backend) for w in ran + seen))
+    # What grading's tamper scan (normref.tamper, the grader's own code) removes: a cell that
+    # defined this code and breaks a scan rule is gone before grading runs, so the question
+    # earns 0 (said first: grading removes the cell before anything runs).
+    if fn is not None:
+        try:
+            result.breaches = scan_breaches(fn, backend) + result.breaches
+        except Exception:  # noqa: BLE001 - reading the student's cells never breaks a check
+            pass
     return result
+
+
+# --------------------------------------------------------------------------- grading's tamper scan
+
+#: What a scan finding is called and how to mend it, after "grading removes that cell (...)".
+_SCAN_KIND = {"tamper": "it changes how grading works", "reference": "it calls the reference"}
+
+
+def _remedy(kind: str, what: str, backend: str) -> str:
+    if kind == "reference":
+        return "implement it with " + ("array operations" if backend == "numpy" else "tensor operations")
+    if what.startswith("imports "):
+        return "remove the import"
+    if what.startswith("IPython magic"):
+        return "remove that line"
+    return "remove it"
+
+
+def _user_code(obj, limit: int = 40) -> list:
+    """The notebook's own functions (``__main__``'s) that ``obj`` is made of or uses by name:
+    itself or its class's methods, then the functions and classes of the notebook that those
+    name (a block's ``RMSNorm``, ``pre_ln``), transitively (at most ``limit``)."""
+    import types
+
+    def functions(o) -> list:
+        if isinstance(o, (types.FunctionType, types.MethodType)):
+            return [getattr(o, "__func__", o)]
+        if isinstance(o, functools.partial):
+            return functions(o.func)
+        cls = o if isinstance(o, type) else type(o)
+        out = []
+        for klass in getattr(cls, "__mro__", ()):
+            if getattr(klass, "__module__", None) != "__main__":
+                continue
+            for v in vars(klass).values():
+                v = getattr(v, "__func__", v)
+                v = getattr(v, "fget", v)  # a property's getter
+                if isinstance(v, types.FunctionType):
+                    out.append(v)
+        return out
+
+    def names(code) -> set:
+        out = set(code.co_names)
+        for c in code.co_consts:
+            if isinstance(c, types.CodeType):
+                out |= names(c)
+        return out
+
+    seen, todo, out = set(), [obj], []
+    while todo and len(out) < limit:
+        o = todo.pop(0)
+        if id(o) in seen:
+            continue
+        seen.add(id(o))
+        for fn in functions(o):
+            if fn.__globals__.get("__name__") != "__main__" or fn in out:
+                continue
+            out.append(fn)
+            for n in sorted(names(fn.__code__)):
+                v = fn.__globals__.get(n)
+                if isinstance(v, (types.FunctionType, type)) and getattr(v, "__module__", None) == "__main__":
+                    todo.append(v)
+    return out
+
+
+def _locked_cells(globals_: dict) -> tuple[list[str], str | None]:
+    """The notebook's locked cells' sources, as grading reads them (``[]`` when the notebook
+    file is not found): the kernel's notebook (JupyterLab's ``JPY_SESSION_NAME``), else the
+    only ``.ipynb`` in the working folder (``nbgrader validate`` runs there)."""
+    import glob
+    import json
+    import os
+
+    path = os.environ.get("JPY_SESSION_NAME", "")
+    if path.endswith(".ipynb") and not os.path.isfile(path):
+        path = os.path.basename(path)  # relative to the server's root; the kernel runs in its folder
+    if not (path.endswith(".ipynb") and os.path.isfile(path)):
+        found = glob.glob("*.ipynb")
+        path = found[0] if len(found) == 1 else None
+    if not path:
+        return [], None
+    try:
+        with open(path, encoding="utf-8") as f:
+            nb = json.load(f)
+        out = []
+        for c in nb.get("cells", []):
+            if c.get("cell_type") == "code" and c.get("metadata", {}).get("nbgrader", {}).get("locked"):
+                src = c.get("source", "")
+                out.append("".join(src) if isinstance(src, list) else src)
+        return out, path
+    except (OSError, ValueError, AttributeError):
+        return [], None
+
+
+def _protected_from(globals_: dict) -> dict:
+    """What the locked cells bind, read from the notebook's names when the notebook file is not
+    at hand: its modules (``torch``, ``nn``, ``F``) and what it imported from ``normref``."""
+    import types
+
+    out: dict = {}
+    for k, v in list(globals_.items()):
+        if k.startswith("_"):
+            continue
+        if isinstance(v, types.ModuleType):
+            out[k] = v.__name__
+        elif str(getattr(v, "__module__", "")).split(".")[0] == "normref" and callable(v):
+            import normref
+            from .. import handback as _hb
+
+            if getattr(normref, k, None) is v:
+                out[k] = f"normref.{k}"
+            elif getattr(_hb, k, None) is v:
+                out[k] = f"normref.handback.{k}"
+            else:
+                out[k] = f"{v.__module__}.{k}"
+    return out
+
+
+def _cell_number(source: str, globals_: dict) -> int | None:
+    """The execution count of the cell whose code is ``source`` (IPython's ``In``), latest first."""
+    hist = globals_.get("In")
+    if not isinstance(hist, list):
+        try:
+            from IPython import get_ipython
+
+            ip = get_ipython()
+            hist = ip.user_ns.get("In") if ip is not None else None
+        except ImportError:  # pragma: no cover
+            hist = None
+    if not isinstance(hist, list):
+        return None
+    want = source.strip()
+    for i in range(len(hist) - 1, 0, -1):
+        if isinstance(hist[i], str) and hist[i].strip() == want:
+            return i
+    return None
+
+
+def scan_breaches(obj, backend: str = "torch") -> list[str]:
+    """Grading's tamper scan (:func:`normref.tamper.scan`, the grader's own code) on the cells
+    that defined ``obj`` and the notebook code it uses, as the kernel executed them (each
+    function's cell, read from ``linecache``, where IPython keeps it).
+
+    Grading removes such a cell before it runs the notebook, so a question that needs it earns
+    0; this says so, e.g. ``"cell [3], line 1: imports threading: grading removes that cell (it
+    changes how grading works), so grading gives this question 0 — remove the import"``.
+    Locked cells are not scanned (as in grading). ``[]`` when nothing is flagged or nothing
+    can be read (code outside a notebook).
+    """
+    import linecache
+
+    from ..tamper import protected_bindings, scan
+
+    fns = _user_code(obj)
+    if not fns:
+        return []
+    globals_ = fns[0].__globals__
+    locked, _ = _locked_cells(globals_)
+    locked_set = {s.strip() for s in locked}
+    protected = protected_bindings(locked) if locked else _protected_from(globals_)
+    out, done = [], set()
+    for fn in fns:
+        fname = fn.__code__.co_filename
+        if fname in done:
+            continue
+        done.add(fname)
+        source = "".join(linecache.getlines(fname, fn.__globals__))
+        if not source.strip() or source.strip() in locked_set:
+            continue
+        findings = scan(source, protected)
+        if not findings:
+            continue
+        n = _cell_number(source, fn.__globals__)
+        where = f"cell [{n}]" if n is not None else f"the cell that defines {fn.__qualname__.split('.')[0]}"
+        for f in findings:
+            out.append(f"{where}, line {f.line}: {f.what}: grading removes that cell ({_SCAN_KIND[f.kind]}), "
+                       f"so grading gives this question 0 \u2014 {_remedy(f.kind, f.what, backend)}")
+    return list(dict.fromkeys(out))
 
 
 # --------------------------------------------------------------------------- seeded inputs
