@@ -218,6 +218,10 @@ RULE_CASES = {
     "post_ln_norm_x": ("block", {**HONEST_BLOCK,
                                  "post_ln_impl": "def post_ln(x, sublayer, norm):\n    return norm(x)\n"},
                        {"post_ln_quick": 0.0, "post_ln_battery": 0.0}, None),
+    # O2: an honest rms_norm whose cell also imports threading (unused): grading's tamper scan
+    # removes the cell, so both questions earn 0; the self-check runs the same scan and says so
+    "threading_import": ("rmsnorm", {"rms_norm_impl": "import threading\n\n" + HONEST_RMS},
+                         {"rms_norm_shape": 0.0, "rms_norm_battery": 0.0}, None),
     "honest_rmsnorm": ("rmsnorm", {"rms_norm_impl": HONEST_RMS}, {}, None),
     "honest_block": ("block", HONEST_BLOCK, {}, None),
 }
@@ -259,6 +263,8 @@ def _grading_points(gid: str, fn) -> float:
     from normref.handback import MIME, run_calls, run_plan
 
     seed = 7
+    if fn is None:  # its cell was removed by the grader's tamper scan: the hidden test's NameError
+        return 0.0
     q = scoring.QUESTIONS[gid]
     if q.kind == "class":
         rec = {"grade_id": gid, "cases": run_plan(fn, q.plan(scoring.plan_cases(gid, seed)), q.reference)}
@@ -309,8 +315,28 @@ def test_the_self_check_and_validate_say_what_grading_gives(case, monkeypatch, c
                 (shown[gid], err)
     # the self-check's points
     assert {g: _self_check_points(g, ns) for g in want} == want
-    # grading
-    assert {g: _grading_points(g, ns[HANDED[g]]) for g in want} == want
+    # grading: the notebook after the grader's tamper scan (grader.repair), its answer cells run
+    gns = _graded_namespace(case)
+    assert {g: _grading_points(g, gns.get(HANDED[g])) for g in want} == want
+
+
+def _graded_namespace(case: str) -> dict:
+    """The answer cells' names as grading has them: the notebook through ``grader.repair``'s
+    tamper scan (a flagged cell becomes a stub that raises), its non-test cells run."""
+    from grader.repair import Repair, repair_notebook
+
+    assignment = RULE_CASES[case][0]
+    release = nbformat.read(REPO / "release" / assignment / f"{assignment}.ipynb", as_version=4)
+    nb = repair_notebook(_notebook(case), release, Repair("student", assignment))
+    ns = {"__name__": "__main__"}
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code" or cell.metadata.get("nbgrader", {}).get("grade"):
+            continue
+        try:
+            exec(compile(cell.source, f"<graded-{i}>", "exec"), ns)
+        except Exception:  # noqa: BLE001 - a removed cell raises; grading goes on
+            pass
+    return ns
 
 
 @pytest.mark.slow
