@@ -222,6 +222,17 @@ RULE_CASES = {
     # removes the cell, so both questions earn 0; the self-check runs the same scan and says so
     "threading_import": ("rmsnorm", {"rms_norm_impl": "import threading\n\n" + HONEST_RMS},
                          {"rms_norm_shape": 0.0, "rms_norm_battery": 0.0}, None),
+    # F6: the right wiring over two identity "norms" (a weight, forward returns x): the build
+    # case finds they do not normalise, and the other cases are not scored
+    "no_norm_block": ("block", {**HONEST_BLOCK, "block_impl": (
+        "class _NoNorm(nn.Module):\n"
+        "    def __init__(self, dim):\n"
+        "        super().__init__()\n"
+        "        self.weight = nn.Parameter(torch.ones(dim))\n\n"
+        "    def forward(self, x):\n"
+        "        return x\n\n"
+        + HONEST_BLOCK["block_impl"].replace("RMSNorm(dim)", "_NoNorm(dim)"))},
+        {"block_quick": 0.0, "block_battery": 0.0}, None),
     "honest_rmsnorm": ("rmsnorm", {"rms_norm_impl": HONEST_RMS}, {}, None),
     "honest_block": ("block", HONEST_BLOCK, {}, None),
 }
