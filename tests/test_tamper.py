@@ -161,3 +161,63 @@ def test_using_an_imported_module_without_changing_it_is_not_tamper():
     src = ("import numpy as np\nimport math\nfrom collections import OrderedDict\n"
            "d = OrderedDict()\nd['a'] = np.zeros(3)\nd['a'][0] = math.pi\n")
     assert scan(src, {"torch": "torch"}) == []
+
+
+# ---------------------------------------------------------------- one scan, two places (O2)
+
+def test_the_grader_runs_the_student_visible_scan():
+    import grader.tamper
+    import normref.tamper
+
+    assert grader.tamper.scan is normref.tamper.scan
+    assert grader.tamper.protected_bindings is normref.tamper.protected_bindings
+
+
+def _cell(ns: dict, n: int, source: str) -> None:
+    """Run ``source`` as IPython runs cell ``[n]``: its code in linecache, its text in ``In``."""
+    import linecache
+
+    name = f"<ipython-input-{n}-test>"
+    linecache.cache[name] = (len(source), None, source.splitlines(True), name)
+    ns.setdefault("In", [""]).extend([""] * (n + 1 - len(ns["In"])))
+    ns["In"][n] = source
+    exec(compile(source, name, "exec"), ns)
+
+
+HONEST = ("def rms_norm(x, weight, eps=1e-6):\n"
+          "    rms = x.float().pow(2).mean(dim=-1, keepdim=True).add(eps).rsqrt()\n"
+          "    return (x.float() * rms * weight).to(x.dtype)\n")
+
+
+def test_the_self_check_says_grading_removes_a_flagged_cell():
+    import time
+
+    from normref import check_rms_norm
+
+    ns = {"__name__": "__main__"}
+    _cell(ns, 1, "import torch\nfrom normref import check_rms_norm\n")
+    _cell(ns, 3, "import threading\n\n" + HONEST)
+    t = time.perf_counter()
+    r = check_rms_norm(ns["rms_norm"], quick=True)
+    assert time.perf_counter() - t < 2.0
+    assert all(c.passed for c in r.cases) and not r.passed and r.score == 0
+    assert r.breaches == ["cell [3], line 1: imports threading: grading removes that cell (it changes how "
+                          "grading works), so grading gives this question 0 \u2014 remove the import"]
+    assert "imports threading: grading removes that" in r.problem
+    # the same answer without the import: nothing to say
+    ns2 = {"__name__": "__main__"}
+    _cell(ns2, 1, "import torch\n")
+    _cell(ns2, 2, HONEST)
+    assert check_rms_norm(ns2["rms_norm"]).passed
+
+
+def test_a_helper_in_a_flagged_cell_costs_the_question_that_uses_it():
+    from normref import check_rms_norm
+
+    ns = {"__name__": "__main__"}
+    _cell(ns, 1, "import torch\n")
+    _cell(ns, 2, "import gc\n\ndef _ms(x):\n    return x.float().pow(2).mean(dim=-1, keepdim=True)\n")
+    _cell(ns, 4, "def rms_norm(x, weight, eps=1e-6):\n"
+                 "    return (x.float() * (_ms(x) + eps).rsqrt() * weight).to(x.dtype)\n")
+    r = check_rms_norm(ns["rms_norm"], quick=True)
+    assert r.score == 0 and r.breaches[0].startswith("cell [2], line 1: imports gc: grading removes that cell")

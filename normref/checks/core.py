@@ -571,6 +571,7 @@ def scan_breaches(obj, backend: str = "torch") -> list[str]:
     can be read (code outside a notebook).
     """
     import linecache
+    import os
 
     from ..tamper import protected_bindings, scan
 
@@ -584,8 +585,8 @@ def scan_breaches(obj, backend: str = "torch") -> list[str]:
     out, done = [], set()
     for fn in fns:
         fname = fn.__code__.co_filename
-        if fname in done:
-            continue
+        if fname in done or (os.path.isfile(fname) and "ipykernel_" not in fname):
+            continue  # a script or a module file, not a notebook cell: grading scans cells only
         done.add(fname)
         source = "".join(linecache.getlines(fname, fn.__globals__))
         if not source.strip() or source.strip() in locked_set:
