@@ -332,7 +332,7 @@ def draw_block_battery(g) -> list:
     import torch
 
     from normref.blocks import CausalSelfAttention, FeedForward
-    from normref.checks.block import _BlockCase
+    from normref.checks.block import NORM_X_SCALE, NORM_X_SHIFT, _BlockCase
     from normref.modules import LayerNorm, RMSNorm
 
     def rnd(*shape, scale=1.0, shift=0.0):
@@ -353,9 +353,9 @@ def draw_block_battery(g) -> list:
     b1, t1, b2, t2 = _pick(g, [2, 3]), _pick(g, [3, 4, 5]), _pick(g, [3, 4, 5]), _pick(g, [4, 5, 6])
     b3, t3 = _pick(g, [2, 3]), _pick(g, [3, 4, 5])
     b0, t0 = _pick(g, [2, 3]), _pick(g, [3, 4, 5])
-    return [
-        _BlockCase("build: block_cls(8, 2) has input_layernorm, self_attn, post_attention_layernorm, mlp, and its "
-                   f"forward changes a [{b0}, {t0}, 8] input as a block does", rnd(b0, t0, 8)),
+    cases = [
+        _BlockCase("build: block_cls(8, 2) has input_layernorm, self_attn, post_attention_layernorm, mlp (two "
+                   f"norms that normalise), and its forward changes a [{b0}, {t0}, 8] input as a block does", rnd(b0, t0, 8)),
         _BlockCase(f"wiring [{b1}, {t1}, 8]: known attention, feed-forward and two RMSNorms with different gammas",
                    rnd(b1, t1, 8, scale=2.0), parts(RMSNorm)),
         _BlockCase(f"wiring [{b2}, {t2}, 8]: two LayerNorms with different gammas and betas",
@@ -363,6 +363,10 @@ def draw_block_battery(g) -> list:
         _BlockCase(f"your own block on [{b3}, {t3}, 8]: shape kept, and out = h + mlp(ln2(h)) with your modules",
                    rnd(b3, t3, 8), "own"),
     ]
+    # the build case's norms, freshly built, must normalise a large input (drawn last: the draws
+    # above are unchanged)
+    cases[0].norm_x = rnd(b0, t0, 8, scale=NORM_X_SCALE, shift=NORM_X_SHIFT)
+    return cases
 
 
 def module_plan(cases: list) -> list[dict]:
@@ -382,8 +386,10 @@ def block_plan(cases: list) -> list[dict]:
     (``_BlockCase``): build ``block_cls(8, 2)`` (RNG state kept), report the four attributes;
     on a wiring case swap in the checker's submodules, on the own case call the student's
     submodules in the reference wiring (``h = x + attn(ln1(x))``, then ``mlp(ln2(h))``, as
-    :func:`normref.checks.block._block_reference`); then ``forward(x)``."""
-    from normref.checks.block import _BLOCK_ATTRS, _BLOCK_DIM, _BLOCK_HEADS, _PART_ATTRS
+    :func:`normref.checks.block._block_reference`); on the build case call each freshly built
+    norm on the case's large input (``trace``, before ``forward``: the checker's
+    :func:`normref.checks.block._norm_case`); then ``forward(x)``."""
+    from normref.checks.block import _BLOCK_ATTRS, _BLOCK_DIM, _BLOCK_HEADS, _NORM_ATTRS, _PART_ATTRS
 
     plan = []
     for c in cases:
@@ -395,6 +401,8 @@ def block_plan(cases: list) -> list[dict]:
                                                  ["post_attention_layernorm", ["+", "x", "r1"]], ["mlp", "r2"]]}
         elif c.parts is not None:
             step["swap"] = [[a, p] for a, p in zip(_PART_ATTRS, c.parts)]
+        elif getattr(c, "norm_x", None) is not None:  # the build case: each norm, freshly built, on a large input
+            step["trace"] = {"x": c.norm_x, "calls": [[a, "x"] for a in _NORM_ATTRS]}
         plan.append(step)
     return plan
 

@@ -218,3 +218,79 @@ def test_stack_trains_a_tiny_copy_task(placement):
         losses.append(loss.item())
     assert 1.5 < losses[0] < 2.5
     assert losses[-1] < 0.25 * losses[0]
+
+
+# ----------------------------------------------- F6: a block's two norms must normalise
+
+class _NoNorm(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return x
+
+
+def _block_of(norm_cls):
+    class Block(nn.Module):
+        def __init__(self, dim, n_heads):
+            super().__init__()
+            self.input_layernorm = norm_cls(dim)
+            self.self_attn = normref.CausalSelfAttention(dim, n_heads)
+            self.post_attention_layernorm = norm_cls(dim)
+            self.mlp = normref.FeedForward(dim)
+
+        def forward(self, x):
+            h = x + self.self_attn(self.input_layernorm(x))
+            return h + self.mlp(self.post_attention_layernorm(h))
+
+    return Block
+
+
+def _graded(gid, cls, seed=7):
+    import json
+
+    import nbformat
+
+    from grader import scoring
+    from normref.handback import MIME, run_plan
+
+    q = scoring.QUESTIONS[gid]
+    rec = {"grade_id": gid, "cases": run_plan(cls, q.plan(scoring.plan_cases(gid, seed)), q.reference)}
+    cell = nbformat.v4.new_code_cell("", metadata={"nbgrader": {"grade_id": gid, "grade": True}})
+    cell.outputs = [nbformat.v4.new_output("display_data", data={MIME: json.loads(json.dumps(rec))})]
+    return scoring.score_notebook(nbformat.v4.new_notebook(cells=[cell]), seed)[gid]
+
+
+def test_a_block_of_identity_norms_scores_0_in_the_self_check_and_in_grading():
+    from normref import check_pre_ln_block
+
+    r = check_pre_ln_block(_block_of(_NoNorm))
+    assert r.score == 0 and r.faults == ["missing_norm"]
+    assert "input_layernorm does not normalise: its output has the RMS of its input" in r.messages[0]
+    assert not check_pre_ln_block(_block_of(_NoNorm), quick=True).passed
+    for gid in ("block_quick", "block_battery"):
+        s = _graded(gid, _block_of(_NoNorm))
+        assert s.fraction == 0 and "input_layernorm does not normalise" in s.text, s.text
+
+
+@pytest.mark.parametrize("norm", [normref.RMSNorm, normref.LayerNorm, lambda d: nn.LayerNorm(d)])
+def test_blocks_of_real_norms_pass_the_norm_check(norm):
+    from normref.checks.block import _BlockCase, _build_case, _block_battery
+
+    build = _block_battery()[0]
+    assert build.norm_x is not None
+    m = _block_of(norm)(8, 2)
+    assert _build_case(_BlockCase(build.name, build.x, None, build.norm_x), m).passed
+
+
+def test_grading_draws_the_norm_input_and_the_plan_traces_both_norms():
+    import torch as _torch
+
+    from grader import scoring
+
+    cases = scoring.draw_block_battery(_torch.Generator().manual_seed(3))
+    assert cases[0].parts is None and cases[0].norm_x is not None
+    step = scoring.block_plan(cases)[0]
+    assert step["trace"]["calls"] == [["input_layernorm", "x"], ["post_attention_layernorm", "x"]]
+    assert step["trace"]["x"] is cases[0].norm_x

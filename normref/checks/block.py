@@ -49,6 +49,9 @@ class _BlockCase:
     name: str
     x: object = None  # the build case: forward's input (None: the build is checked by its attributes only)
     parts: object = None  # None: the build case; (attention, feed-forward, norm 1, norm 2), or "own"
+    #: the build case: each norm of the freshly built block is called on this large input and
+    #: must normalise it (None: not checked)
+    norm_x: object = None
 
 
 _BLOCK_DIM, _BLOCK_HEADS = 8, 2
@@ -56,6 +59,13 @@ _BLOCK_DIM, _BLOCK_HEADS = 8, 2
 #: FeedForward, two norms) changes a [2, 3, 8] input by 16% to 52% of its size at initialisation
 #: (500 random inits); below this fraction, forward has (nearly) returned its input.
 MIN_BLOCK_CHANGE = 0.05
+#: The build case's norms, at init (weight ones, bias zeros), on a large input: each row of an
+#: RMSNorm's output has RMS 1, a LayerNorm's mean 0 and std 1 (so RMS 1 too); a norm whose rows'
+#: RMS is off 1 by more than this does not normalise.
+NORM_RMS_TOL = 0.1
+#: The build case's norm input: ``randn * NORM_X_SCALE + NORM_X_SHIFT`` (rows of RMS ~30).
+NORM_X_SCALE, NORM_X_SHIFT = 30.0, 5.0
+_NORM_ATTRS = ("input_layernorm", "post_attention_layernorm")
 
 
 def _block_battery() -> list[_BlockCase]:
@@ -77,8 +87,10 @@ def _block_battery() -> list[_BlockCase]:
         return n1, n2
 
     return [
-        _BlockCase("build: block_cls(8, 2) has input_layernorm, self_attn, post_attention_layernorm, mlp, "
-                   "and its forward changes a [2, 3, 8] input as a block does", seeded_randn(21)(2, 3, 8)),
+        _BlockCase("build: block_cls(8, 2) has input_layernorm, self_attn, post_attention_layernorm, mlp "
+                   "(two norms that normalise), and its forward changes a [2, 3, 8] input as a block does",
+                   seeded_randn(21)(2, 3, 8),
+                   norm_x=seeded_randn(23)(2, 3, 8, scale=NORM_X_SCALE, shift=NORM_X_SHIFT)),
         _BlockCase("wiring [2, 3, 8]: known attention, feed-forward and two RMSNorms with different gammas",
                    rnd(2, 3, 8, scale=2.0), (CausalSelfAttention(8, 2), FeedForward(8, 16), *norms(RMSNorm))),
         _BlockCase("wiring [4, 5, 8]: two LayerNorms with different gammas and betas",
@@ -134,12 +146,52 @@ def _change(out, x) -> float:
     return float(np.linalg.norm(out - x) / max(np.linalg.norm(x), 1e-30))
 
 
+def _row_rms(t) -> np.ndarray:
+    a = to_f64(t)
+    return np.sqrt(np.mean(a * a, axis=-1))
+
+
+def _norm_case(case: _BlockCase, m) -> CaseResult | None:
+    """Each norm of the freshly built block (weight ones, bias zeros) on ``case.norm_x``: its
+    rows must come out with RMS 1 (an RMSNorm; a LayerNorm's rows, mean 0 and std 1, too).
+    None when both normalise, else the failing case."""
+    x = case.norm_x
+    rin = _row_rms(x)
+    for attr in _NORM_ATTRS:
+        with torch.no_grad():
+            got, failed = student_call(case.name, getattr(m, attr), (x,), watch=(x,))
+        if failed:
+            failed.message = failed.message.replace(f"case '{case.name}': ", f"case '{case.name}': {attr}: ", 1)
+            return failed
+        if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(x.shape):
+            what = list(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+            return fail(case.name, f"{attr} maps {list(x.shape)} to {what}; a norm keeps the shape",
+                        "wrong_shape")
+        r = _row_rms(got)
+        if np.all(np.isfinite(r)) and np.all(np.abs(r - 1) <= NORM_RMS_TOL):
+            continue
+        if np.all(np.isfinite(r)) and np.all(np.abs(r / rin - 1) <= NORM_RMS_TOL):
+            why = f"its output has the RMS of its input (about {float(np.mean(rin)):.3g})"
+        else:
+            why = f"its output's rows have RMS {float(np.min(r)):.3g} to {float(np.max(r)):.3g}"
+        return fail(case.name, f"{attr} does not normalise: {why}. Freshly built (weight ones, bias "
+                    f"zeros), on a [{', '.join(map(str, x.shape))}] input of RMS ~{float(np.mean(rin)):.0f}, "
+                    "an RMSNorm gives rows of RMS 1 (a LayerNorm: mean 0, std 1). Use your RMSNorm "
+                    "for both norms.", "missing_norm")
+    return None
+
+
 def _build_case(case: _BlockCase, m) -> CaseResult:
-    """The build case: two separate norms, and ``forward(x)`` with the block's own submodules
-    keeps the shape and changes ``x`` as a block does (not its input back)."""
+    """The build case: two separate norms that normalise (:func:`_norm_case`), and
+    ``forward(x)`` with the block's own submodules keeps the shape and changes ``x`` as a block
+    does (not its input back)."""
     if m.input_layernorm is m.post_attention_layernorm:
         return fail(case.name, "input_layernorm and post_attention_layernorm are the same "
                     f"object; {msg('shared_norm')}", "shared_norm")
+    if case.norm_x is not None:
+        failed = _norm_case(case, m)
+        if failed:
+            return failed
     if case.x is None:
         return CaseResult(case.name, True, f"case '{case.name}': ok")
     with torch.no_grad():
@@ -215,12 +267,21 @@ def check_pre_ln_block(block_cls, quick: bool = False) -> CheckResult:
     with seeded():
         cases = _block_battery()[: 2 if quick else None]
 
+    no_norms: list[str] = []  # the build case found a norm that does not normalise
+
     def run_case(case: _BlockCase) -> CaseResult:
+        if no_norms:  # not a pre-norm block: the other cases are not scored (0, as in grading)
+            return fail(case.name, f"not scored: {no_norms[0]} does not normalise (see the build case), "
+                        "so this is not a pre-norm block", "missing_norm")
         m, failed = _build_block(case.name, block_cls)
         if failed:
             return failed
         if case.parts is None:
-            return _build_case(case, m)
+            result = _build_case(case, m)
+            if result.fault == "missing_norm":
+                no_norms.append(next((a for a in _NORM_ATTRS if f"{a} does not normalise" in result.message),
+                                     "a norm"))
+            return result
         if case.parts == "own":
             parts = tuple(getattr(m, a) for a in _PART_ATTRS)
         else:
