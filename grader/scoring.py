@@ -355,7 +355,8 @@ def draw_block_battery(g) -> list:
     b0, t0 = _pick(g, [2, 3]), _pick(g, [3, 4, 5])
     cases = [
         _BlockCase("build: block_cls(8, 2) has input_layernorm, self_attn, post_attention_layernorm, mlp (two "
-                   f"norms that normalise), and its forward changes a [{b0}, {t0}, 8] input as a block does", rnd(b0, t0, 8)),
+                   f"norms that normalise), and its forward changes a [{b0}, {t0}, 8] input as a block does",
+                   rnd(b0, t0, 8)),
         _BlockCase(f"wiring [{b1}, {t1}, 8]: known attention, feed-forward and two RMSNorms with different gammas",
                    rnd(b1, t1, 8, scale=2.0), parts(RMSNorm)),
         _BlockCase(f"wiring [{b2}, {t2}, 8]: two LayerNorms with different gammas and betas",

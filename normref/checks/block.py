@@ -232,7 +232,10 @@ def check_pre_ln_block(block_cls, quick: bool = False) -> CheckResult:
         h = x + self.self_attn(self.input_layernorm(x))
         return h + self.mlp(self.post_attention_layernorm(h))
 
-    The checker builds the block and runs ``forward`` on its own submodules: it must keep the
+    The checker builds the block, calls each norm on a large input (freshly built, weight ones:
+    each row must come out with RMS 1, as an RMSNorm's or a LayerNorm's does; a norm that does
+    not normalise fails the build case and the other cases are not scored), and runs
+    ``forward`` on its own submodules: it must keep the
     shape and change ``x`` as a block does (by at least :data:`MIN_BLOCK_CHANGE` of its size;
     a block of normref's attention and feed-forward net changes it by 16% to 52%), so a forward
     that returns its input fails the build case. Then on two cases it replaces the four
@@ -253,9 +256,11 @@ def check_pre_ln_block(block_cls, quick: bool = False) -> CheckResult:
 
     Returns:
         :class:`CheckResult` with four cases. Diagnoses missing_attribute, shared_norm (one norm
-        object used twice), block_returns_input, sublayers_add_nothing, residual_from_normed,
-        pre_post_swapped, norms_swapped, missing_residual, mlp_reads_x, mutates_input and the generic faults. Never raises
-        because of what the student's code does.
+        object used twice), missing_norm (a norm of the freshly built block does not normalise:
+        the other cases are then not scored), block_returns_input, sublayers_add_nothing,
+        residual_from_normed, pre_post_swapped, norms_swapped, missing_residual, mlp_reads_x,
+        mutates_input and the generic faults. Never raises because of what the student's code
+        does.
 
     Raises:
         Nothing: whatever the student's code does (raising, looping, odd return values)
