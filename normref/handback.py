@@ -167,6 +167,91 @@ def reference_codes() -> dict:
     return out
 
 
+def code_print(code) -> int:
+    """A fingerprint of a code object: its bytecode, constants and names, nested code objects
+    by their own fingerprints; a copy made with ``code.replace(co_name=...)`` (or the same
+    source compiled again) has the same one."""
+    import types
+
+    consts = tuple(code_print(c) if isinstance(c, types.CodeType) else (type(c).__name__, repr(c))
+                   for c in code.co_consts)
+    return hash((code.co_code, consts, code.co_names))
+
+
+def reference_prints(codes: dict) -> dict:
+    """``{fingerprint: name}`` of the references in ``codes`` that have a docstring (a function
+    without one may be an honest student's same few lines: it is known by identity only)."""
+    return {code_print(c): n for c, n in codes.items()
+            if c.co_consts and isinstance(c.co_consts[0], str) and len(c.co_consts[0]) >= 20}
+
+
+def _codes_within(objs) -> set:
+    """The code objects of ``objs`` (functions, classes' methods), nested ones included."""
+    import types
+
+    out, todo = set(), []
+    for o in objs:
+        members = list(vars(o).values()) if isinstance(o, type) else [o]
+        for m in members:
+            f = getattr(m, "__func__", m)
+            for f in (f, getattr(f, "fget", None), getattr(f, "fset", None)):
+                if isinstance(f, types.FunctionType):
+                    todo.append(f.__code__)
+    while todo:
+        c = todo.pop()
+        if c not in out:
+            out.add(c)
+            todo.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    return out
+
+
+def allowed_codes() -> set:
+    """normref code a student's answer may run: the parts the assignment gives them
+    (:class:`normref.blocks.CausalSelfAttention`, :class:`normref.blocks.FeedForward`), the
+    recorder itself and the checkers' call helpers (which start and stop the student's call)."""
+    from . import blocks
+    from .checks import core
+
+    return _codes_within([blocks.CausalSelfAttention, blocks.FeedForward, ReferenceRecorder, encode, _npy,
+                          *(getattr(core, n) for n in _CORE_USED)])
+
+
+_CACHE: dict = {}
+
+
+def _checker_calls() -> tuple[frozenset, object]:
+    """The self-check's own functions that it calls, under the recorder, on the student's parts
+    (the block checker's reference wiring), and the code of the helper that calls them: such a
+    call made by the checker is not the student's; the same function called from the student's
+    code is."""
+    hit = _CACHE.get("checker_calls")
+    if hit is None:
+        from .checks import block, core
+
+        hit = _CACHE["checker_calls"] = (frozenset({block._block_reference.__code__}), core._call_alarm.__code__)
+    return hit
+
+
+def _cached(what: str, key, make):
+    """``make(key)``, kept for the next recorder with the same ``key`` (the self-check's
+    recorders; grading's come from :func:`seal`)."""
+    hit = _CACHE.get(what)
+    if hit is None or hit[0] is not key:
+        hit = _CACHE[what] = (key, make(key))
+    return hit[1]
+
+
+#: torch's Python reference implementations and decompositions (they never pass through
+#: ``__torch_function__``): running one counts as calling torch's own normalization.
+_TORCH_REFERENCE_DIRS = ("_refs", "_decomp", "_prims")
+#: torch's function-mode helpers: an answer calling them is taking the recorder's mode off the stack.
+_MODE_HELPERS = ("_pop_mode_temporarily", "_get_current_function_mode_stack", "_pop_mode", "_push_mode")
+#: C functions that take a torch function mode off the stack, or run autograd's engine.
+_MODE_C = {"_pop_torch_function_stack", "_push_on_torch_function_stack", "_set_torch_function_mode"}
+#: What the backward question's answer may not use (``autograd=True``).
+AUTOGRAD_MESSAGE = "uses autograd: the assignment asks for the backward by hand"
+
+
 class ReferenceRecorder:
     """While the student's function runs: which reference normalizations it executed, by any
     spelling (``F.rms_norm``, an alias, ``getattr(F, "layer_norm")``, ``F.__dict__[...]``,
@@ -196,41 +281,104 @@ class ReferenceRecorder:
         found: what was executed, e.g. ``["calls torch's rms_norm"]``, in order of first call.
     """
 
-    def __init__(self, torch_names=(), normref_names=(), handed_in=(), codes=None, threads=None):
+    def __init__(self, torch_names=(), normref_names=(), handed_in=(), codes=None, threads=None,
+                 autograd=False, prints=None, allowed=None):
         import sysconfig
 
         import torch
 
         self.torch_names = set(torch_names)
         self.normref_names = set(normref_names)
+        self.autograd = bool(autograd)
         self.found: list[str] = []
         self._codes = codes if codes is not None else (reference_codes() if normref_names else {})
+        self._prints = prints if prints is not None else _cached("prints", self._codes, reference_prints)
+        self._allowed = allowed if allowed is not None else _cached("allowed", None, lambda _: allowed_codes())
         self._threads = threads
         self._handed = {id(o) for o in handed_in}
         self._handed_codes = {getattr(o, "__code__", None) for o in handed_in} - {None}
         self._keep = list(handed_in)  # the ids stay valid while the call runs
-        here = os.path.dirname(os.path.abspath(__file__))
-        self._library = tuple({os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
-                               os.path.dirname(os.path.abspath(np.__file__)) + os.sep,
-                               sysconfig.get_paths()["stdlib"] + os.sep, here + os.sep})
+        here = os.path.dirname(os.path.abspath(__file__)) + os.sep
+        torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+        self._normref_dir = here
+        self._stdlib = sysconfig.get_paths()["stdlib"] + os.sep
+        self._library = tuple({torch_dir, os.path.dirname(os.path.abspath(np.__file__)) + os.sep,
+                               self._stdlib, here})
+        self._torch_dir = torch_dir
+        self._torch_refs = tuple(torch_dir + d + os.sep for d in _TORCH_REFERENCE_DIRS) if torch_names else ()
+        self._autograd_codes = set()
+        self._functorch = ()
+        if self.autograd:
+            self._autograd_codes = {torch.autograd.grad.__code__, torch.autograd.backward.__code__,
+                                    torch.Tensor.backward.__code__}
+            self._functorch = (torch_dir + "_functorch" + os.sep, torch_dir + "func" + os.sep)
+        self._checker_calls, self._alarm = _checker_calls()
+        self._kind: dict = {}  # code -> what running it is (None: nothing), per call
+        self._entry = None
         self._mode = None
         self._old_profile = None
 
+    def _is_library(self, code) -> bool:
+        name = code.co_filename
+        if name.startswith("<"):
+            return name.startswith("<frozen ")  # importlib's own frames
+        return os.path.abspath(name).startswith(self._library)
+
+    def _classify(self, code):
+        """What running ``code`` is: ``(kind, words)`` or None (ordinary code)."""
+        name = self._codes.get(code)
+        if name is not None:
+            return ("ref", f"calls {name}") if name in self.normref_names else None
+        if code in self._allowed:
+            return None
+        filename = code.co_filename
+        f = filename if filename.startswith("<") else os.path.abspath(filename)
+        if self.normref_names or self.torch_names:
+            name = self._prints.get(code_print(code)) if self._prints and (
+                f.startswith("<") or not f.startswith(self._library) or f.startswith(self._normref_dir)) else None
+            if name is not None and name in self.normref_names:
+                return "ref", f"calls a copy of {name}"
+        if f.startswith(self._normref_dir):
+            mod = f[len(self._normref_dir):].removesuffix(".py").removesuffix("__init__").rstrip(os.sep)
+            mod = mod.replace(os.sep, ".")
+            return "normref", f"calls the course's own normref.{mod}.{code.co_qualname}"
+        if self._torch_refs and f.startswith(self._torch_refs):
+            mod = f[len(self._torch_dir):].removesuffix(".py").removesuffix("__init__").rstrip(os.sep)
+            mod = mod.replace(os.sep, ".")
+            return "torchref", f"calls torch's reference code torch.{mod}.{code.co_name}"
+        if self.autograd and (code in self._autograd_codes or f.startswith(self._functorch)):
+            return "autograd", AUTOGRAD_MESSAGE
+        if code.co_name in _MODE_HELPERS and f.endswith(("overrides.py", "_python_dispatch.py")):
+            return "mode", "switched off the grader's call recorder (torch function mode)"
+        return None
+
     def _student_frame(self, frame) -> bool:
         """Is the nearest caller outside torch/numpy/the standard library/normref the student's
-        code, with no object the grader handed in running in between?"""
+        code (or the grader's own call of the student's object), with no object the grader
+        handed in running in between?"""
         while frame is not None:
-            name = frame.f_code.co_filename
-            f = name if name.startswith("<") else os.path.abspath(name)
-            if f.startswith("<") or not f.startswith(self._library):
+            if frame is self._entry:  # the grader called the student's object itself (a class)
                 return True
-            if frame.f_code in self._handed_codes:
+            code = frame.f_code
+            if code in self._handed_codes:
                 return False
-            if self._handed and "self" in frame.f_code.co_varnames[:1]:
+            if code in self._checker_calls and frame.f_back is not None and frame.f_back.f_code is self._alarm:
+                return False  # the self-check's own wiring of the student's parts, called by the checker
+            if self._handed and "self" in code.co_varnames[:1]:
                 if id(frame.f_locals.get("self")) in self._handed:
                     return False
+            if not self._is_library(code):
+                return True
             frame = frame.f_back
         return False
+
+    def _mode_caller(self, frame) -> bool:
+        """Is the nearest caller of a mode helper outside the standard library (contextlib) the
+        student's code?"""
+        frame = frame.f_back
+        while frame is not None and frame.f_code.co_filename.startswith(self._stdlib):
+            frame = frame.f_back
+        return frame is not None and frame is not self._entry and not self._is_library(frame.f_code)
 
     def _add(self, what: str) -> None:
         if what not in self.found:
@@ -249,10 +397,12 @@ class ReferenceRecorder:
     def __enter__(self) -> "ReferenceRecorder":
         import sys
 
+        import torch
         from torch.overrides import TorchFunctionMode
 
         rec = self
         self._check_threads()
+        self._entry = sys._getframe(1)
 
         class Mode(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -261,20 +411,66 @@ class ReferenceRecorder:
                     rec._add(f"calls torch's {name}")
                 return func(*args, **(kwargs or {}))
 
-        codes = self._codes
+        kinds = self._kind
+        allowed = self._allowed
+        classify = self._classify
+        mode_on = torch._C._is_torch_function_mode_enabled
+        stack_len = torch._C._len_torch_function_stack
+        stack_at = torch._C._get_function_stack_at
+        library = self._is_library
+        switched = "switched off the grader's call recorder (torch function mode)"
 
         def profile(frame, event, arg):
             if event == "c_call":
-                if (getattr(arg, "__module__", None), getattr(arg, "__name__", None)) in _ESCAPES:
+                mod, name = getattr(arg, "__module__", None), getattr(arg, "__name__", None)
+                if (mod, name) in _ESCAPES:
                     # Work moved to another thread or process runs where this recorder cannot see it.
                     self._add(f"runs code in another thread or process ({arg.__module__}.{arg.__name__})")
+                    return
+                code = frame.f_code
+                student = kinds.get((code, "student"))
+                if student is None:
+                    student = kinds[(code, "student")] = not library(code)
+                if student:
+                    if name in _MODE_C:
+                        self._add(switched)
+                    elif mod is not None and mod.startswith("torch") and (
+                            not mode_on() or stack_at(stack_len() - 1) is not self._mode):
+                        self._add(switched)  # DisableTorchFunction, or the mode popped off the stack
+                if self.autograd and name == "run_backward" and self._student_frame(frame):
+                    self._add(AUTOGRAD_MESSAGE)
                 return
             if event != "call":
                 return
-            name = codes.get(frame.f_code)
-            if name is not None and name in self.normref_names and self._student_frame(frame.f_back):
-                self._add(f"calls {name}")
+            code = frame.f_code
+            try:
+                kind = kinds[code]
+            except KeyError:
+                kind = kinds[code] = classify(code)
+            if kind is None:
+                caller = frame.f_back
+                if caller is not None and code not in allowed:
+                    student = kinds.get((code, "student"))
+                    if student is None:
+                        student = kinds[(code, "student")] = not library(code)
+                    if not student:
+                        student = kinds.get((caller.f_code, "student"))
+                        if student is None:
+                            student = kinds[(caller.f_code, "student")] = not library(caller.f_code)
+                    if student and caller is not self._entry and (
+                            not mode_on() or stack_at(stack_len() - 1) is not self._mode):
+                        self._add(switched)  # DisableTorchFunction, or the mode popped off the stack
+                return
+            if kind[0] in ("normref", "torchref") and kind[0] in done:
+                return
+            if kind[0] == "mode":
+                if self._mode_caller(frame):
+                    self._add(kind[1])
+            elif self._student_frame(frame):
+                self._add(kind[1])
+                done.add(kind[0])
 
+        done: set = set()
         self._mode = Mode()
         self._mode.__enter__()
         self._old_profile = sys.getprofile()
@@ -316,6 +512,9 @@ def _recorder(reference: dict | None, handed_in=(), sealed: dict | None = None) 
     if sealed is not None:
         kw.setdefault("codes", sealed["codes"])
         kw.setdefault("threads", sealed["threads"])
+        for k in ("prints", "allowed"):
+            if k in sealed:
+                kw.setdefault(k, sealed[k])
     return ReferenceRecorder(handed_in=handed_in, **kw)
 
 
@@ -737,7 +936,9 @@ def seal():
                         out.append(f"{where} (a method's code)")
         return out
 
-    state = {"codes": reference_codes(), "threads": frozenset(sys._current_frames()), "changed": changed}
+    codes = reference_codes()
+    state = {"codes": codes, "prints": reference_prints(codes), "allowed": frozenset(allowed_codes()),
+             "threads": frozenset(sys._current_frames()), "changed": changed}
     keyed = _hand_back_keyed
 
     def sealed(grade_id: str, key: str, fn, *more):

@@ -51,9 +51,10 @@ NORMREF_BACKWARD = ("normref.backward.layer_norm_backward", "normref.backward.rm
 # self-check (normref.checks) and in grading (grader.scoring.QUESTIONS' ``reference``).
 #: rms_norm, layer_norm and the RMSNorm module.
 NORM_REFERENCE = {"torch_names": TORCH_NORMS, "normref_names": NORMREF_NORMS}
-#: the LayerNorm backward pass.
+#: the LayerNorm backward pass, by hand: no reference, and no autograd (``torch.autograd.grad``,
+#: ``Tensor.backward``, ``torch.func``) while the answer runs.
 BACKWARD_REFERENCE = {"torch_names": TORCH_NORMS + ("native_layer_norm_backward",),
-                      "normref_names": NORMREF_NORMS + NORMREF_BACKWARD}
+                      "normref_names": NORMREF_NORMS + NORMREF_BACKWARD, "autograd": True}
 #: Pre-LN and Post-LN: the norm is handed in (normref's own may run), a placement may not.
 PLACEMENT_REFERENCE = {"normref_names": NORMREF_PLACEMENT}
 #: the pre-norm block: no torch norm, no normref placement, and no normref norm of the student's

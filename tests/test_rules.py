@@ -131,13 +131,19 @@ from normref.rules import rule_message  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 POINTS = {"rmsnorm": {"rms_norm_shape": 1.0, "rms_norm_battery": 4.0},
+          "layernorm": {"layer_norm_seed": 1.0, "layer_norm_battery": 3.0},
+          "layernorm_backward": {"layer_norm_backward_seed": 1.0, "layer_norm_backward_gradcheck": 4.0},
           "block": {"rms_module_quick": 1.0, "rms_module_battery": 3.5, "pre_ln_quick": 1.0, "pre_ln_battery": 2.0,
                     "post_ln_quick": 1.0, "post_ln_battery": 2.0, "block_quick": 1.0, "block_battery": 2.0}}
 #: grade_id -> (the name the hidden test hands back, the battery checker's result variable)
 HANDED = {"rms_norm_shape": "rms_norm", "rms_norm_battery": "rms_norm", "rms_module_quick": "RMSNorm",
           "rms_module_battery": "RMSNorm", "pre_ln_quick": "pre_ln", "pre_ln_battery": "pre_ln",
           "post_ln_quick": "post_ln", "post_ln_battery": "post_ln", "block_quick": "PreNormBlock",
-          "block_battery": "PreNormBlock"}
+          "block_battery": "PreNormBlock", "layer_norm_seed": "layer_norm", "layer_norm_battery": "layer_norm",
+          "layer_norm_backward_seed": "layer_norm_backward", "layer_norm_backward_gradcheck": "layer_norm_backward"}
+#: the assignments answered in numpy: the rule says "array operations"
+NUMPY = {"layernorm", "layernorm_backward"}
+BATTERIES = {g for pts in POINTS.values() for g in pts if g.endswith("_battery")} | {"layer_norm_backward_gradcheck"}
 
 # Honest answers written differently from the reference: other algebra, float64 statistics,
 # other casts (Hugging Face's Llama casts before the weight), another construction order.
@@ -235,6 +241,57 @@ RULE_CASES = {
         {"block_quick": 0.0, "block_battery": 0.0}, None),
     "honest_rmsnorm": ("rmsnorm", {"rms_norm_impl": HONEST_RMS}, {}, None),
     "honest_block": ("block", HONEST_BLOCK, {}, None),
+    # the course's other code holds full references: a diagnosis helper, a checker's model
+    "normref_diagnosis_helper": ("rmsnorm", {"rms_norm_impl": (
+        "from normref.diagnosis.coverage import student_from_variant\n"
+        "_ref = student_from_variant('rms_norm', ())\n\n"
+        "def rms_norm(x, weight, eps=1e-6):\n    return _ref(x, weight, eps=eps)\n")},
+        {"rms_norm_shape": 0.0, "rms_norm_battery": 0.0},
+        "calls the course's own normref.diagnosis.coverage.student_from_variant.<locals>.norm_fn"),
+    "normref_checker_model": ("rmsnorm", {"rms_norm_impl": (
+        "from normref.checks.norms import model_t\n\n"
+        "def rms_norm(x, weight, eps=1e-6):\n    return model_t('rms', x, weight, None, eps)\n")},
+        {"rms_norm_shape": 0.0, "rms_norm_battery": 0.0}, "calls the course's own normref.checks.norms.model_t"),
+    # torch's Python reference code never passes through __torch_function__
+    "torch_refs": ("layernorm", {"layer_norm_impl": (
+        "import torch\nimport torch._refs\n\n"
+        "def layer_norm(x, weight, bias, eps=1e-5):\n"
+        "    f = getattr(torch._refs, 'native_layer' + '_norm')\n"
+        "    t = lambda a: torch.as_tensor(a)\n"
+        "    return f(t(x), [x.shape[-1]], t(weight), t(bias), eps)[0].numpy().astype(x.dtype)\n")},
+        {"layer_norm_seed": 0.0, "layer_norm_battery": 0.0}, "calls torch's reference code torch._refs.native_layer_norm"),
+    # the recorder's mode taken off the stack while torch's rms_norm runs
+    "pop_mode": ("rmsnorm", {"rms_norm_impl": (
+        "import torch\nimport torch.nn.functional as F\n\n"
+        "def rms_norm(x, weight, eps=1e-6):\n"
+        "    if torch.overrides._get_current_function_mode_stack():\n"
+        "        with torch.overrides._pop_mode_temporarily():\n"
+        "            return rms_norm(x, weight, eps)\n"
+        "    f = getattr(F, 'rms' + '_norm')\n"
+        "    return f(x.float(), (x.shape[-1],), weight.float(), eps).to(x.dtype)\n")},
+        {"rms_norm_shape": 0.0, "rms_norm_battery": 0.0},
+        "switched off the grader's call recorder (torch function mode)"),
+    # a reference's code object cloned under another name (past an identity check)
+    "cloned_code": ("rmsnorm", {"rms_norm_impl": (
+        "import types\nimport normref.functional as _nf\n\n"
+        "_r = _nf.rms_norm\n"
+        "_c = getattr(_r, '__co' + 'de__').replace(co_name='mine', co_filename='<mine>')\n"
+        "rms_norm = types.FunctionType(_c, getattr(_r, '__glob' + 'als__'), 'mine', (1e-6,))\n")},
+        {"rms_norm_shape": 0.0, "rms_norm_battery": 0.0}, "calls a copy of normref.functional.rms_norm"),
+    # the backward by autograd over a hand-written forward
+    "autograd_backward": ("layernorm_backward", {"layer_norm_backward_impl": (
+        "import torch\n\n"
+        "def layer_norm_backward(dy, x, weight, eps=1e-5):\n"
+        "    xt = torch.tensor(x, requires_grad=True)\n"
+        "    w = torch.tensor(weight, requires_grad=True)\n"
+        "    b = torch.zeros_like(w, requires_grad=True)\n"
+        "    mu = xt.mean(-1, keepdim=True)\n"
+        "    var = ((xt - mu) ** 2).mean(-1, keepdim=True)\n"
+        "    y = (xt - mu) / torch.sqrt(var + eps) * w + b\n"
+        "    dx, dw, db = torch.autograd.grad(y, (xt, w, b), torch.tensor(dy))\n"
+        "    return dx.numpy(), dw.numpy(), db.numpy()\n")},
+        {"layer_norm_backward_seed": 0.0, "layer_norm_backward_gradcheck": 0.0},
+        "uses autograd: the assignment asks for the backward by hand"),
 }
 
 def _notebook(case: str) -> nbformat.NotebookNode:
@@ -302,8 +359,10 @@ def _self_check_points(gid: str, ns: dict) -> float:
                "RMSNorm": lambda f, q: checks.check_rms_norm_module(f, quick=q),
                "pre_ln": lambda f, q: checks.check_pre_ln(f, quick=q),
                "post_ln": lambda f, q: checks.check_post_ln(f, quick=q),
-               "PreNormBlock": lambda f, q: checks.check_pre_ln_block(f, quick=q)}[HANDED[gid]]
-    quick = not gid.endswith("_battery")
+               "PreNormBlock": lambda f, q: checks.check_pre_ln_block(f, quick=q),
+               "layer_norm": lambda f, q: checks.check_layer_norm(f, quick=q),
+               "layer_norm_backward": lambda f, q: checks.check_layer_norm_backward(f, quick=q)}[HANDED[gid]]
+    quick = gid not in BATTERIES
     result = checker(ns[HANDED[gid]], quick)
     points = POINTS[RULE_CASES_ASSIGNMENT[gid]][gid]
     return round(points * (float(result.passed) if quick else result.score), 2)
@@ -319,10 +378,11 @@ def test_the_self_check_and_validate_say_what_grading_gives(case, monkeypatch, c
     assert {g for g, e in errors.items() if e is not None} == losing, \
         {g: repr(e)[:300] for g, e in errors.items() if e is not None}
     for gid, err in errors.items():
-        if err is not None and gid.endswith("_battery"):
+        if err is not None and gid in BATTERIES:
             assert str(err).startswith(f"{gid}: ") and f"0 of {POINTS[assignment][gid]:g} points" in str(err), str(err)
         if rule is not None and err is not None:  # the rule, worded as grading words it
-            assert rule_message(rule) in shown[gid] and "grading gives this question 0" in " ".join(str(err).split()), \
+            backend = "numpy" if assignment in NUMPY else "torch"
+            assert rule_message(rule, backend) in shown[gid] and "grading gives this question 0" in " ".join(str(err).split()), \
                 (shown[gid], err)
     # the self-check's points
     assert {g: _self_check_points(g, ns) for g in want} == want
