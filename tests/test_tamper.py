@@ -221,3 +221,19 @@ def test_a_helper_in_a_flagged_cell_costs_the_question_that_uses_it():
                  "    return (x.float() * (_ms(x) + eps).rsqrt() * weight).to(x.dtype)\n")
     r = check_rms_norm(ns["rms_norm"], quick=True)
     assert r.score == 0 and r.breaches[0].startswith("cell [2], line 1: imports gc: grading removes that cell")
+
+
+def test_a_module_imported_in_a_flagged_cell_costs_the_question_that_uses_it():
+    from normref import check_rms_norm
+
+    ns = {"__name__": "__main__"}
+    _cell(ns, 1, "import torch\n")
+    _cell(ns, 2, "import threading\nimport math\n")
+    _cell(ns, 5, "def rms_norm(x, weight, eps=1e-6):\n"
+                 "    ms = x.float().pow(2).mean(dim=-1, keepdim=True) * math.pow(1, 2)\n"
+                 "    return (x.float() * (ms + eps).rsqrt() * weight).to(x.dtype)\n")
+    r = check_rms_norm(ns["rms_norm"], quick=True)
+    assert r.score == 0 and r.breaches[0].startswith("cell [2], line 1: imports threading: grading removes")
+    # a later, clean cell binding the name is the one that counts
+    _cell(ns, 6, "import math\n")
+    assert check_rms_norm(ns["rms_norm"], quick=True).passed

@@ -596,10 +596,79 @@ def scan_breaches(obj, backend: str = "torch") -> list[str]:
             continue
         n = _cell_number(source, fn.__globals__)
         where = f"cell [{n}]" if n is not None else f"the cell that defines {fn.__qualname__.split('.')[0]}"
-        for f in findings:
-            out.append(f"{where}, line {f.line}: {f.what}: grading removes that cell ({_SCAN_KIND[f.kind]}), "
-                       f"so grading gives this question 0 \u2014 {_remedy(f.kind, f.what, backend)}")
+        out += _say(where, findings, backend)
+    # the names these functions use that another cell bound (``import math`` in cell [2]): that
+    # cell, as IPython's ``In`` has it (the latest cell that binds the name)
+    # (not the names the locked cells bind: grading has those whatever the student's cells do)
+    always = set(protected) if locked else {k for k, v in protected.items()
+                                            if k in ("torch", "nn", "F", "np") or str(v).startswith("normref")}
+    for n, source in _binding_cells(fns, locked_set, always):
+        out += _say(f"cell [{n}]", scan(source, protected), backend)
     return list(dict.fromkeys(out))
+
+
+def _say(where: str, findings: list, backend: str) -> list[str]:
+    out = []
+    for f in findings:
+        out.append(f"{where}, line {f.line}: {f.what}: grading removes that cell ({_SCAN_KIND[f.kind]}), "
+                   f"so grading gives this question 0 \u2014 {_remedy(f.kind, f.what, backend)}")
+    return out
+
+
+def _top_bindings(source: str) -> set[str]:
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    out: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            out |= {a.asname or a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for t in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                out |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return out
+
+
+def _binding_cells(fns: list, locked: set, always: set) -> list[tuple[int, str]]:
+    """``[(execution count, source)]`` of the cells in IPython's ``In`` that last bound a name
+    the functions ``fns`` read from the notebook's globals (a module, a constant), other than
+    the functions' own cells, the locked cells and the names in ``always`` (the locked cells')."""
+    import linecache
+    import types
+
+    hist = fns[0].__globals__.get("In")
+    if not isinstance(hist, list):
+        return []
+    own = {"".join(linecache.getlines(f.__code__.co_filename, f.__globals__)).strip() for f in fns}
+
+    def names(code) -> set:
+        out = set(code.co_names)
+        for c in code.co_consts:
+            if isinstance(c, types.CodeType):
+                out |= names(c)
+        return out
+
+    wanted = set()
+    for f in fns:
+        wanted |= {n for n in names(f.__code__) if n in f.__globals__ and n not in always}
+    out = []
+    for i in range(len(hist) - 1, 0, -1):
+        if not wanted:
+            break
+        src = hist[i] if isinstance(hist[i], str) else ""
+        if not src.strip() or src.strip() in own:
+            continue
+        bound = wanted & _top_bindings(src)
+        if bound:
+            wanted -= bound
+            if src.strip() not in locked:
+                out.append((i, src))
+    return out
 
 
 # --------------------------------------------------------------------------- seeded inputs
