@@ -49,6 +49,8 @@ class LmsImport:
         lms: ``"canvas"`` or ``"moodle"``.
         filled: ``{lms id: {assignment: points}}`` written.
         blank: LMS ids (with the LMS's name for them) the gradebook has no submission of.
+        missing: students graded here (with their LMS id when known) that the LMS's file has no
+            row for: their points are not in ``path``.
         kept: where the earlier ``path`` was kept, when this one replaced a different one.
     """
 
@@ -56,6 +58,7 @@ class LmsImport:
     lms: str
     filled: dict[str, dict[str, float]] = field(default_factory=dict)
     blank: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
     kept: Path | None = None
 
 
@@ -117,14 +120,16 @@ def fill_lms_gradebook(tree: CourseTree, export: Path, assignments: list[str]) -
         raise ValueError(f"{export} is empty")
     head = rows[0]
     if "ID" in head and "Student" in head:
-        return _canvas(tree, export, rows, assignments, scores_by_lms_id(tree, assignments))
+        return _canvas(tree, export, rows, assignments)
     if "Identifier" in head and "Grade" in head:
         return _moodle(tree, export, rows, assignments)
     raise ValueError(f"{export}: not a Canvas gradebook export (Student, ID, ...) or a Moodle grading "
                      f"worksheet (Identifier, ..., Grade); its columns: {', '.join(head[:8])}")
 
 
-def _canvas(tree, export, rows, assignments, scores) -> LmsImport:
+def _canvas(tree, export, rows, assignments) -> LmsImport:
+    points, ids = scores_by_student(tree, assignments)
+    scores = scores_by_lms_id(tree, assignments)
     head = rows[0]
     keys = {notebook_key(a): a for a in assignments}
     cols = {i: keys[notebook_key(re.sub(r"\s*\(\d+\)$", "", h))] for i, h in enumerate(head)
@@ -144,6 +149,10 @@ def _canvas(tree, export, rows, assignments, scores) -> LmsImport:
                 out.filled.setdefault(lms, {})[a] = got[a]
         if not any(a in got for a in cols.values()):
             out.blank.append(f"{row[name_col]} ({lms})")
+    canvas_id = {st: lms for lms, st in ids.items()}
+    graded = sorted({st for (a, st) in points if a in cols.values()})
+    out.missing = [f"{st} (Canvas id {canvas_id[st]})" if st in canvas_id else f"{st} (no Canvas id)"
+                   for st in graded if canvas_id.get(st) not in out.filled]
     out.kept = _write(tree, out.path, rows)
     return out
 
@@ -174,6 +183,10 @@ def _moodle(tree, export, rows, assignments) -> LmsImport:
             out.filled.setdefault(pid, {})[a] = points[(a, st)]
         else:
             out.blank.append(f"{row[name_col]} ({row[ident].strip()})")
+    participant = {st: pid for pid, st in who.items()}
+    filled = {who.get(pid) for pid in out.filled}
+    out.missing = [f"{st} (Participant {participant[st]})" if st in participant else st
+                   for st in sorted({st for (a2, st) in points if a2 == a}) if st not in filled]
     out.kept = _write(tree, out.path, rows)
     return out
 
@@ -193,7 +206,7 @@ def _zip_entries(path: Path) -> dict[str, tuple[int, int]] | None:
 
 def _same(a: Path, b: Path) -> bool:
     """Same content: the bytes, or for zips the same entries (a zip written again holds new dates)."""
-    if a.suffix == ".zip":
+    if b.suffix == ".zip":  # ``a`` may be the unfinished ``<name>.zip.part``
         return _zip_entries(a) is not None and _zip_entries(a) == _zip_entries(b)
     return a.read_bytes() == b.read_bytes()
 

@@ -708,6 +708,9 @@ def export(b: Batch) -> None:
             b.log(f"export: the earlier, different {got.path.name} was kept as {got.kept}")
         if got.blank:
             b.log(f"export: left blank (no submission here): {', '.join(got.blank)}")
+        if got.missing:
+            b.log(f"export: graded here but not in {b.lms_gradebook.name} (their points are not in "
+                  f"{got.path.name}; enter them by hand or export the LMS's gradebook again): {', '.join(got.missing)}")
     from .lms import feedback_zips
 
     kept: dict[Path, Path] = {}

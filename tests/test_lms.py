@@ -7,6 +7,7 @@ points are the gradebook's, whichever batch graded them), and the LMS's files wr
 and Moodle write them.
 """
 import json
+import os
 import zipfile
 
 import pytest
@@ -50,6 +51,8 @@ def test_canvas_export_is_filled_by_user_id_and_absent_students_listed(graded, t
     assert got.lms == "canvas" and got.path == tree.root / "lms-import-canvas.csv"
     assert got.filled == {"10011": {"rmsnorm": 4.5, "layernorm": 3.0}, "10013": {"rmsnorm": 0.0}}
     assert got.blank == ["Sam Absent (10099)"]
+    # graded here, not in Canvas's file (red team: left out without a word)
+    assert got.missing == ["walkin (no Canvas id)"]
     assert got.path.read_text(encoding="utf-8").splitlines() == [
         "Student,ID,SIS User ID,SIS Login ID,Section,RMSNorm (5001),LayerNorm (5002),Quiz 1 (5003)",
         "    Points Possible,,,,,5,4,10",
@@ -75,6 +78,7 @@ def test_moodle_worksheet_is_matched_on_the_participant_id_of_that_assignment(gr
     assert got.lms == "moodle" and got.path == tree.root / "lms-import-moodle-rmsnorm.csv"
     assert got.filled == {"20011": {"rmsnorm": 4.5}, "20013": {"rmsnorm": 0.0}}
     assert got.blank == ["Sam Absent (Participant 20099)"]
+    assert got.missing == ["walkin"]  # graded for rmsnorm, not a Moodle student of it
     assert got.path.read_text(encoding="utf-8").splitlines()[1:3] == [
         "Participant 20011,John Lee,jl@x.org,Submitted,4.5,5.00,Yes",
         "Participant 20013,Zoë Müller,zm@x.org,Submitted,0,5.00,Yes"]
@@ -84,6 +88,7 @@ def test_moodle_worksheet_is_matched_on_the_participant_id_of_that_assignment(gr
     got = fill_lms_gradebook(tree, sheet2, ["layernorm", "rmsnorm"])
     assert got.filled == {"30011": {"layernorm": 3.0}}  # his rmsnorm number means nothing in layernorm
     assert got.blank == ["John Lee? (Participant 20011)"]
+    assert got.missing == []
 
 
 def test_an_earlier_export_is_kept_before_a_different_one_replaces_it(graded, tmp_path):
@@ -155,6 +160,8 @@ def test_feedback_zips_hold_each_students_feedback_under_the_lms_upload_name(gra
             "<html>feedback of leejohn-10011 for rmsnorm</html>"
     assert not list(root.glob("*.part"))
     kept = {}
+    for html in tree.root.glob("feedback/*/*/*.html"):  # feedback written again by a later run: new dates
+        os.utime(html, (html.stat().st_mtime + 3600,) * 2)
     assert feedback_zips(tree, ["layernorm", "rmsnorm"], kept) == got and kept == {}  # the same feedback
     (tree.feedback("mullerzoe", "rmsnorm") / "rmsnorm.html").write_text("<html>regraded</html>", encoding="utf-8")
     feedback_zips(tree, ["layernorm", "rmsnorm"], kept)
