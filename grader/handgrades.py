@@ -116,11 +116,21 @@ def capture(tree: CourseTree, assignment: str, student: str, graded: Path | None
             ``submitted/`` (a restored older gradebook graded the earlier submission, kept in
             ``logs/replaced/``).
     """
+    out = read(tree, assignment, student, graded=graded)
+    record(tree, out)
+    return out
+
+
+def read(tree: CourseTree, assignment: str, student: str, graded: Path | None = None,
+         gradebook_url: str | None = None) -> list[HandGrade]:
+    """The hand grades and comments a gradebook (the course's, or ``gradebook_url``) holds for
+    one submission, each with the answer it judged (from ``graded``, default ``submitted/``);
+    nothing is written. ``[]`` when the gradebook has no such submission."""
     from nbgrader.api import Gradebook, MissingEntry
 
     answers = _answers(graded or tree.submitted(student, assignment))
     found: dict[tuple[str, str], dict] = {}
-    with Gradebook(tree.gradebook_url) as gb:
+    with Gradebook(gradebook_url or tree.gradebook_url) as gb:
         try:
             sub = gb.find_submission(assignment, student)
         except MissingEntry:
@@ -137,10 +147,15 @@ def capture(tree: CourseTree, assignment: str, student: str, graded: Path | None
         answer, test = answers.get((nb_name, gid), ("", False))
         out.append(HandGrade(assignment, student, nb_name, gid, what.get("manual_score"), answer,
                              what.get("comment"), test))
-    if out:
-        keys = {g.key for g in out}
-        _write_pending(tree, [g for g in _read_pending(tree) if g.key not in keys] + out)
     return out
+
+
+def record(tree: CourseTree, grades: list[HandGrade]) -> None:
+    """Add ``grades`` to ``logs/handgrades.json`` (a grade of the same cell replaces the one
+    recorded), written before this returns."""
+    if grades:
+        keys = {g.key for g in grades}
+        _write_pending(tree, [g for g in _read_pending(tree) if g.key not in keys] + list(grades))
 
 
 def carry_over(tree: CourseTree, captured: list[HandGrade]) -> tuple[list[HandGrade], list[HandGrade]]:

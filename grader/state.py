@@ -249,7 +249,13 @@ def restore_gradebook(tree: CourseTree, backup: Path | None = None, log=print) -
             raise CourseStateError(f"no readable gradebook backup to restore under {tree.logs / 'backups'}")
         backup = found[-1]
     backup = Path(backup)
+    problem = (f"{backup} does not exist" if not backup.exists() else f"{backup} is not a file"
+               if not backup.is_file() else _gradebook_file_problem(backup))
+    if problem:
+        newest = f"; the newest good backup is {found[-1]}" if found else ""
+        raise CourseStateError(f"{problem}: nothing was restored{newest}")
     dest = tree.gradebook_path
+    newer = _hand_grades_since(tree, backup) if dest.is_file() and _gradebook_file_problem(dest) is None else []
     if dest.exists() and dest.stat().st_size:
         keep = tree.logs / "backups" / f"replaced-{run_id()}.db"
         shutil.copy2(dest, keep)
@@ -259,7 +265,50 @@ def restore_gradebook(tree: CourseTree, backup: Path | None = None, log=print) -
     os.replace(part, dest)
     log(f"restore: {dest} is now {backup}")
     _roll_back_graded(tree, backup, log)
+    _keep_hand_grades(tree, newer, log)
     return dest
+
+
+def _hand_grades_by_key(tree: CourseTree, url: str) -> dict:
+    from nbgrader.api import Gradebook
+
+    from .handgrades import read
+
+    with Gradebook(url) as gb:
+        pairs = [(a.name, s.student.id) for a in gb.assignments for s in a.submissions]
+    return {g.key: g for a, st in pairs for g in read(tree, a, st, gradebook_url=url)}
+
+
+def _hand_grades_since(tree: CourseTree, backup: Path) -> list:
+    """The hand grades and comments of the gradebook now in place that ``backup`` does not hold
+    (typed after it was written, e.g. in formgrader since the last run), each with the answer in
+    ``submitted/`` it judged."""
+    now = _hand_grades_by_key(tree, tree.gradebook_url)
+    if not now:
+        return []
+    then = _hand_grades_by_key(tree, f"sqlite:///{backup.resolve()}")
+    return [g for k, g in sorted(now.items()) if k not in then
+            or (then[k].manual_score, then[k].comment) != (g.manual_score, g.comment)]
+
+
+def _keep_hand_grades(tree: CourseTree, newer: list, log) -> None:
+    """Write back into the restored gradebook the hand grades :func:`_hand_grades_since` found
+    (a restore never drops a hand grade); those whose submission the restored gradebook lacks
+    wait in ``logs/handgrades.json`` for the next run, which grades that submission again."""
+    if not newer:
+        return
+    from .handgrades import carry_over, forget, record
+
+    record(tree, newer)  # on disk before the gradebook is touched
+    kept, waiting = carry_over(tree, newer)
+    forget(tree, kept)
+    for g in kept:
+        what = " and ".join(w for w, v in (("hand grade", g.manual_score), ("comment", g.comment)) if v is not None)
+        log(f"restore: kept the {what} typed after that backup: {g.student} ({g.assignment}) {g.grade_id}")
+    if waiting:
+        log(f"restore: {len(waiting)} hand grade(s) typed after that backup wait in {tree.logs / 'handgrades.json'} "
+            "for the next run, which grades their submissions again: "
+            + ", ".join(f"{g.student} ({g.assignment}) {g.grade_id}" for g in waiting))
 
 
 def _rolled_back_runs(tree: CourseTree, backup: Path) -> list[dict]:

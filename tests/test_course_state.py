@@ -720,15 +720,41 @@ def test_restoring_an_older_gradebook_regrades_what_it_rolls_back(course_copy, t
     assert backups == sorted([f"gradebook-{ids[0]}-after.db", f"gradebook-{ids[1]}-before.db",
                               f"gradebook-{ids[1]}-after.db"])  # the first run had no gradebook before it
 
+    # red team: what is not a gradebook was installed as one (then every run crashed): refused
+    junk, foreign = tmp_path / "junk.db", tmp_path / "foreign.db"
+    junk.write_text("junk")
+    with sqlite3.connect(foreign) as db:
+        db.execute("create table x(a)")
+    live = (course_copy / "gradebook.db").read_bytes()
+    for bad, why in [(junk, "is not a readable SQLite database"), (foreign, "is not an nbgrader gradebook"),
+                     (tmp_path / "gone.db", "does not exist"), (tmp_path / "empty.db", "is empty (0 bytes)")]:
+        if bad.name == "empty.db":
+            bad.touch()
+        out = grader("restore", "--backup", bad, course=course_copy)
+        assert out.returncode == 1 and why in out.stderr and "nothing was restored" in out.stderr, out.stderr
+        assert (course_copy / "gradebook.db").read_bytes() == live and "replaced" not in out.stdout
+    assert not list((course_copy / "logs" / "backups").glob("replaced-*.db"))
+
+    # red team: a hand grade typed after the last run (bo's test overridden to 3) was dropped by a
+    # restore; now it is written back, or waits for the regrade of its submission
+    with Gradebook(f"sqlite:///{course_copy / 'gradebook.db'}") as gb:
+        gb.find_grade("rms_norm_battery", "rmsnorm", "rmsnorm", "bo").manual_score = 3.0
+        gb.db.commit()
     plain = grader("restore", course=course_copy)  # the newest: as the last run left it, nothing lost
     assert plain.returncode == 0 and f"is now {course_copy / 'logs' / 'backups'}/gradebook-{ids[1]}-after.db" \
         in plain.stdout and "rolled back" not in plain.stdout, plain.stdout + plain.stderr
+    assert "kept the hand grade typed after that backup: bo (rmsnorm) rms_norm_battery" \
+        in plain.stdout, plain.stdout
+    with Gradebook(f"sqlite:///{course_copy / 'gradebook.db'}") as gb:
+        assert gb.find_grade("rms_norm_battery", "rmsnorm", "rmsnorm", "bo").manual_score == 3.0
     older = course_copy / "logs" / "backups" / f"gradebook-{ids[1]}-before.db"
     back = grader("restore", "--backup", older, course=course_copy)
     assert back.returncode == 0, back.stderr
     assert f"rolled back 1 run(s) after that backup ({ids[1]}; students ada, bo)" in back.stdout, back.stdout
     assert "2 submission(s) will be graded again by the next run (kept in submitted/): ada (rmsnorm), " \
         "bo (rmsnorm)" in back.stdout, back.stdout
+    assert "1 hand grade(s) typed after that backup wait in" in back.stdout and \
+        "bo (rmsnorm) rms_norm_battery" in back.stdout, back.stdout
 
     out = run(tmp_path / "b2")  # batch 2 again: unchanged notebooks, but graded again, not skipped
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -736,4 +762,6 @@ def test_restoring_an_older_gradebook_regrades_what_it_rolls_back(course_copy, t
     assert "hand grade to redo: ada (rmsnorm) rms_norm_battery" in out.stdout, out.stdout[-3000:]
     with (course_copy / "grades.csv").open() as f:
         scores = {r["student_id"]: float(r["score"]) for r in csv.DictReader(f)}
-    assert scores == {"ada": 0.0, "bo": 5.0}  # bo regraded to the known 1 + 4, ada's new answer 0
+    # bo regraded to the known 1 + 4, with the override typed after run 2 kept: 1 + 3; ada's new answer 0
+    assert scores == {"ada": 0.0, "bo": 4.0}
+    assert not (course_copy / "logs" / "handgrades.json").exists()
