@@ -242,12 +242,15 @@ def _cached(what: str, key, make):
 
 
 #: torch's Python reference implementations and decompositions (they never pass through
-#: ``__torch_function__``): running one counts as calling torch's own normalization.
-_TORCH_REFERENCE_DIRS = ("_refs", "_decomp", "_prims")
+#: ``__torch_function__``), and its tracers and compilers (which run a function where the mode
+#: may not see it): running one counts as calling torch's own normalization.
+_TORCH_REFERENCE_DIRS = ("_refs", "_decomp", "_prims", "_dynamo", "_inductor", "_functorch", "jit", "fx", "export")
 #: torch's function-mode helpers: an answer calling them is taking the recorder's mode off the stack.
 _MODE_HELPERS = ("_pop_mode_temporarily", "_get_current_function_mode_stack", "_pop_mode", "_push_mode")
 #: C functions that take a torch function mode off the stack, or run autograd's engine.
 _MODE_C = {"_pop_torch_function_stack", "_push_on_torch_function_stack", "_set_torch_function_mode"}
+#: C functions that replace the profile hook the recorder runs on.
+_PROFILE_SETTERS = {("sys", "setprofile"), ("sys", "_setprofileallthreads"), ("_thread", "setprofile")}
 #: What the backward question's answer may not use (``autograd=True``).
 AUTOGRAD_MESSAGE = "uses autograd: the assignment asks for the backward by hand"
 
@@ -257,6 +260,12 @@ class ReferenceRecorder:
     spelling (``F.rms_norm``, an alias, ``getattr(F, "layer_norm")``, ``F.__dict__[...]``,
     ``operator.attrgetter``, ``torch.nn.LayerNorm``, ``torch.ops.aten.native_layer_norm``,
     ``normref.rms_norm``, ``normref.blocks.post_ln`` ...).
+
+    Besides the references by name, it counts any other normref code the student's code runs
+    (except :func:`allowed_codes` and the objects handed in), a copy of a reference's code
+    (:func:`code_print`), torch's Python reference/decomposition/compiler code (for questions
+    with ``torch_names``), the recorder's mode popped or disabled, ``sys.setprofile``, and,
+    with ``autograd``, autograd.
 
     A :class:`torch.overrides.TorchFunctionMode` sees every torch function and op called,
     however it was reached; a profile hook sees every Python function called, and knows the
@@ -276,13 +285,21 @@ class ReferenceRecorder:
         threads: idents of the Python threads that may be alive when the call starts (the
             kernel's own, from :func:`seal`); another one alive then is recorded, as work this
             recorder cannot see (``None``: not checked).
+        autograd: count any autograd the call runs (``torch.autograd.grad``, ``Tensor.backward``,
+            ``torch.func``): the backward question (:data:`normref.rules.BACKWARD_REFERENCE`).
+        prints: ``{fingerprint: name}`` of the references (:func:`reference_prints`; default
+            from ``codes``), so that a copy of one's code object is known.
+        allowed: normref code the student's code may run (:func:`allowed_codes`); any other
+            normref code it runs counts ("calls the course's own ...").
+        checker_calls: ``(codes, caller code)``: the self-check's own functions that it calls
+            under the recorder (default :func:`_checker_calls`; grading: none).
 
     Attributes:
         found: what was executed, e.g. ``["calls torch's rms_norm"]``, in order of first call.
     """
 
     def __init__(self, torch_names=(), normref_names=(), handed_in=(), codes=None, threads=None,
-                 autograd=False, prints=None, allowed=None):
+                 autograd=False, prints=None, allowed=None, checker_calls=None):
         import sysconfig
 
         import torch
@@ -312,7 +329,7 @@ class ReferenceRecorder:
             self._autograd_codes = {torch.autograd.grad.__code__, torch.autograd.backward.__code__,
                                     torch.Tensor.backward.__code__}
             self._functorch = (torch_dir + "_functorch" + os.sep, torch_dir + "func" + os.sep)
-        self._checker_calls, self._alarm = _checker_calls()
+        self._checker_calls, self._alarm = checker_calls if checker_calls is not None else _checker_calls()
         self._kind: dict = {}  # code -> what running it is (None: nothing), per call
         self._entry = None
         self._mode = None
@@ -428,14 +445,15 @@ class ReferenceRecorder:
                     self._add(f"runs code in another thread or process ({arg.__module__}.{arg.__name__})")
                     return
                 code = frame.f_code
+                if (mod, name) in _PROFILE_SETTERS and code not in allowed:
+                    self._add("switched off the grader's call recorder (sys.setprofile)")
                 student = kinds.get((code, "student"))
                 if student is None:
                     student = kinds[(code, "student")] = not library(code)
                 if student:
                     if name in _MODE_C:
                         self._add(switched)
-                    elif mod is not None and mod.startswith("torch") and (
-                            not mode_on() or stack_at(stack_len() - 1) is not self._mode):
+                    elif not mode_on() or stack_at(stack_len() - 1) is not self._mode:
                         self._add(switched)  # DisableTorchFunction, or the mode popped off the stack
                 if self.autograd and name == "run_backward" and self._student_frame(frame):
                     self._add(AUTOGRAD_MESSAGE)
@@ -515,6 +533,8 @@ def _recorder(reference: dict | None, handed_in=(), sealed: dict | None = None) 
         for k in ("prints", "allowed"):
             if k in sealed:
                 kw.setdefault(k, sealed[k])
+        # grading calls no checker function of its own under the recorder: nothing is exempt
+        kw.setdefault("checker_calls", (frozenset(), None))
     return ReferenceRecorder(handed_in=handed_in, **kw)
 
 

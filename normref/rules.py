@@ -10,7 +10,12 @@ self-check (:mod:`normref.checks`):
   :class:`normref.handback.ReferenceRecorder` with this module's lists of names
   (:data:`NORM_REFERENCE`, :data:`BACKWARD_REFERENCE`, :data:`PLACEMENT_REFERENCE`,
   :data:`BLOCK_REFERENCE`), which sees a reference run however it was spelled
-  (``getattr(F, "rms" + "_norm")``, a subclass of ``nn.RMSNorm``, ``RMSNorm = normref.RMSNorm``);
+  (``getattr(F, "rms" + "_norm")``, a subclass of ``nn.RMSNorm``, ``RMSNorm = normref.RMSNorm``),
+  and also counts any other normref code the answer runs (a course helper holding a reference),
+  except the parts the assignment hands out (``CausalSelfAttention``, ``FeedForward``) and the
+  grader's own objects; a copy of a reference's code; torch's ``_refs``/``_decomp``/compiler
+  code (questions with ``torch_names``); the recorder switched off; and, for the backward
+  (``"autograd": True``), autograd;
 * on the source: the grader's tamper scan (``grader/tamper.py``) reads each answer cell with
   :func:`reference_calls`, a checker the student's function or class with
   :func:`reference_calls_in`.

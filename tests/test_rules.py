@@ -5,6 +5,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+# torch._refs imports sympy on first use (seconds, cut by the checker's 5 s call timeout on a
+# loaded machine, which leaves sympy half-imported for the rest of the session): import it here
+import torch.fx.experimental.symbolic_shapes  # noqa: F401
+
 import normref
 from normref import check_layer_norm, check_rms_norm, check_rms_norm_module
 from normref.rules import reference_calls, reference_calls_in
