@@ -16,7 +16,8 @@ self-check (:mod:`normref.checks`):
   grader's own objects; a copy of a reference's code; torch's ``_refs``/``_decomp``/compiler
   code (questions with ``torch_names``); the recorder switched off; and, for the backward
   (``"autograd": True``), autograd;
-* on the source: the grader's tamper scan (``grader/tamper.py``) reads each answer cell with
+* on the source: the tamper scan (``normref/tamper.py``, which ``grader/tamper.py`` runs and
+  the self-check runs too) reads each answer cell with
   :func:`reference_calls`, a checker the student's function or class with
   :func:`reference_calls_in`.
 

@@ -263,7 +263,8 @@ RULE_CASES = {
         "    f = getattr(torch._refs, 'native_layer' + '_norm')\n"
         "    t = lambda a: torch.as_tensor(a)\n"
         "    return f(t(x), [x.shape[-1]], t(weight), t(bias), eps)[0].numpy().astype(x.dtype)\n")},
-        {"layer_norm_seed": 0.0, "layer_norm_battery": 0.0}, "calls torch's reference code torch._refs.native_layer_norm"),
+        {"layer_norm_seed": 0.0, "layer_norm_battery": 0.0},
+        "calls torch's reference code torch._refs.native_layer_norm"),
     # the recorder's mode taken off the stack while torch's rms_norm runs
     "pop_mode": ("rmsnorm", {"rms_norm_impl": (
         "import torch\nimport torch.nn.functional as F\n\n"
@@ -386,7 +387,8 @@ def test_the_self_check_and_validate_say_what_grading_gives(case, monkeypatch, c
             assert str(err).startswith(f"{gid}: ") and f"0 of {POINTS[assignment][gid]:g} points" in str(err), str(err)
         if rule is not None and err is not None:  # the rule, worded as grading words it
             backend = "numpy" if assignment in NUMPY else "torch"
-            assert rule_message(rule, backend) in shown[gid] and "grading gives this question 0" in " ".join(str(err).split()), \
+            said = " ".join(str(err).split())
+            assert rule_message(rule, backend) in shown[gid] and "grading gives this question 0" in said, \
                 (shown[gid], err)
     # the self-check's points
     assert {g: _self_check_points(g, ns) for g in want} == want
