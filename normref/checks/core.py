@@ -234,6 +234,17 @@ def _call_alarm(fn: Callable, args: tuple, kwargs: dict, timeout: float):
         signal.signal(signal.SIGALRM, old)
 
 
+def _code_names(code) -> set[str]:
+    """The global and attribute names a code object reads, its nested functions' included."""
+    import types
+
+    out = set(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            out |= _code_names(c)
+    return out
+
+
 def fail(case: str, text: str, fault: str, max_abs=float("nan"), max_rel=float("nan")) -> CaseResult:
     """A failing case: ``case '<case>': <text>`` with its fault kind. The message carries the
     kind as a ``[fault: ...]`` tag only until :func:`run` has let :mod:`normref.diagnosis` read
@@ -462,13 +473,6 @@ def _user_code(obj, limit: int = 40) -> list:
                     out.append(v)
         return out
 
-    def names(code) -> set:
-        out = set(code.co_names)
-        for c in code.co_consts:
-            if isinstance(c, types.CodeType):
-                out |= names(c)
-        return out
-
     seen, todo, out = set(), [obj], []
     while todo and len(out) < limit:
         o = todo.pop(0)
@@ -479,7 +483,7 @@ def _user_code(obj, limit: int = 40) -> list:
             if fn.__globals__.get("__name__") != "__main__" or fn in out:
                 continue
             out.append(fn)
-            for n in sorted(names(fn.__code__)):
+            for n in sorted(_code_names(fn.__code__)):
                 v = fn.__globals__.get(n)
                 if isinstance(v, (types.FunctionType, type)) and getattr(v, "__module__", None) == "__main__":
                     todo.append(v)
@@ -639,23 +643,15 @@ def _binding_cells(fns: list, locked: set, always: set) -> list[tuple[int, str]]
     the functions ``fns`` read from the notebook's globals (a module, a constant), other than
     the functions' own cells, the locked cells and the names in ``always`` (the locked cells')."""
     import linecache
-    import types
 
     hist = fns[0].__globals__.get("In")
     if not isinstance(hist, list):
         return []
     own = {"".join(linecache.getlines(f.__code__.co_filename, f.__globals__)).strip() for f in fns}
 
-    def names(code) -> set:
-        out = set(code.co_names)
-        for c in code.co_consts:
-            if isinstance(c, types.CodeType):
-                out |= names(c)
-        return out
-
     wanted = set()
     for f in fns:
-        wanted |= {n for n in names(f.__code__) if n in f.__globals__ and n not in always}
+        wanted |= {n for n in _code_names(f.__code__) if n in f.__globals__ and n not in always}
     out = []
     for i in range(len(hist) - 1, 0, -1):
         if not wanted:
