@@ -319,8 +319,12 @@ class ReferenceRecorder:
         torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
         self._normref_dir = here
         self._stdlib = sysconfig.get_paths()["stdlib"] + os.sep
+        # installed packages count as library code too: code of theirs that runs inside the
+        # student's call without being called by it (a gc callback, e.g. hypothesis's; a
+        # finalizer) is not the student's (it was read as the recorder switched off)
+        site = {os.path.abspath(sysconfig.get_paths()[k]) + os.sep for k in ("purelib", "platlib")}
         self._library = tuple({torch_dir, os.path.dirname(os.path.abspath(np.__file__)) + os.sep,
-                               self._stdlib, here})
+                               self._stdlib, here, *site})
         self._torch_dir = torch_dir
         self._torch_refs = tuple(torch_dir + d + os.sep for d in _TORCH_REFERENCE_DIRS) if torch_names else ()
         self._autograd_codes = set()
