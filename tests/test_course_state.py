@@ -227,9 +227,15 @@ def _cmdline(pid: int) -> str:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
 def test_a_killed_run_leaves_nothing_behind_and_a_rerun_finishes_the_batch(course_copy, tmp_path, sig):
     only_assignments(course_copy, {"rmsnorm"})
-    tree = submitted_tree(tmp_path / "in", {"ada": "correct", "bo": "unbiased_variance", "cy": "correct"})
+    tree = submitted_tree(tmp_path / "in", {"ada": "correct", "bo": "unbiased_variance", "cy": "correct",
+                                            "dee": "correct"})
+    # dee's answer cell sleeps until the cell timeout (30 s): the run is surely still grading when
+    # the second run and the signal come (the other three notebooks can be done in seconds, and the
+    # second run takes ~10 s to start: it found the first one finished and graded, a race)
+    dee = next((tree / "dee" / "rmsnorm").glob("*.ipynb"))
+    nbformat.write(fill_answers(dee, {"rms_norm_impl": "import time\n\ntime.sleep(600)\n"}), dee)
     cmd = [sys.executable, "-m", "grader", "--submissions", str(tree), "--course-root", str(course_copy),
-           "--jobs", "2"]
+           "--jobs", "2", "--cell-timeout", "30"]
     first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              stdin=subprocess.DEVNULL, start_new_session=True)
     try:
@@ -270,7 +276,7 @@ def test_a_killed_run_leaves_nothing_behind_and_a_rerun_finishes_the_batch(cours
     assert "replaces that student's earlier submission" not in out  # the same notebooks again
     with (course_copy / "grades.csv").open() as f:
         scores = {r["student_id"]: float(r["score"]) for r in csv.DictReader(f)}
-    assert scores == {"ada": 5.0, "bo": 0.0, "cy": 5.0}
+    assert scores == {"ada": 5.0, "bo": 0.0, "cy": 5.0, "dee": 0.0}  # dee's rms_norm never defined: 0
 
 
 def _practice(variant_changes: dict[str, str]) -> dict[str, str]:
