@@ -46,6 +46,7 @@ import io
 import json
 import os
 import secrets
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -548,9 +549,18 @@ def _drawn(q: Question, cases: list):
         yield
 
 
+#: One checker at a time per process: a checker's battery is put in place by patching its module
+#: (:func:`_drawn`), a battery's sublayers are built under torch's global RNG, and the checkers'
+#: source scan (``ast``) is not safe in concurrent threads on Python 3.11. Two scorings at once
+#: in threads (test_assignments grades two assignments so) swapped batteries: a correct Post-LN
+#: scored 0 of 4 in CI. Reentrant: :func:`probe_calls` runs :func:`run_check` inside it.
+_CHECKER_LOCK = threading.RLock()
+
+
 def drawn_cases(grade_id: str, seed: int) -> list:
     """The battery of ``grade_id`` for this seed (the same every time for one seed)."""
-    return QUESTIONS[grade_id].draw(_gen(seed, grade_id))
+    with _CHECKER_LOCK:
+        return QUESTIONS[grade_id].draw(_gen(seed, grade_id))
 
 
 def run_check(grade_id: str, seed: int, fn):
@@ -558,10 +568,11 @@ def run_check(grade_id: str, seed: int, fn):
     with ``fn`` as the student's function: a :class:`normref.checks.CheckResult`. (In grading
     ``fn`` is a :class:`Replay`.)"""
     q = QUESTIONS[grade_id]
-    if q.draw is None:
-        return q.check(fn)
-    with _drawn(q, drawn_cases(grade_id, seed)):
-        return q.check(fn)
+    with _CHECKER_LOCK:
+        if q.draw is None:
+            return q.check(fn)
+        with _drawn(q, drawn_cases(grade_id, seed)):
+            return q.check(fn)
 
 
 # --------------------------------------------------------------------------- the inputs

@@ -156,6 +156,18 @@ class Course:
         assert len(pages) == 1, f"expected one feedback page for {student}/{assignment}: {pages}"
         return pages[0]
 
+    def diagnoses(self, assignment: str, student: str, want: dict, got: dict) -> str:
+        """What the autograded notebook says in each cell whose score is not the expected one."""
+        nb = nbformat.read(self.notebook("autograded", assignment, student), as_version=4)
+        texts = []
+        for cell in nb.cells:
+            gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if gid in want and abs(got.get(gid, -1.0) - want[gid]) > 1e-9:
+                shown = [o.get("text") or o.get("data", {}).get("text/plain") or o.get("evalue")
+                         for o in cell.get("outputs", [])]
+                texts.append(f"--- {gid}:\n" + "\n".join(str(t) for t in shown))
+        return "\n".join(texts)
+
     def grades(self, assignment: str) -> dict[str, dict[str, tuple[float, bool]]]:
         """``{variant: {grade_id: (score, needs_manual_grade)}}`` from nbgrader's gradebook."""
         from nbgrader.api import Gradebook
@@ -345,7 +357,7 @@ def test_each_variant_gets_exactly_the_expected_points(course, assignment):
     manual = set(MANUAL_CELLS.get(assignment, ()))
     for variant, want in EXPECTED[assignment].items():
         got = {gid: score for gid, (score, _) in grades[variant].items()}
-        assert got == pytest.approx(want, abs=1e-9), variant
+        assert got == pytest.approx(want, abs=1e-9), (variant, course.diagnoses(assignment, variant, want, got))
         flagged = {gid for gid, (_, needs) in grades[variant].items() if needs}
         # a written answer needs a grader exactly when the variant wrote one
         assert flagged == manual & set(ANSWERS[assignment][variant]), variant

@@ -510,3 +510,28 @@ def test_a_question_whose_answer_cell_the_grader_removed_says_why_not_a_name_err
     for gid, s in scored.items():
         assert s.fraction == 0.0 and "removed your answer cell 'rms_norm_impl'" in s.text and said in s.text, s.text
         assert "NameError" not in s.text
+
+
+def test_two_threads_scoring_at_once_score_as_one_does():
+    """The checkers draw a battery by patching their module's case list and seed torch's global
+    RNG for the sublayers they build, so two scorings in one process at once (test_assignments
+    grades two assignments in threads) could swap batteries: a correct Post-LN once scored 0 of 4
+    in CI while the Pre-LN question was scored in the other thread. Scoring takes turns."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    ns = namespace("block", "correct")
+    seed = scoring.new_seed()
+    cells = {}
+    for gid in ("pre_ln_battery", "post_ln_battery", "block_battery", "rms_module_battery"):
+        cell = nbformat.v4.new_code_cell("", metadata={"nbgrader": {"grade_id": gid, "grade": True}})
+        cell.outputs = [nbformat.v4.new_output("display_data", data={
+            MIME: json.loads(json.dumps(handed_back(gid, ns[QUESTION_FN[gid][1]], seed)))})]
+        cells[gid] = nbformat.v4.new_notebook(cells=[cell])
+
+    def score(gid: str) -> float:
+        return scoring.score_notebook(cells[gid], seed)[gid].fraction
+
+    order = [g for _ in range(12) for g in cells]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        got = list(pool.map(score, order))
+    assert got == [1.0] * len(order), [(g, f) for g, f in zip(order, got) if f != 1.0]
