@@ -262,12 +262,53 @@ def clean(argv: list[str]) -> int:
     return 0
 
 
+class _QuietWhenClosed:
+    """``sys.stdout`` that goes quiet instead of failing when its reader has gone
+    (``make grade | head``): the run goes on and finishes; what it would have printed is in
+    ``grades.csv``, the report and ``logs/runs.jsonl``. Standard error is untouched."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self._gone = False
+
+    def write(self, text: str) -> int:
+        if not self._gone:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._quiet()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._quiet()
+
+    def _quiet(self) -> None:
+        self._gone = True
+        # what is still buffered would fail again at exit: the descriptor now writes nowhere
+        with contextlib.suppress(OSError, ValueError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self._stream.fileno())
+            os.close(null)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"restore": restore, "clean": clean}
-    if argv and argv[0] in commands:
-        return commands[argv[0]](argv[1:])
-    return grade(argv)
+    stdout = sys.stdout
+    sys.stdout = _QuietWhenClosed(stdout)
+    try:
+        commands = {"restore": restore, "clean": clean}
+        if argv and argv[0] in commands:
+            return commands[argv[0]](argv[1:])
+        return grade(argv)
+    finally:
+        sys.stdout = stdout
 
 
 if __name__ == "__main__":

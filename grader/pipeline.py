@@ -1010,7 +1010,8 @@ def _regrade_dead_kernels(tree: CourseTree, run: GradeRun, extra, setup, log) ->
 
 def format_table(run: GradeRun) -> str:
     """The grades as a plain-text table from grades.csv: one row per student, one column per
-    assignment (``-`` = no submission, ``*`` = submitted after the due date), and the total."""
+    assignment (``-`` = no submission, ``*`` = late: after the due date or marked late by the LMS),
+    and the total."""
     with run.grades_csv.open() as f:
         rows = list(csv.DictReader(f))
     assignments = sorted({r["assignment"] for r in rows})
@@ -1025,14 +1026,15 @@ def format_table(run: GradeRun) -> str:
                                                     if submitted else "-")
         totals[r["student_id"]] = totals.get(r["student_id"], 0.0) + float(r["score"])
     width = max([len(a) for a in assignments] + [7])
-    head = f"{'student':<12}" + "".join(f"{a:>{width + 1}}" for a in assignments) + f"{'total':>9}"
-    sub = f"{'(max)':<12}" + "".join(f"{maxes[a]:>{width + 1}g}" for a in assignments) + \
+    first = max([len(st) + 1 for st in totals] + [12])  # a long id (an LMS's full name) keeps the columns
+    head = f"{'student':<{first}}" + "".join(f"{a:>{width + 1}}" for a in assignments) + f"{'total':>9}"
+    sub = f"{'(max)':<{first}}" + "".join(f"{maxes[a]:>{width + 1}g}" for a in assignments) + \
         f"{sum(maxes.values()):>9g}"
     lines = [head, sub, "-" * len(head)]
     for st in sorted(totals):
-        lines.append(f"{st:<12}" + "".join(f"{cell.get((st, a), '-'):>{width + 1}}" for a in assignments)
+        lines.append(f"{st:<{first}}" + "".join(f"{cell.get((st, a), '-'):>{width + 1}}" for a in assignments)
                      + f"{totals[st]:>9.2f}")
-    lines.append("(* = submitted after the due date, - = no submission)")
+    lines.append("(* = late: submitted after the due date, or marked late by the LMS; - = no submission)")
     return "\n".join(lines)
 
 

@@ -771,3 +771,26 @@ def test_restoring_an_older_gradebook_regrades_what_it_rolls_back(course_copy, t
     # bo regraded to the known 1 + 4, with the override typed after run 2 kept: 1 + 3; ada's new answer 0
     assert scores == {"ada": 0.0, "bo": 4.0}
     assert not (course_copy / "logs" / "handgrades.json").exists()
+
+
+@pytest.mark.slow
+def test_a_reader_that_stops_reading_does_not_stop_the_run(course_copy, tmp_path):
+    """`make grade | head -1`: the reader closes the pipe after one line; the run finishes (it
+    used to end "failed" with BrokenPipeError at its next print) and records its grades."""
+    only_assignments(course_copy, {"rmsnorm"})
+    subs = submitted_tree(tmp_path / "in", {"ada": "correct", "bo": "eps_outside_sqrt"})
+    proc = subprocess.Popen([sys.executable, "-m", "grader", "--submissions", str(subs), "--jobs", "1",
+                             "--course-root", str(course_copy)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    first = proc.stdout.readline()
+    proc.stdout.close()  # as `head -1` exits
+    err = proc.stderr.read()
+    assert proc.wait(timeout=600) == 0, first + err
+    assert first.strip() and "BrokenPipe" not in err and "Traceback" not in err, err
+    (run,) = [json.loads(ln) for ln in (course_copy / "logs" / "runs.jsonl").read_text().splitlines()]
+    assert run["status"] == "ok", run
+    with (course_copy / "grades.csv").open() as f:
+        scores = {r["student_id"]: float(r["score"]) for r in csv.DictReader(f)}
+    # rms_norm_shape (1) + rms_norm_battery (4): all for ada; bo's eps outside the root fails the
+    # battery's eps = 1e-4 case only, 5 of 6 cases: 1 + 3.33
+    assert scores == pytest.approx({"ada": 5.0, "bo": 4.33}), scores
