@@ -193,6 +193,12 @@ def _received(tree: CourseTree, name: str = RECEIVED) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def received_hashes(tree: CourseTree) -> dict[str, str]:
+    """``{"<student>/<assignment>": sha256}`` of the files last received for each submission
+    (``logs/received.json``; a submission collected in place from ``submitted/`` has none)."""
+    return _received(tree)
+
+
 def lms_late(tree: CourseTree) -> set[tuple[str, str]]:
     """``(assignment, student)`` whose graded download the LMS marked late."""
     return {(k.split("/")[1], k.split("/")[0]) for k, v in _received(tree, LMS_LATE).items() if v}

@@ -27,8 +27,8 @@ from .apps import AppError, Course, generate_feedback_parallel
 from .collect import Collected, check_input, collect, lms_late, write_roster
 from .course import CourseTree
 from .parallel import AutogradeOutcome, autograde, default_jobs
-from .repair import Repair, repair_all
-from .report import ClassReport, build_report, summary_text, write_report
+from .repair import Repair, remember_unreadable, repair_all, unreadable, unreadable_note
+from .report import ClassReport, build_report, read_runs, summary_text, write_report
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 #: Written when the grading state is the embedded demo class's (removed before real work).
@@ -480,7 +480,18 @@ def generate(b: Batch) -> None:
 
 
 def collect_submissions(b: Batch) -> None:
-    """This batch into ``submitted/`` (the demo class when no submissions are given); due dates."""
+    """This batch into ``submitted/`` (the demo class when no submissions are given); due dates.
+
+    Which submissions this run grades: those it brought in new or changed, and those an earlier
+    run left ungraded (stopped, failed, or rolled back by a restore). The ``collect:`` line names
+    the latter that this batch did not bring (``...; 3 carried over from the interrupted run
+    <id>, graded in this run too: a (rmsnorm), ...``), and one handed in again unchanged but not
+    graded yet is said to be finished here, not called "not a resubmission". The run that received
+    each submission is kept in ``logs/collected_by.json``.
+
+    Raises:
+        GradingError: an nbgrader app failed (its log is quoted).
+        ValueError: the submissions are not a recognised kind of input."""
     tree, run, log = b.tree, b.run, b.log
     try:
         if b.submissions is None:
@@ -501,24 +512,38 @@ def collect_submissions(b: Batch) -> None:
         raise GradingError(str(e)) from e
     got = b.collected
     run.batch, run.students = got.students, tree.students()
+    # a batch grades what it brought in new or changed, and whatever an earlier run left ungraded
+    graded, lost = _graded(tree, run.assignments), set()
+    if not b.fresh:  # recorded as graded, yet not in the gradebook (an older backup restored): again
+        lost = graded - state.gradebook_pairs(tree) - set(got.pairs)
+        graded -= lost
+    # left ungraded by an earlier run (interrupted, failed, or rolled back by a restore): this
+    # run finishes them, and says whose they are
+    left = set() if b.fresh else set(tree.pairs(run.assignments)) - graded - set(got.pairs) - lost
+    origins = _origins(tree)
+    carried = sorted(left - set(got._pairs))
     log(f"collect: {len(run.batch)} students from {got.source} -> {tree.submitted()}"
-        + (f" ({len(run.students)} there in all)" if len(run.students) != len(run.batch) else ""))
+        + (f" ({len(run.students)} there in all)" if len(run.students) != len(run.batch) else "")
+        + "".join(f"; {len({st for _, st in prs})} carried over from {origin}, graded in this run too: "
+                  f"{_named(prs)}" for origin, prs in _by_origin(carried, origins).items()))
     for name, why in got.skipped.items():
         log(f"collect: skipped {name}: {why}")
     for a, st in got.replaced:
         log(f"collect: {st} ({a}) replaces that student's earlier submission")
     for a, st in got.unchanged:
-        log(f"collect: {st} ({a}) is unchanged since it was last received: not a resubmission")
+        if (a, st) not in left:
+            log(f"collect: {st} ({a}) is unchanged since it was last received: not a resubmission")
+            continue
+        origin, finished = origins.get(f"{st}/{a}", (_EARLIER, False))
+        log(f"collect: {st} ({a}) is unchanged since it was last received, by {origin}"
+            + (": this run grades it again" if finished
+               else ", which did not finish grading it: this run finishes grading it"))
     for st, notes in sorted(got.flags.items()):
         for note in notes:
             log(f"collect: {st}: {note}")
-    # a batch grades what it brought in new or changed, and whatever an earlier run left ungraded
-    graded = _graded(tree, run.assignments)
-    if not b.fresh:  # recorded as graded, yet not in the gradebook (an older backup restored): again
-        lost = graded - state.gradebook_pairs(tree) - set(got.pairs)
-        for a, st in sorted(lost):
-            log(f"collect: {st} ({a}) has no gradebook row (an older gradebook was restored?): graded again")
-        graded -= lost
+    for a, st in sorted(lost):
+        log(f"collect: {st} ({a}) has no gradebook row (an older gradebook was restored?): graded again")
+    _remember_collected(tree, got.pairs, b.run_id)
     b.to_grade = None if b.fresh else sorted(set(got.pairs) | (set(tree.pairs(run.assignments)) - graded))
     # until their autograde finishes, the submissions to grade count as ungraded (a killed run's
     # rerun grades them again)
@@ -548,6 +573,68 @@ def _remember_graded(tree: CourseTree, assignments: list[str], out: AutogradeOut
     _write_graded(tree, (_graded(tree, assignments) | set(out.graded)) - set(out.failed))
 
 
+#: ``logs/collected_by.json``: ``{"<student>/<assignment>": run id}``, the run that received each
+#: submission now in ``submitted/`` (a later run that finishes grading it names that run).
+COLLECTED_BY = "collected_by.json"
+#: How a submission whose receiving run is unknown is named (collected before the record existed).
+_EARLIER = "an earlier run that did not finish"
+
+
+def _remember_collected(tree: CourseTree, pairs, run_id: str) -> None:
+    """Record ``run_id`` as the run that received ``pairs`` (``logs/collected_by.json``)."""
+    path = tree.logs / COLLECTED_BY
+    try:
+        known = json.loads(path.read_text()) if path.is_file() else {}
+    except ValueError:
+        known = {}
+    known.update({f"{st}/{a}": run_id for a, st in pairs})
+    tree.logs.mkdir(parents=True, exist_ok=True)
+    part = tree.logs / (COLLECTED_BY + ".part")
+    part.write_text(json.dumps(known, indent=1, sort_keys=True))
+    os.replace(part, path)
+
+
+def _origins(tree: CourseTree) -> dict[str, tuple[str, bool]]:
+    """``{"<student>/<assignment>": (the run that received it, in words; whether that run
+    ended ok)}`` from ``logs/collected_by.json`` and the run log: "the interrupted run <id>",
+    "the failed run <id>", "the run <id>, which ended without a record (killed)", or for a run
+    that ended ok (its grading was rolled back by a restore, or its autograde failed)
+    "run <id>, whose grading is not recorded as done"."""
+    path = tree.logs / COLLECTED_BY
+    try:
+        by = json.loads(path.read_text()) if path.is_file() else {}
+    except ValueError:
+        by = {}
+    runs = {r.get("run_id"): r for r in read_runs(tree.root)}
+    out = {}
+    for key, rid in by.items():
+        status = (runs.get(rid) or {}).get("status")
+        if status == "ok":
+            out[key] = (f"run {rid}, whose grading is not recorded as done (an older gradebook "
+                        "restored, or its autograde failed)", True)
+        elif status in ("interrupted", "failed"):
+            out[key] = (f"the {status} run {rid}", False)
+        else:
+            out[key] = (f"the run {rid}, which ended without a record (killed)", False)
+    return out
+
+
+def _by_origin(pairs, origins: dict[str, tuple[str, bool]]) -> dict[str, list[tuple[str, str]]]:
+    """``pairs`` grouped by the run that received them (:func:`_origins`), in words."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for a, st in pairs:
+        out.setdefault(origins.get(f"{st}/{a}", (_EARLIER, False))[0], []).append((a, st))
+    return out
+
+
+def _named(pairs) -> str:
+    """``ada (rmsnorm), bo (practice, rmsnorm)``: students, each with their assignments."""
+    per: dict[str, list[str]] = {}
+    for a, st in pairs:
+        per.setdefault(st, []).append(a)
+    return ", ".join(f"{st} ({', '.join(per[st])})" for st in sorted(per))
+
+
 def _keep_as_received(b: Batch) -> None:
     """The batch's input, byte for byte, under ``logs/batches/<run id>/received/`` (never
     overwritten: every run has its own folder)."""
@@ -567,11 +654,25 @@ def _keep_as_received(b: Batch) -> None:
 
 def repair(b: Batch) -> None:
     """Structural repair and the tamper scan of the submissions to grade (:mod:`grader.repair`);
-    the files as they were before repair go to ``logs/batches/<run id>/originals/``."""
+    the files as they were before repair go to ``logs/batches/<run id>/originals/``. A file that
+    cannot be read as a notebook is recorded in ``logs/unreadable.json`` before autograde
+    (:func:`grader.repair.remember_unreadable`), and a submission graded again whose record holds
+    (its stand-in, the released notebook, reads fine) keeps that reason.
+
+    Raises:
+        OSError: ``submitted/`` or ``logs/`` cannot be written."""
     only = None if b.to_grade is None else sorted({s for _, s in b.to_grade})
     b.run.repairs = {k: v for k, v in repair_all(
         b.tree, b.run.assignments, only=only, keep=b.tree.logs / "batches" / b.run_id / "originals").items()
         if b.to_grade is None or k in set(b.to_grade)}
+    remember_unreadable(b.tree, b.run.repairs)  # before autograde: a stopped run's rerun reports it too
+    # graded again, an unreadable file's stand-in (the released notebook) reads fine: say what it is
+    for (a, st), why in unreadable(b.tree).items():
+        if b.to_grade is None or (a, st) in set(b.to_grade):
+            rep = b.run.repairs.setdefault((a, st), Repair(st, a))
+            if not rep.unrecoverable:
+                rep.unrecoverable = why
+                rep.notes.append(unreadable_note(why))
     for (a, st), rep in sorted(b.run.repairs.items()):
         for line in rep.notes + rep.flags:
             b.log(f"repair: {st} ({a}): {line}")
@@ -752,7 +853,10 @@ def score(b: Batch) -> None:
 
 
 def report(b: Batch) -> None:
-    """The class report (:mod:`grader.report`): what could not be graded, and every flag."""
+    """The class report (:mod:`grader.report`): what could not be graded, and every flag. A
+    submission whose file could not be read as a notebook is reported as could not be graded,
+    with the reason, by every run until another file is received for it (``logs/unreadable.json``,
+    not only by the run that repaired it)."""
     run, got = b.run, b.collected
     ungraded = {f"{s} ({a})": why for (a, s), why in run.autograde.failed.items()}
     ungraded.update({f"file {name}": why for name, why in got.skipped.items()})
@@ -761,6 +865,8 @@ def report(b: Batch) -> None:
         this_run.setdefault(st, {}).setdefault(a, []).extend(rep.notes + rep.flags)
         if rep.unrecoverable:
             ungraded[f"{st} ({a})"] = rep.unrecoverable + " (scored 0)"
+    for (a, st), why in unreadable(b.tree).items():  # an earlier batch's, until a readable one replaces it
+        ungraded[f"{st} ({a})"] = why + " (scored 0)"
     flags = {st: [f"{a}: {n}" if a else n for a, notes in sorted(per.items()) for n in notes]
              for st, per in sorted(_flag_history(b, this_run).items())}
     flags = {st: notes for st, notes in flags.items() if notes}

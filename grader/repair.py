@@ -34,7 +34,7 @@ from pathlib import Path
 
 import nbformat
 
-from .collect import notebook_key
+from .collect import notebook_key, received_hashes
 from .course import CourseTree
 from .tamper import protected_bindings, scan, shadowing_modules, startup_files
 
@@ -223,6 +223,63 @@ def repair_notebook(nb, release_nb, rep: Repair) -> nbformat.NotebookNode:
     return nb
 
 
+def unreadable_note(reason: str) -> str:
+    """The repair note of a submission whose file could not be read as a notebook."""
+    return f"{reason}: the released notebook is graded in its place (0 points)"
+
+
+#: ``logs/unreadable.json``: ``{"<student>/<assignment>": {"reason": why, "received": sha256}}``
+#: for each submission whose file could not be read as a notebook (its ``submitted/`` notebook is
+#: the released one since), with the hash of the files as received (``logs/received.json``): the
+#: entry holds until another file is received for that submission.
+UNREADABLE = "unreadable.json"
+
+
+def unreadable(course: CourseTree | Path) -> dict[tuple[str, str], str]:
+    """``{(assignment, student): why}`` for every submission in ``submitted/`` whose file, as last
+    received, could not be read as a notebook (:func:`remember_unreadable`); an entry whose
+    submission has been received again since (another hash in ``logs/received.json``) or is gone
+    is not one. An unreadable record reads as ``{}``."""
+    tree = course if isinstance(course, CourseTree) else CourseTree(course)
+    path = tree.logs / UNREADABLE
+    try:
+        entries = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        return {}
+    hashes = received_hashes(tree)
+    out = {}
+    for key, entry in entries.items():
+        st, _, a = key.partition("/")
+        if (isinstance(entry, dict) and entry.get("received") == hashes.get(key)
+                and tree.has_notebook("submitted", st, a)):
+            out[(a, st)] = str(entry.get("reason", ""))
+    return out
+
+
+def remember_unreadable(course: CourseTree | Path, repairs: dict[tuple[str, str], Repair]) -> None:
+    """Add the submissions of ``repairs`` found unreadable (``Repair.unrecoverable``) to
+    ``logs/unreadable.json`` (written whole, atomically), so that every later run reports them
+    as could not be graded until another file is received for them (:func:`unreadable`); entries
+    that no longer hold are dropped.
+
+    Raises:
+        OSError: ``logs/`` cannot be written.
+    """
+    tree = course if isinstance(course, CourseTree) else CourseTree(course)
+    hashes = received_hashes(tree)
+    entries = {f"{st}/{a}": {"reason": why, "received": hashes.get(f"{st}/{a}")}
+               for (a, st), why in unreadable(tree).items()}
+    new = {f"{st}/{a}": {"reason": rep.unrecoverable, "received": hashes.get(f"{st}/{a}")}
+           for (a, st), rep in repairs.items() if rep.unrecoverable}
+    if not new and not (tree.logs / UNREADABLE).is_file():
+        return
+    entries.update(new)
+    tree.logs.mkdir(parents=True, exist_ok=True)
+    part = tree.logs / (UNREADABLE + ".part")
+    part.write_text(json.dumps(entries, indent=1, sort_keys=True))
+    part.replace(tree.logs / UNREADABLE)
+
+
 def repair_submission(course: CourseTree | Path, student: str, assignment: str,
                       keep: Path | None = None) -> Repair:
     """Repair ``submitted/<student>/<assignment>/`` in place; the files as they were go to
@@ -265,7 +322,7 @@ def repair_submission(course: CourseTree | Path, student: str, assignment: str,
         release_nb = nbformat.read(rel_path, as_version=4)
         if nb is None:
             rep.unrecoverable = bad
-            rep.notes.append(f"{bad}: the released notebook is graded in its place (0 points)")
+            rep.notes.append(unreadable_note(bad))
             nb = copy.deepcopy(release_nb)
         else:
             nb = repair_notebook(nb, release_nb, rep)

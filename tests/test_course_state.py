@@ -794,3 +794,92 @@ def test_a_reader_that_stops_reading_does_not_stop_the_run(course_copy, tmp_path
     # rms_norm_shape (1) + rms_norm_battery (4): all for ada; bo's eps outside the root fails the
     # battery's eps = 1e-4 case only, 5 of 6 cases: 1 + 3.33
     assert scores == pytest.approx({"ada": 5.0, "bo": 4.33}), scores
+
+
+@pytest.mark.slow
+def test_an_unreadable_notebook_is_reported_as_not_graded_by_every_run_until_a_readable_one_comes(
+        course_copy, tmp_path):
+    """Red team: the run that repaired an unreadable notebook reported it as could not be graded;
+    every later run counted it as a graded blank (0 points) without a word about why."""
+    only_assignments(course_copy, {"rmsnorm"})
+    run = lambda tree: grader("--submissions", tree, "--engine", "processes", "--jobs", 1,  # noqa: E731
+                              course=course_copy)
+    b1 = submitted_tree(tmp_path / "b1", {"ada": "correct", "bo": "correct"})
+    next((b1 / "bo" / "rmsnorm").glob("*.ipynb")).write_text("this is not a notebook")
+    why = "rmsnorm.ipynb is not valid JSON (Expecting value at line 1) (scored 0)"
+
+    def reported(out) -> tuple[dict, dict]:
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        rep = json.loads((course_copy / "reports" / "report.json").read_text())
+        html = (course_copy / "reports" / "index.html").read_text()
+        with (course_copy / "grades.csv").open() as f:
+            scores = {r["student_id"]: float(r["score"]) for r in csv.DictReader(f)}
+        assert rep["ungraded"] == ({"bo (rmsnorm)": why} if scores["bo"] == 0 else {}), rep["ungraded"]
+        assert (f"bo (rmsnorm): {why}" in out.stdout) == (scores["bo"] == 0), out.stdout[-2000:]
+        assert ("<td>bo (rmsnorm)</td><td>" in html) == (scores["bo"] == 0)
+        return rep, scores
+
+    first, scores = reported(run(b1))
+    assert scores == {"ada": 5.0, "bo": 0.0} and first["not_diagnosed"] == {"rmsnorm": ["bo"]}
+    second, scores = reported(run(submitted_tree(tmp_path / "b2", {"cy": "correct"})))  # another batch
+    assert scores == {"ada": 5.0, "bo": 0.0, "cy": 5.0}
+    assert second["ungraded"] == first["ungraded"] and second["not_diagnosed"] == {"rmsnorm": ["bo"]}
+    assert second["flags"]["bo"] == first["flags"]["bo"]
+    # the same unreadable file handed in again: the same report (not a resubmission, nothing regraded)
+    third, scores = reported(run(b1))
+    assert scores == {"ada": 5.0, "bo": 0.0, "cy": 5.0} and third["ungraded"] == first["ungraded"]
+    # a readable notebook replaces it: graded, and no longer reported as could not be graded
+    fourth, scores = reported(run(submitted_tree(tmp_path / "b4", {"bo": "correct"})))
+    assert scores == {"ada": 5.0, "bo": 5.0, "cy": 5.0} and fourth["not_diagnosed"] == {}
+
+
+@pytest.mark.slow
+def test_a_run_after_an_interrupted_one_names_what_it_finishes_grading(course_copy, tmp_path, monkeypatch):
+    """Red team: after a run stopped right after collect, the next run called the resubmission it
+    finished grading "unchanged since it was last received: not a resubmission", and a run of
+    another download said "collect: 2 students" without naming the interrupted batch's students
+    it graded too."""
+    from grader import pipeline
+
+    only_assignments(course_copy, {"rmsnorm"})
+    run = lambda tree: grader("--submissions", tree, "--engine", "processes", "--jobs", 2,  # noqa: E731
+                              course=course_copy)
+    out = run(submitted_tree(tmp_path / "b1", {"ada": "correct"}))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    # batch 2: ada resubmits (a wrong variance), bo and cy are new; stopped right after collect
+    b2 = submitted_tree(tmp_path / "b2", {"ada": "unbiased_variance", "bo": "correct", "cy": "unbiased_variance"})
+    stages = dict(pipeline.STAGES)
+
+    def stopped(_b):
+        raise KeyboardInterrupt("SIGINT")
+
+    monkeypatch.setattr(pipeline, "STAGES", tuple((n, stopped if n == "repair" else stages[n]) for n in stages))
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.grade_class(course_root=course_copy, submissions=b2, engine="processes", log=lambda *_: None)
+    monkeypatch.undo()
+    runs = [json.loads(ln) for ln in (course_copy / "logs" / "runs.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in runs] == ["ok", "interrupted"]
+    rid = runs[1]["run_id"]
+
+    # another download: ada's resubmission again (the same bytes) and dee, new
+    b3 = tmp_path / "b3"
+    shutil.copytree(b2 / "ada", b3 / "ada")
+    submitted_tree(b3, {"dee": "correct"})
+    out = run(b3)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-3000:]
+    assert (f"collect: ada (rmsnorm) is unchanged since it was last received, by the interrupted run {rid}, "
+            "which did not finish grading it: this run finishes grading it") in text, text[-3000:]
+    assert "not a resubmission" not in text
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("collect: 2 students from")]
+    assert line.endswith(f"(4 there in all); 2 carried over from the interrupted run {rid}, graded in this "
+                         "run too: bo (rmsnorm), cy (rmsnorm)"), line
+    assert "autograde: 4 notebooks" in text
+    with (course_copy / "grades.csv").open() as f:
+        scores = {r["student_id"]: float(r["score"]) for r in csv.DictReader(f)}
+    assert scores == {"ada": 0.0, "bo": 5.0, "cy": 0.0, "dee": 5.0}  # all four graded, ada's resubmission too
+    # nothing left over: the same download again is plainly unchanged, and carries nothing over
+    out = run(b3)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "collect: ada (rmsnorm) is unchanged since it was last received: not a resubmission" in out.stdout
+    assert "carried over" not in out.stdout and "autograde: 0 notebooks" in out.stdout, out.stdout[-3000:]
