@@ -301,7 +301,8 @@ class _QuietWhenClosed:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     stdout = sys.stdout
-    sys.stdout = _QuietWhenClosed(stdout)
+    # stdout closed before the start (`>&-`, some cron setups): Python leaves sys.stdout None
+    sys.stdout = _QuietWhenClosed(stdout if stdout is not None else open(os.devnull, "w"))
     try:
         commands = {"restore": restore, "clean": clean}
         if argv and argv[0] in commands:

@@ -27,7 +27,8 @@ from .apps import AppError, Course, generate_feedback_parallel
 from .collect import Collected, check_input, collect, lms_late, write_roster
 from .course import CourseTree
 from .parallel import AutogradeOutcome, autograde, default_jobs
-from .repair import Repair, remember_unreadable, repair_all, unreadable, unreadable_note
+from .repair import (Repair, remember_unreadable, repair_all, set_aside_damaged_unreadable, unreadable,
+                     unreadable_note)
 from .report import ClassReport, build_report, read_runs, summary_text, write_report
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -582,29 +583,33 @@ _EARLIER = "an earlier run that did not finish"
 
 def _remember_collected(tree: CourseTree, pairs, run_id: str) -> None:
     """Record ``run_id`` as the run that received ``pairs`` (``logs/collected_by.json``)."""
-    path = tree.logs / COLLECTED_BY
-    try:
-        known = json.loads(path.read_text()) if path.is_file() else {}
-    except ValueError:
-        known = {}
+    known = _collected_by(tree)
     known.update({f"{st}/{a}": run_id for a, st in pairs})
     tree.logs.mkdir(parents=True, exist_ok=True)
     part = tree.logs / (COLLECTED_BY + ".part")
     part.write_text(json.dumps(known, indent=1, sort_keys=True))
-    os.replace(part, path)
+    os.replace(part, tree.logs / COLLECTED_BY)
+
+
+def _collected_by(tree: CourseTree) -> dict[str, str]:
+    """``logs/collected_by.json`` as ``{"<student>/<assignment>": run id}``; a damaged or
+    hand-edited file (not JSON, not a dict, odd values) gives what can be read of it: it only
+    names runs in messages, no grade depends on it."""
+    path = tree.logs / COLLECTED_BY
+    try:
+        by = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in by.items() if isinstance(v, (str, int))} if isinstance(by, dict) else {}
 
 
 def _origins(tree: CourseTree) -> dict[str, tuple[str, bool]]:
     """``{"<student>/<assignment>": (the run that received it, in words; whether that run
     ended ok)}`` from ``logs/collected_by.json`` and the run log: "the interrupted run <id>",
-    "the failed run <id>", "the run <id>, which ended without a record (killed)", or for a run
+    "the failed run <id>", "the run <id> (killed: it left no record)", or for a run
     that ended ok (its grading was rolled back by a restore, or its autograde failed)
     "run <id>, whose grading is not recorded as done"."""
-    path = tree.logs / COLLECTED_BY
-    try:
-        by = json.loads(path.read_text()) if path.is_file() else {}
-    except ValueError:
-        by = {}
+    by = _collected_by(tree)
     runs = {r.get("run_id"): r for r in read_runs(tree.root)}
     out = {}
     for key, rid in by.items():
@@ -615,7 +620,7 @@ def _origins(tree: CourseTree) -> dict[str, tuple[str, bool]]:
         elif status in ("interrupted", "failed"):
             out[key] = (f"the {status} run {rid}", False)
         else:
-            out[key] = (f"the run {rid}, which ended without a record (killed)", False)
+            out[key] = (f"the run {rid} (killed: it left no record)", False)
     return out
 
 
@@ -662,6 +667,9 @@ def repair(b: Batch) -> None:
     Raises:
         OSError: ``submitted/`` or ``logs/`` cannot be written."""
     only = None if b.to_grade is None else sorted({s for _, s in b.to_grade})
+    damaged = set_aside_damaged_unreadable(b.tree)
+    if damaged:
+        b.log(f"repair: {damaged}")
     b.run.repairs = {k: v for k, v in repair_all(
         b.tree, b.run.assignments, only=only, keep=b.tree.logs / "batches" / b.run_id / "originals").items()
         if b.to_grade is None or k in set(b.to_grade)}

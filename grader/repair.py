@@ -27,6 +27,7 @@ from __future__ import annotations
 import ast
 import copy
 import json
+import os
 import shutil
 import warnings
 from dataclasses import dataclass, field
@@ -241,11 +242,7 @@ def unreadable(course: CourseTree | Path) -> dict[tuple[str, str], str]:
     submission has been received again since (another hash in ``logs/received.json``) or is gone
     is not one. An unreadable record reads as ``{}``."""
     tree = course if isinstance(course, CourseTree) else CourseTree(course)
-    path = tree.logs / UNREADABLE
-    try:
-        entries = json.loads(path.read_text()) if path.is_file() else {}
-    except (OSError, ValueError):
-        return {}
+    entries, _ = _unreadable_entries(tree)
     hashes = received_hashes(tree)
     out = {}
     for key, entry in entries.items():
@@ -254,6 +251,33 @@ def unreadable(course: CourseTree | Path) -> dict[tuple[str, str], str]:
                 and tree.has_notebook("submitted", st, a)):
             out[(a, st)] = str(entry.get("reason", ""))
     return out
+
+
+def _unreadable_entries(tree: CourseTree) -> tuple[dict, str | None]:
+    """``logs/unreadable.json`` as a dict, and what is wrong with it (None: nothing, or no file)."""
+    path = tree.logs / UNREADABLE
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except (OSError, ValueError) as e:
+        return {}, f"it could not be read ({type(e).__name__})"
+    if not isinstance(entries, dict):
+        return {}, f"it holds a {type(entries).__name__}, not the record of each submission"
+    return entries, None
+
+
+def set_aside_damaged_unreadable(course: CourseTree | Path) -> str | None:
+    """If ``logs/unreadable.json`` is damaged (not JSON, not a dict: edited by hand, a full disk),
+    move it to ``logs/unreadable.json.damaged`` (never overwritten in place, so nothing in it is
+    lost) and say so in one line; None when it is fine or absent. The submissions it recorded are
+    then graded as their ``submitted/`` notebooks (0 points either way) until received again."""
+    tree = course if isinstance(course, CourseTree) else CourseTree(course)
+    _, problem = _unreadable_entries(tree)
+    if problem is None:
+        return None
+    aside = tree.logs / (UNREADABLE + ".damaged")
+    os.replace(tree.logs / UNREADABLE, aside)
+    return (f"{tree.logs / UNREADABLE}: {problem}; kept as {aside}: the submissions it listed as unreadable "
+            "are no longer reported so (their scores stay 0); check it by hand")
 
 
 def remember_unreadable(course: CourseTree | Path, repairs: dict[tuple[str, str], Repair]) -> None:
@@ -266,6 +290,7 @@ def remember_unreadable(course: CourseTree | Path, repairs: dict[tuple[str, str]
         OSError: ``logs/`` cannot be written.
     """
     tree = course if isinstance(course, CourseTree) else CourseTree(course)
+    set_aside_damaged_unreadable(tree)  # never written over (the repair stage says so first)
     hashes = received_hashes(tree)
     entries = {f"{st}/{a}": {"reason": why, "received": hashes.get(f"{st}/{a}")}
                for (a, st), why in unreadable(tree).items()}
@@ -323,12 +348,19 @@ def repair_submission(course: CourseTree | Path, student: str, assignment: str,
         if nb is None:
             rep.unrecoverable = bad
             rep.notes.append(unreadable_note(bad))
+            # recorded before its file is replaced: a run stopped in between keeps the record
+            remember_unreadable(tree, {(assignment, student): rep})
             nb = copy.deepcopy(release_nb)
         else:
             nb = repair_notebook(nb, release_nb, rep)
+        # the repaired notebook first, then the files it replaces: a run stopped in between
+        # leaves the submission readable or as received, never without a notebook
+        part = sub / (rel_path.name + ".part")
+        nbformat.write(nb, part)
+        os.replace(part, sub / rel_path.name)
         for f in cands:
-            f.unlink()
-        nbformat.write(nb, sub / rel_path.name)
+            if f.name != rel_path.name:
+                f.unlink()
     for f in unused:
         rep.notes.append(f"{f.name} matches no released notebook: set aside")
         f.unlink()

@@ -253,3 +253,12 @@ def test_the_terminal_table_keeps_its_columns_for_long_ids_and_says_what_late_me
             assert line[end - 1] != " " and (end == len(line) or line[end] == " "), (a, line)
     assert body[1].split() == ["maria-de-los-angeles-fernandez-garcia", "-", "5.00*", "5.00"]
     assert "marked late by the LMS" in table[-1]
+
+
+def test_a_closed_stdout_does_not_fail_a_command(tmp_path):
+    """`python -m grader ... >&-` (stdout closed before the start: Python's sys.stdout is None)."""
+    import os
+
+    out = subprocess.run([sys.executable, "-m", "grader", "clean", "--course-root", str(tmp_path)],
+                         stderr=subprocess.PIPE, text=True, preexec_fn=lambda: os.close(1))
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr

@@ -162,3 +162,40 @@ def test_deleted_graded_cells_are_reinserted_where_nbgrader_add_missing_cells_fa
         f"cell {g!r} was missing: re-inserted from the released notebook" for g in deleted)
     reinserted = {_gid(c): c.source for c in out.cells if _gid(c) in deleted}
     assert reinserted == {_gid(c): c.source for c in rel.cells if _gid(c) in deleted}  # never source/'s
+
+
+def test_an_unreadable_file_is_recorded_before_it_is_replaced(course_copy, monkeypatch):
+    """A run stopped (Ctrl-C, SIGHUP) between replacing an unreadable file with the released
+    notebook and recording it lost the record for good: the rerun graded a readable blank."""
+    import grader.repair as repair
+    from grader.repair import unreadable
+
+    _submit(course_copy, "dee", {"rmsnorm.ipynb": b"%PDF-1.7 this is a pdf renamed"})
+
+    def stopped(*_a, **_k):
+        raise KeyboardInterrupt("SIGHUP")
+
+    monkeypatch.setattr(repair.nbformat, "write", stopped)  # the signal comes as the stand-in is written
+    with pytest.raises(KeyboardInterrupt):
+        repair_submission(course_copy, "dee", "rmsnorm")
+    why = "rmsnorm.ipynb is not valid JSON (Expecting value at line 1)"
+    assert unreadable(course_copy) == {("rmsnorm", "dee"): why}
+    assert (course_copy / "submitted" / "dee" / "rmsnorm" / "rmsnorm.ipynb").is_file()  # as received
+
+
+@pytest.mark.parametrize("damaged", [b'{"dee/rmsnorm": {"reas', b"[]", b"null", b"\xff\xfe"])
+def test_a_damaged_unreadable_record_is_set_aside_never_written_over(course_copy, damaged):
+    from grader.repair import set_aside_damaged_unreadable, unreadable
+
+    logs = course_copy / "logs"
+    logs.mkdir()
+    (logs / "unreadable.json").write_bytes(damaged)
+    assert unreadable(course_copy) == {}  # read as nothing recorded, no crash
+    _submit(course_copy, "eve", {"rmsnorm.ipynb": b"not a notebook"})
+    repair_submission(course_copy, "eve", "rmsnorm")  # records eve: the damaged file goes aside first
+    assert (logs / "unreadable.json.damaged").read_bytes() == damaged
+    assert set(unreadable(course_copy)) == {("rmsnorm", "eve")}
+    (logs / "unreadable.json").write_bytes(damaged)
+    said = set_aside_damaged_unreadable(course_copy)
+    assert said and "unreadable.json.damaged" in said and "check it by hand" in said
+    assert set_aside_damaged_unreadable(course_copy) is None and not (logs / "unreadable.json").exists()
