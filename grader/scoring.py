@@ -536,7 +536,8 @@ def plan_cases(grade_id: str, seed: int) -> list:
     q = QUESTIONS[grade_id]
     if q.draw is not None:
         return drawn_cases(grade_id, seed)
-    with seeded():  # the block's battery seeds torch's global RNG
+    # the block's public battery seeds torch's global RNG: never while another thread draws
+    with _CHECKER_LOCK, seeded():
         return getattr(importlib.import_module(q.module), q.attr)()[:q.head]
 
 
@@ -550,10 +551,12 @@ def _drawn(q: Question, cases: list):
 
 
 #: One checker at a time per process: a checker's battery is put in place by patching its module
-#: (:func:`_drawn`), a battery's sublayers are built under torch's global RNG, and the checkers'
-#: source scan (``ast``) is not safe in concurrent threads on Python 3.11. Two scorings at once
-#: in threads (test_assignments grades two assignments so) swapped batteries: a correct Post-LN
-#: scored 0 of 4 in CI. Reentrant: :func:`probe_calls` runs :func:`run_check` inside it.
+#: (:func:`_drawn`), a battery's sublayers (and the block's public battery, :func:`plan_cases`)
+#: are built under torch's global RNG, and the checkers' source scan (``ast``) is not safe in
+#: concurrent threads on Python 3.11. Two scorings at once in threads (test_assignments grades
+#: two assignments so) swapped batteries or reseeded a draw half-way: a correct Post-LN scored 0
+#: of 4, a correct block 2 of 4, in fresh-clone runs. Reentrant: :func:`probe_calls` runs
+#: :func:`run_check` inside it.
 _CHECKER_LOCK = threading.RLock()
 
 

@@ -515,8 +515,10 @@ def test_a_question_whose_answer_cell_the_grader_removed_says_why_not_a_name_err
 def test_two_threads_scoring_at_once_score_as_one_does():
     """The checkers draw a battery by patching their module's case list and seed torch's global
     RNG for the sublayers they build, so two scorings in one process at once (test_assignments
-    grades two assignments in threads) could swap batteries: a correct Post-LN once scored 0 of 4
-    in CI while the Pre-LN question was scored in the other thread. Scoring takes turns."""
+    grades two assignments in threads) could swap batteries or reseed a draw half-way: a correct
+    Post-LN once scored 0 of 4 in CI, a correct block 2 of 4 in a fresh-clone run (its wiring
+    cases' attention redrawn while the other thread built the block's public battery under
+    torch.manual_seed). Scoring takes turns."""
     from concurrent.futures import ThreadPoolExecutor
 
     ns = namespace("block", "correct")
@@ -529,9 +531,12 @@ def test_two_threads_scoring_at_once_score_as_one_does():
         cells[gid] = nbformat.v4.new_notebook(cells=[cell])
 
     def score(gid: str) -> float:
+        if gid == "plan":  # what another course's prepare_inputs does: the block's public battery,
+            scoring.plan_cases("block_quick", seed)  # built under torch.manual_seed
+            return 1.0
         return scoring.score_notebook(cells[gid], seed)[gid].fraction
 
-    order = [g for _ in range(12) for g in cells]
+    order = [g for _ in range(12) for g in [*cells, "plan", "plan"]]
     with ThreadPoolExecutor(max_workers=4) as pool:
         got = list(pool.map(score, order))
     assert got == [1.0] * len(order), [(g, f) for g, f in zip(order, got) if f != 1.0]
