@@ -53,6 +53,23 @@ def submitted_tree(root: Path, students: dict[str, str], assignment: str = "rmsn
     return root
 
 
+def grade_stopped_after_collect(course: Path, submissions: Path, monkeypatch) -> None:
+    """A run of ``submissions`` stopped (SIGINT) right after collect, before repair: in process,
+    the repair stage replaced by the signal's KeyboardInterrupt; the stages are put back after."""
+    import grader.pipeline as pipeline
+
+    stages = dict(pipeline.STAGES)
+
+    def stopped(_b):
+        raise KeyboardInterrupt("SIGINT")
+
+    with monkeypatch.context() as m:
+        m.setattr(pipeline, "STAGES", tuple((n, stopped if n == "repair" else stages[n]) for n in stages))
+        with pytest.raises(KeyboardInterrupt):
+            pipeline.grade_class(course_root=course, submissions=submissions, engine="processes",
+                                 log=lambda *_: None)
+
+
 def real_class(course: Path) -> dict[str, bytes]:
     """A course where a real class was graded: a gradebook with a student and a hand grade's
     worth of rows, and submitted/. Returns its files' bytes, to show they are untouched."""
@@ -638,7 +655,6 @@ def test_hand_grades_comments_and_test_overrides_survive_a_resubmission_run_stop
     the report's batch history left out the run that wrote it."""
     from nbgrader.api import Gradebook
 
-    from grader import pipeline
     from grader.handgrades import PENDING
 
     only_assignments(course_copy, {"practice"})
@@ -662,14 +678,7 @@ def test_hand_grades_comments_and_test_overrides_survive_a_resubmission_run_stop
     # ada resubmits with a changed practice_rms answer (below practice_mean_var, above practice_shape);
     # the run is stopped right after collect
     second = batch("b2", _practice({"practice_rms_answer": "rms_34 = 5.0"}))
-    stages = dict(pipeline.STAGES)
-
-    def stopped(_b):
-        raise KeyboardInterrupt("SIGINT")
-
-    monkeypatch.setattr(pipeline, "STAGES", tuple((n, stopped if n == "repair" else stages[n]) for n in stages))
-    with pytest.raises(KeyboardInterrupt):
-        pipeline.grade_class(course_root=course_copy, submissions=second, engine="processes", log=lambda *_: None)
+    grade_stopped_after_collect(course_copy, second, monkeypatch)
     kept = json.loads((course_copy / "logs" / PENDING).read_text())  # on disk, not only in memory
     assert {(k["grade_id"], k["manual_score"], k["comment"]) for k in kept} == {
         ("practice_shape_why", 1.0, "Clear, well put."), ("practice_mean_var", 0.0, None),
@@ -839,7 +848,6 @@ def test_a_run_after_an_interrupted_one_names_what_it_finishes_grading(course_co
     finished grading "unchanged since it was last received: not a resubmission", and a run of
     another download said "collect: 2 students" without naming the interrupted batch's students
     it graded too."""
-    from grader import pipeline
 
     only_assignments(course_copy, {"rmsnorm"})
     run = lambda tree: grader("--submissions", tree, "--engine", "processes", "--jobs", 2,  # noqa: E731
@@ -848,14 +856,7 @@ def test_a_run_after_an_interrupted_one_names_what_it_finishes_grading(course_co
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     # batch 2: ada resubmits (a wrong variance), bo and cy are new; stopped right after collect
     b2 = submitted_tree(tmp_path / "b2", {"ada": "unbiased_variance", "bo": "correct", "cy": "unbiased_variance"})
-    stages = dict(pipeline.STAGES)
-
-    def stopped(_b):
-        raise KeyboardInterrupt("SIGINT")
-
-    monkeypatch.setattr(pipeline, "STAGES", tuple((n, stopped if n == "repair" else stages[n]) for n in stages))
-    with pytest.raises(KeyboardInterrupt):
-        pipeline.grade_class(course_root=course_copy, submissions=b2, engine="processes", log=lambda *_: None)
+    grade_stopped_after_collect(course_copy, b2, monkeypatch)
     monkeypatch.undo()
     runs = [json.loads(ln) for ln in (course_copy / "logs" / "runs.jsonl").read_text().splitlines()]
     assert [r["status"] for r in runs] == ["ok", "interrupted"]
