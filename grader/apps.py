@@ -57,6 +57,14 @@ class Course:
         self.api = NbGraderAPI(config=config)
         self.api.log.setLevel("ERROR")
 
+    def _gradebook(self) -> str:
+        """The gradebook's URL, the gradebook created first if it is new
+        (:func:`grader.database.create_gradebook`: nbgrader would run ``alembic heads`` for it)."""
+        from .database import create_gradebook
+
+        create_gradebook(self.tree.gradebook_url)
+        return self.tree.gradebook_url
+
     def _check(self, what: str, result: dict) -> dict:
         if not result.get("success"):
             raise AppError(f"`nbgrader {what}` failed:\n{result.get('log', '')[-3000:]}\n"
@@ -74,6 +82,7 @@ class Course:
         """
         from nbgrader.utils import temp_attrs
 
+        self._gradebook()  # nbgrader records the assignment in it
         staging = self.root / STAGING
         shutil.rmtree(staging, ignore_errors=True)
         cwd = os.getcwd()
@@ -134,7 +143,7 @@ class Course:
         gradebook, as a resubmission does before it is collected; nothing if there is none."""
         from nbgrader.api import Gradebook, MissingEntry
 
-        with Gradebook(self.tree.gradebook_url, self.api.coursedir.course_id) as gb:
+        with Gradebook(self._gradebook(), self.api.coursedir.course_id) as gb:
             try:
                 gb.remove_submission(assignment, student)
             except MissingEntry:
@@ -149,7 +158,7 @@ class Course:
         from nbgrader.api import Gradebook
         from nbgrader.utils import parse_utc
 
-        with Gradebook(self.tree.gradebook_url, self.api.coursedir.course_id) as gb:
+        with Gradebook(self._gradebook(), self.api.coursedir.course_id) as gb:
             gb.update_or_create_assignment(assignment, duedate=parse_utc(duedate))
 
     def export_csv(self, path: Path) -> Path:

@@ -49,3 +49,30 @@ def test_a_failing_app_raises_with_its_log(course_copy):
         Course(course_copy).generate_assignment("no_such_assignment")
     with pytest.raises(FileNotFoundError, match="nbgrader_config.py"):
         Course(course_copy / "source")
+
+
+def test_a_new_gradebook_is_created_in_process_with_nbgraders_alembic_head(course_copy, tmp_path, monkeypatch):
+    """nbgrader stamps a new gradebook with what `alembic heads` prints, run as a subprocess
+    (1.5-4 s each); the grader creates it in process first, with the same tables and stamp."""
+    from nbgrader.api import Gradebook, get_alembic_version
+
+    from grader.course import put_interpreter_on_path
+
+    put_interpreter_on_path()  # nbgrader's own way needs `alembic` on PATH
+    heads = get_alembic_version()  # `alembic heads`, as nbgrader runs it
+    with Gradebook(f"sqlite:///{tmp_path / 'nbgrader.db'}"):  # a gradebook nbgrader made itself
+        pass
+
+    def no_subprocess(*args, **kwargs):
+        raise AssertionError(f"a subprocess was started: {args[:1]}")
+
+    monkeypatch.setattr(subprocess, "Popen", no_subprocess)
+    course = Course(course_copy)
+    course.generate_assignment("layernorm")
+    course.set_due_date("layernorm", "2026-11-21 09:00:00 UTC")
+    monkeypatch.undo()
+    schema = "select type, name, tbl_name, sql from sqlite_master order by name"
+    with sqlite3.connect(course_copy / "gradebook.db") as ours, sqlite3.connect(tmp_path / "nbgrader.db") as theirs:
+        assert ours.execute("select version_num from alembic_version").fetchall() == [(heads,)]
+        assert ours.execute("select name from assignment").fetchall() == [("layernorm",)]
+        assert ours.execute(schema).fetchall() == theirs.execute(schema).fetchall()
