@@ -243,10 +243,12 @@ def generate(b: Batch) -> None:
         rel = b.tree.release(a)
         before = _digest(rel) if rel.is_dir() else ""
         try:
-            b.course.generate_assignment(a)
+            skipped = b.course.generate_unless_unchanged(a)
         except AppError as e:
             raise GradingError(str(e)) from e
-        if _digest(rel) != before:
+        if skipped:
+            b.log(f"generate: {a} skipped: {skipped}")
+        elif _digest(rel) != before:
             b.log(f"generate: release/{a} was stale and has been regenerated from source/{a}")
 
 
