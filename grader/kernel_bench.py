@@ -99,7 +99,7 @@ def _kernelspec(dest: Path, sandboxed: bool) -> str:
         spec = {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
                 "display_name": "bench", "language": "python", "env": {}}
     enter = ('[ -n "$NORMREF_BENCH_CGROUP" ] && echo $$ > "$NORMREF_BENCH_CGROUP"/cgroup.procs; '
-             'exec "$@" 2>>"$NORMREF_BENCH_LOG"')  # the kernels' own chatter: in the log, not the figures
+             'exec "$@" >>"$NORMREF_BENCH_LOG" 2>&1')  # the kernels' own chatter: in the log, not the figures
     spec["argv"] = ["/bin/sh", "-c", enter, "sh", *spec["argv"]]
     kdir.mkdir(parents=True, exist_ok=True)
     (kdir / "kernel.json").write_text(json.dumps(spec, indent=1))
