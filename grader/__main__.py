@@ -6,8 +6,10 @@
     python -m grader clean [--yes]                         # remove grading state, after a backup
 
 Each is a thin layer over a keyword-only function (:func:`grader.pipeline.grade_class`,
-:func:`grader.state.restore_gradebook`, :func:`grader.pipeline.restore_state`,
-:func:`grader.pipeline.start_over`).
+:func:`grader.state.restore_gradebook`, :func:`grader.reset.restore_state`,
+:func:`grader.reset.start_over`). Each command imports only what it runs: ``--help``, ``clean``
+and ``restore`` load neither the grading pipeline (nbgrader's apps, torch, the report's
+plotting) nor the notebook converters.
 """
 from __future__ import annotations
 
@@ -20,9 +22,7 @@ import signal
 import sys
 from pathlib import Path
 
-from .pipeline import REPO_ROOT, GradingError, format_table, grade_class, parse_duedates, summary_text
-
-ERRORS_THAT_END_A_RUN = (GradingError, FileNotFoundError, ValueError)
+from .course import REPO_ROOT
 
 
 def _grade_parser() -> argparse.ArgumentParser:
@@ -140,10 +140,11 @@ def _os_error_line(e: OSError) -> str:
 
 
 def grade(argv: list[str]) -> int:
+    p = _grade_parser()
+    args = p.parse_args(argv)  # --help and a usage error end here, before the pipeline is loaded
+    from .pipeline import GradingError, format_table, grade_class, parse_duedates, summary_text
     from .state import CourseStateError
 
-    p = _grade_parser()
-    args = p.parse_args(argv)
     if args.jobs is not None and args.jobs < 1:
         p.error("--jobs must be at least 1")
     try:
@@ -165,7 +166,7 @@ def grade(argv: list[str]) -> int:
                           demo_students=args.demo_students, lms_gradebook=args.lms_gradebook, groups=args.groups,
                           scheduler=args.scheduler, db_url=args.db, engine=args.engine,
                           use_sandbox=False if args.no_sandbox else None)
-    except (*ERRORS_THAT_END_A_RUN, CourseStateError) as e:
+    except (GradingError, FileNotFoundError, ValueError, CourseStateError) as e:
         print(f"error: {_short(str(e))}", file=sys.stderr)
         return 1
     except OSError as e:
@@ -195,7 +196,7 @@ def grade(argv: list[str]) -> int:
 
 def restore(argv: list[str]) -> int:
     from .course import CourseTree
-    from .pipeline import restore_state, state_backups
+    from .reset import restore_state, state_backups
     from .state import CourseStateError, restore_gradebook, run_lock
 
     p = argparse.ArgumentParser(
@@ -240,7 +241,7 @@ def restore(argv: list[str]) -> int:
 
 def clean(argv: list[str]) -> int:
     from .course import CourseTree
-    from .pipeline import start_over
+    from .reset import start_over
     from .state import CourseStateError, run_id, run_lock
 
     p = argparse.ArgumentParser(prog="python -m grader clean",

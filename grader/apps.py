@@ -9,6 +9,8 @@ in separate (sandboxed) processes, see :mod:`grader.parallel`.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 from concurrent.futures import ProcessPoolExecutor
@@ -21,6 +23,64 @@ from .parallel import die_with_parent
 
 #: Where ``generate_assignment`` writes before its output replaces ``release/<assignment>``.
 STAGING = ".release-staging"
+#: ``logs/generated.json``: per assignment, the digest of what its last generate read and wrote
+#: (:func:`generate_inputs`) and of what it left in the gradebook (:func:`gradebook_record`).
+GENERATED = "generated.json"
+
+
+def _digest(h, folder: Path) -> None:
+    for p in sorted(folder.rglob("*")) if folder.is_dir() else []:
+        if p.is_file():
+            h.update(str(p.relative_to(folder)).encode() + b"\0" + p.read_bytes() + b"\0")
+
+
+def generate_inputs(tree: CourseTree, assignment: str) -> str:
+    """SHA-256 (hex) of what ``generate_assignment`` reads and writes for ``assignment``: every file
+    of ``source/<assignment>/`` and ``release/<assignment>/`` (names and bytes) and the course's
+    ``nbgrader_config.py``."""
+    h = hashlib.sha256()
+    for folder in (tree.source(assignment), tree.release(assignment)):
+        h.update(f"{folder.relative_to(tree.root)}\0".encode())
+        _digest(h, folder)
+    config = tree.root / "nbgrader_config.py"
+    h.update(config.read_bytes() if config.is_file() else b"")
+    return h.hexdigest()
+
+
+def gradebook_record(tree: CourseTree, assignment: str, course_id: str) -> str | None:
+    """SHA-256 (hex) of what the gradebook holds of ``assignment``'s definition: its notebooks and
+    their grade, solution, task and source cells (row ids, sources, checksums, points), which a
+    generate writes and autograde compares against; None when it holds no such assignment (or
+    there is no gradebook). Due dates and students are not part of it. A gradebook made again
+    (new row ids) or restored from before a change of ``source/`` gives another digest."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    if tree.is_sqlite and not (tree.gradebook_path.is_file() and tree.gradebook_path.stat().st_size):
+        return None
+    from .database import create_gradebook
+
+    create_gradebook(tree.gradebook_url)  # an empty server database: nbgrader would make it (no subprocess)
+    with Gradebook(tree.gradebook_url, course_id) as gb:
+        try:
+            asg = gb.find_assignment(assignment)
+        except MissingEntry:
+            return None
+        rows = [asg.id, asg.name]
+        for nb in sorted(asg.notebooks, key=lambda n: n.name):
+            rows.append([nb.id, nb.name, nb.kernelspec])
+            rows += sorted([c.id, c.name, c.max_score, c.cell_type] for c in nb.grade_cells)
+            rows += sorted([c.id, c.name] for c in nb.solution_cells)
+            rows += sorted([c.id, c.name, c.max_score, c.cell_type] for c in nb.task_cells)
+            rows += sorted([c.id, c.name, c.cell_type, c.locked, c.source, c.checksum] for c in nb.source_cells)
+    return hashlib.sha256(json.dumps(rows, default=str).encode()).hexdigest()
+
+
+def _read_generated(tree: CourseTree) -> dict:
+    try:
+        data = json.loads((tree.logs / GENERATED).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 class AppError(RuntimeError):
@@ -57,6 +117,14 @@ class Course:
         self.api = NbGraderAPI(config=config)
         self.api.log.setLevel("ERROR")
 
+    def _gradebook(self) -> str:
+        """The gradebook's URL, the gradebook created first if it is new
+        (:func:`grader.database.create_gradebook`: nbgrader would run ``alembic heads`` for it)."""
+        from .database import create_gradebook
+
+        create_gradebook(self.tree.gradebook_url)
+        return self.tree.gradebook_url
+
     def _check(self, what: str, result: dict) -> dict:
         if not result.get("success"):
             raise AppError(f"`nbgrader {what}` failed:\n{result.get('log', '')[-3000:]}\n"
@@ -74,6 +142,7 @@ class Course:
         """
         from nbgrader.utils import temp_attrs
 
+        self._gradebook()  # nbgrader records the assignment in it
         staging = self.root / STAGING
         shutil.rmtree(staging, ignore_errors=True)
         cwd = os.getcwd()
@@ -90,6 +159,37 @@ class Course:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
             os.chdir(cwd)
+
+    def generate_unless_unchanged(self, assignment: str) -> str | None:
+        """:meth:`generate_assignment`, unless nothing it reads or writes changed since the one
+        that left the gradebook as it is: ``source/<assignment>/``, ``release/<assignment>/`` and
+        ``nbgrader_config.py`` have the digest recorded in ``logs/generated.json`` right after that
+        generate, and the gradebook's definition of the assignment (:func:`gradebook_record`) is
+        the one recorded with it. A cleaned course (``logs/`` emptied), a new or restored
+        gradebook, or any changed file generates again.
+
+        Returns:
+            None when it generated; otherwise why it did not (one line, for the run's log).
+
+        Raises:
+            AppError: nbgrader failed (its log is quoted).
+        """
+        course_id = self.api.coursedir.course_id
+        done = _read_generated(self.tree).get(assignment)
+        inputs = generate_inputs(self.tree, assignment)
+        if isinstance(done, dict) and done.get("inputs") == inputs and \
+                done.get("gradebook") == gradebook_record(self.tree, assignment, course_id):
+            return (f"source/{assignment}, release/{assignment} and nbgrader_config.py are unchanged since "
+                    f"the generate that recorded it in the gradebook (logs/{GENERATED})")
+        self.generate_assignment(assignment)
+        record = _read_generated(self.tree)
+        record[assignment] = {"inputs": generate_inputs(self.tree, assignment),
+                              "gradebook": gradebook_record(self.tree, assignment, course_id)}
+        self.tree.logs.mkdir(parents=True, exist_ok=True)
+        part = self.tree.logs / (GENERATED + ".part")
+        part.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+        os.replace(part, self.tree.logs / GENERATED)
+        return None
 
     def generate_feedback(self, assignment: str) -> None:
         """``nbgrader generate_feedback <assignment> --force`` for every autograded student.
@@ -134,7 +234,7 @@ class Course:
         gradebook, as a resubmission does before it is collected; nothing if there is none."""
         from nbgrader.api import Gradebook, MissingEntry
 
-        with Gradebook(self.tree.gradebook_url, self.api.coursedir.course_id) as gb:
+        with Gradebook(self._gradebook(), self.api.coursedir.course_id) as gb:
             try:
                 gb.remove_submission(assignment, student)
             except MissingEntry:
@@ -149,7 +249,7 @@ class Course:
         from nbgrader.api import Gradebook
         from nbgrader.utils import parse_utc
 
-        with Gradebook(self.tree.gradebook_url, self.api.coursedir.course_id) as gb:
+        with Gradebook(self._gradebook(), self.api.coursedir.course_id) as gb:
             gb.update_or_create_assignment(assignment, duedate=parse_utc(duedate))
 
     def export_csv(self, path: Path) -> Path:

@@ -3,7 +3,10 @@
 Prints, in seconds: the whole pipeline (generate, autograde, feedback, export) run as plain
 nbgrader commands one after another, the same through ``grade_class`` with ``--jobs`` all
 cores, the autograde stage alone both ways, and the per-submission floor (a fresh kernel that
-imports torch and runs one correct submission's tests). Not a test: figures to read and record.
+imports torch and runs one correct submission's tests); first, per assignment, the core-seconds
+of one graded notebook's start-up, cells and shutdown before and after issue 22
+(:mod:`grader.kernel_bench`; ``--kernels-only`` for those alone). Not a test: figures to read
+and record.
 """
 from __future__ import annotations
 
@@ -78,10 +81,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--db", default=None, metavar="URL",
                    help="a PostgreSQL database for the PostgreSQL rows (its nbgrader tables are "
                    "dropped); default: a private server started from Debian's postgresql, if installed")
+    p.add_argument("--kernels-only", action="store_true",
+                   help="only the kernel rows: one correct notebook per assignment, its start-up, cells and "
+                   "shutdown in core-seconds, before and after issue 22 (grader/kernel_bench.py)")
+    p.add_argument("--kernel-reps", type=int, default=3, metavar="N",
+                   help="runs of each kernel row (the median is printed; default 3)")
     p.add_argument("--engines-only", action="store_true",
                    help="only the two engines side by side (nbgrader processes, then local Dask, "
                    "--jobs workers each, SQLite) in one run: the comparison issue 15 asks for")
     args = p.parse_args(argv)
+    from .kernel_bench import kernel_rows
+
+    if args.kernels_only:
+        kernel_rows(args.kernel_reps)
+        return 0
     jobs = args.jobs or default_jobs()
     roster = demo_class()[: args.students]
     n = sum(len(st.variants) for st in roster)
@@ -94,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as td:
         print(f"demo class: {len(roster)} students, {n} submissions over {len(ANSWERS)} "
               f"assignments; {jobs} jobs", flush=True)
+        kernel_rows(args.kernel_reps)
         floor = floor_per_submission(_course_copy(Path(td) / "floor"))
         print(f"floor per submission (fresh kernel + torch + tests): {floor:.2f} s", flush=True)
         seq_total, seq_auto = sequential_nbgrader(_course_copy(Path(td) / "seq"), args.students)

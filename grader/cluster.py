@@ -115,8 +115,10 @@ def assignment_definitions(tree: CourseTree, assignments: list[str], course_id: 
     Raises:
         nbgrader.api.MissingEntry: an assignment is not in the gradebook (run generate first).
     """
-    from nbgrader.api import Base, Gradebook
-    from sqlalchemy import create_engine, text
+    from nbgrader.api import Gradebook
+    from sqlalchemy import text
+
+    from .database import create_gradebook
 
     out: dict[str, bytes] = {}
     with tempfile.TemporaryDirectory(prefix="gradebook-template-") as td, \
@@ -124,13 +126,8 @@ def assignment_definitions(tree: CourseTree, assignments: list[str], course_id: 
         # nbgrader's schema, stamped with the course gradebook's own alembic version (nbgrader
         # would run the `alembic` command for a new file: seconds, for the same answer)
         blank = Path(td) / "blank.db"
-        engine = create_engine(f"sqlite:///{blank}")
-        Base.metadata.create_all(engine)
-        version = src.db.execute(text("SELECT version_num FROM alembic_version")).scalar()
-        with engine.begin() as conn:
-            conn.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)"))
-            conn.execute(text("INSERT INTO alembic_version (version_num) VALUES (:v)"), {"v": version})
-        engine.dispose()
+        create_gradebook(f"sqlite:///{blank}",
+                         src.db.execute(text("SELECT version_num FROM alembic_version")).scalar())
         for a in assignments:
             path = Path(td) / f"{a}.db"
             shutil.copy(blank, path)

@@ -19,6 +19,8 @@ from pathlib import Path
 SQLITE_BUSY_TIMEOUT_S = 600
 #: The gradebook's file name in the course root (nbgrader's default).
 GRADEBOOK = "gradebook.db"
+#: This repository's own course root (the default ``--course-root``).
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def split_round_robin(items: list, n: int) -> list[list]:

@@ -58,7 +58,7 @@ import nbformat
 import numpy as np
 
 from normref.faults import METADATA_KEY, output_metadata
-from normref.handback import ENV, MIME, lock, question_key
+from normref.handback import ENV, MIME, dump_inputs, lock, question_key
 
 #: The run's question keys (``{grade_id: hex}``), beside the seeds in ``logs/scoring/`` (outside
 #: every sandbox): read by the autograde preprocessor that writes each key into its hidden test
@@ -609,8 +609,6 @@ def prepare_inputs(course_root: Path, *, seed: int | None = None, log=print,
     Returns:
         ``(seed, inputs folder)``.
     """
-    import torch
-
     root = Path(course_root)
     seed = new_seed() if seed is None else seed
     inputs = root / "logs" / "handback"
@@ -626,11 +624,11 @@ def prepare_inputs(course_root: Path, *, seed: int | None = None, log=print,
         else:
             calls = None if q.public else probe_calls(gid, seed)  # public cases: the kernel makes them
             data = {"calls": calls, "public": q.public, "reference": q.reference}
-        buf = io.BytesIO()
-        torch.save(data, buf)
+        # a numpy or short-answer question's kernel reads its inputs without importing torch
+        blob = dump_inputs(data, torch_free=q.backend == "numpy" or q.kind == "values")
         key = question_key(master, gid)
         keys[gid] = key.hex()
-        (inputs / f"{gid}.pt").write_bytes(lock(key, buf.getvalue()))
+        (inputs / f"{gid}.pt").write_bytes(lock(key, blob))
     seeds = root / "logs" / "scoring"
     seeds.mkdir(parents=True, exist_ok=True)
     kp = keys_path(inputs)

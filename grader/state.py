@@ -30,6 +30,9 @@ from pathlib import Path
 from .course import CourseTree
 
 LOCK_FILE = ".grader.lock"
+#: ``logs/graded.json``: the submissions whose autograde finished (a killed run's half-written
+#: ``autograded/`` notebook is not one of them).
+GRADED = "graded.json"
 KEEP_BACKUPS = 10
 #: Folders whose content means "a class has been graded here" (so a gradebook must exist).
 _STATE_DIRS = ("submitted", "autograded", "feedback")
@@ -178,6 +181,9 @@ def gradebook_pairs(tree: CourseTree) -> set[tuple[str, str]]:
         return set()
     from nbgrader.api import Gradebook
 
+    from .database import create_gradebook
+
+    create_gradebook(tree.gradebook_url)  # a server database may be empty yet
     with Gradebook(tree.gradebook_url) as gb:
         return {(a.name, sub.student.id) for a in gb.assignments for sub in a.submissions}
 
@@ -330,8 +336,6 @@ def _roll_back_graded(tree: CourseTree, backup: Path, log) -> None:
     replaced. A replaced one's restored rows graded the earlier submission: their hand grades
     are captured against it (``logs/replaced/``) and the rows removed, so the next run carries
     them over like a resubmission's (kept where the answer is unchanged, named as to redo)."""
-    from .pipeline import GRADED
-
     path = tree.logs / GRADED
     later = _rolled_back_runs(tree, backup)
     if later:

@@ -27,13 +27,12 @@ __all__ = ["layer_norm_backward", "rms_norm_backward"]
 
 
 def _f64(a, name: str) -> np.ndarray:
-    try:
+    from ._torch import is_tensor
+
+    if is_tensor(a):
         import torch
 
-        if isinstance(a, torch.Tensor):
-            a = a.detach().to("cpu", torch.float64).numpy()
-    except ImportError:  # pragma: no cover - torch is a hard dependency of the course
-        pass
+        a = a.detach().to("cpu", torch.float64).numpy()
     if not isinstance(a, np.ndarray):
         raise TypeError(f"{name} must be a numpy array or a torch tensor, got {type(a).__name__}")
     return a.astype(np.float64, copy=False)

@@ -20,11 +20,9 @@ __all__ = ["layer_norm", "rms_norm", "LAYER_NORM_EPS", "RMS_NORM_EPS"]
 
 
 def _is_torch(x) -> bool:
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - torch is a hard dependency of the course
-        return False
-    return isinstance(x, torch.Tensor)
+    from ._torch import is_tensor
+
+    return is_tensor(x)
 
 
 def _check_input(x, weight, bias, eps, name):

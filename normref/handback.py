@@ -27,9 +27,12 @@ from __future__ import annotations
 import base64
 import io
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
+
+from ._torch import directory, import_if_named, is_tensor, loaded
 
 #: MIME type of the one output a hidden test shows.
 MIME = "application/vnd.normref.handback+json"
@@ -91,6 +94,37 @@ def unlock(key: bytes, blob: bytes) -> bytes:
     return (np.frombuffer(ct, dtype=np.uint8) ^ _keystream(key, nonce, len(ct))).tobytes()
 
 
+#: How :func:`torch.save` archives start (a zip file).
+_ZIP = b"PK\x03\x04"
+
+
+def dump_inputs(data: dict, torch_free: bool) -> bytes:
+    """A question's inputs as the grader writes them (before :func:`lock`): a pickle when
+    ``torch_free`` (a numpy or short-answer question: arrays and Python values, which its kernel
+    reads without importing torch), else ``torch.save``'s archive (tensors, modules)."""
+    if torch_free:
+        import pickle
+
+        return pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL)
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(data, buf)
+    return buf.getvalue()
+
+
+def load_inputs(data: bytes) -> dict:
+    """What :func:`dump_inputs` wrote: ``torch.load`` for a ``torch.save`` archive, else
+    ``pickle.loads`` (no torch import). Written by the grader only (the kernel cannot write them)."""
+    if data.startswith(_ZIP):
+        import torch
+
+        return torch.load(io.BytesIO(data), weights_only=False)
+    import pickle
+
+    return pickle.loads(data)
+
+
 def _npy(a: np.ndarray) -> str:
     buf = io.BytesIO()
     np.save(buf, a, allow_pickle=False)
@@ -103,11 +137,8 @@ def encode(obj, depth: int = 0) -> dict:
     Tensors keep their dtype name (bfloat16 travels as its exact float32 values) and shape;
     numpy arrays travel as ``.npy`` bytes (no pickles); anything else by its type name.
     """
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - the course always has torch
-        torch = None
-    if torch is not None and isinstance(obj, torch.Tensor):
+    if is_tensor(obj):
+        torch = loaded()
         if obj.numel() > MAX_ELEMENTS or obj.is_complex():
             return {"t": "other", "type": "Tensor"}
         t = obj.detach().cpu()
@@ -125,9 +156,7 @@ def encode(obj, depth: int = 0) -> dict:
 
 
 def _arrays(args) -> list[tuple[int, object]]:
-    import torch
-
-    return [(i, a) for i, a in enumerate(args) if isinstance(a, (torch.Tensor, np.ndarray))]
+    return [(i, a) for i, a in enumerate(args) if isinstance(a, np.ndarray) or is_tensor(a)]
 
 
 def _copy(a):
@@ -135,26 +164,38 @@ def _copy(a):
 
 
 def _same(a, b) -> bool:
-    import torch
-
-    if isinstance(a, torch.Tensor):
-        return bool(torch.equal(a, b))
+    if is_tensor(a):
+        return bool(loaded().equal(a, b))
     return bool(np.array_equal(a, b, equal_nan=True))
 
 
 #: The normref modules whose functions and methods can be references (by their code objects).
 _REFERENCE_MODULES = ("normref.functional", "normref.modules", "normref.blocks", "normref.backward")
+#: Those of them that import torch.
+_TORCH_MODULES = ("normref.modules", "normref.blocks")
 
 
-def reference_codes() -> dict:
+def _with_torch(torch: bool | None) -> bool:
+    return loaded() is not None if torch is None else bool(torch)
+
+
+def reference_codes(torch: bool | None = None) -> dict:
     """``{code object: "module.qualname"}`` of every function and method defined in
     :data:`_REFERENCE_MODULES`, read from the modules as they are now (the sealed prologue
-    reads them before any student cell runs, :func:`seal`)."""
+    reads them before any student cell runs, :func:`seal`).
+
+    Args:
+        torch: also import the modules that import torch (:data:`_TORCH_MODULES`); default:
+            when this process has torch already. Without, those not imported yet are left out:
+            their code is known by its fingerprint (:func:`source_prints`) and its file.
+    """
     import importlib
     import types
 
     out = {}
     for modname in _REFERENCE_MODULES:
+        if modname in _TORCH_MODULES and not _with_torch(torch) and modname not in sys.modules:
+            continue
         mod = importlib.import_module(modname)
         for obj in list(vars(mod).values()):
             members = [obj]
@@ -180,9 +221,45 @@ def code_print(code) -> int:
 
 def reference_prints(codes: dict) -> dict:
     """``{fingerprint: name}`` of the references in ``codes`` that have a docstring (a function
-    without one may be an honest student's same few lines: it is known by identity only)."""
-    return {code_print(c): n for c, n in codes.items()
-            if c.co_consts and isinstance(c.co_consts[0], str) and len(c.co_consts[0]) >= 20}
+    without one may be an honest student's same few lines: it is known by identity only), and,
+    of the reference modules not imported yet, their functions compiled from source
+    (:func:`source_prints`), so that a copy of one is known before its module is imported."""
+    out = source_prints()
+    out.update({code_print(c): n for c, n in codes.items()
+                if c.co_consts and isinstance(c.co_consts[0], str) and len(c.co_consts[0]) >= 20})
+    return out
+
+
+def source_prints() -> dict:
+    """``{fingerprint: "module.qualname"}`` of the documented functions and methods of the
+    reference modules this process has not imported (:data:`_TORCH_MODULES` in a kernel without
+    torch), from their source compiled (never run): the same fingerprints as the imported
+    code's (:func:`code_print`), without importing torch."""
+    import importlib.util
+    import types
+
+    out = {}
+    for modname in _REFERENCE_MODULES:
+        if modname in sys.modules:
+            continue
+        hit = _CACHE.get(("source_prints", modname))
+        if hit is None:
+            spec = importlib.util.find_spec(modname)
+            hit = {}
+            if spec is not None and spec.origin and os.path.isfile(spec.origin):
+                with open(spec.origin, encoding="utf-8") as f:
+                    module = compile(f.read(), spec.origin, "exec", dont_inherit=True)
+                todo = [c for c in module.co_consts if isinstance(c, types.CodeType)]
+                while todo:  # its functions and its classes' methods (class bodies are not CO_OPTIMIZED)
+                    c = todo.pop()
+                    todo.extend(k for k in c.co_consts
+                                if isinstance(k, types.CodeType) and "<locals>" not in k.co_qualname)
+                    if c.co_flags & 0x1 and c.co_consts and isinstance(c.co_consts[0], str) \
+                            and len(c.co_consts[0]) >= 20:
+                        hit[code_print(c)] = f"{modname}.{c.co_qualname}"
+            _CACHE[("source_prints", modname)] = hit
+        out.update(hit)
+    return out
 
 
 def _codes_within(objs) -> set:
@@ -209,11 +286,16 @@ def allowed_codes() -> set:
     """normref code a student's answer may run: the parts the assignment gives them
     (:class:`normref.blocks.CausalSelfAttention`, :class:`normref.blocks.FeedForward`), the
     recorder itself and the checkers' call helpers (which start and stop the student's call)."""
-    from . import blocks
     from .checks import core
 
-    return _codes_within([blocks.CausalSelfAttention, blocks.FeedForward, ReferenceRecorder, encode, _npy,
-                          *(getattr(core, n) for n in _CORE_USED)])
+    # the block's parts, when this process has normref.blocks (or torch, which it needs): an
+    # answer without torch cannot run them without importing it (then they count as normref code)
+    blocks = sys.modules.get("normref.blocks")
+    if blocks is None and loaded() is not None:
+        from . import blocks
+    parts = [blocks.CausalSelfAttention, blocks.FeedForward] if blocks is not None else []
+    return _codes_within([*parts, ReferenceRecorder, encode, _npy, *(getattr(core, n) for n in _CORE_USED),
+                          *_TORCH_HELPERS.values()])
 
 
 _CACHE: dict = {}
@@ -226,8 +308,11 @@ def _checker_calls() -> tuple[frozenset, object]:
     code is."""
     hit = _CACHE.get("checker_calls")
     if hit is None:
-        from .checks import block, core
+        from .checks import core
 
+        block = sys.modules.get("normref.checks.block")
+        if block is None:  # the block checker is not loaded: none of its functions can be running
+            return frozenset(), core._call_alarm.__code__
         hit = _CACHE["checker_calls"] = (frozenset({block._block_reference.__code__}), core._call_alarm.__code__)
     return hit
 
@@ -293,30 +378,35 @@ class ReferenceRecorder:
             normref code it runs counts ("calls the course's own ...").
         checker_calls: ``(codes, caller code)``: the self-check's own functions that it calls
             under the recorder (default :func:`_checker_calls`; grading: none).
+        torch_dir: torch's folder while torch is not imported yet (a numpy kernel; default:
+            :func:`normref._torch.directory`; grading: the sealed one).
 
     Attributes:
         found: what was executed, e.g. ``["calls torch's rms_norm"]``, in order of first call.
     """
 
     def __init__(self, torch_names=(), normref_names=(), handed_in=(), codes=None, threads=None,
-                 autograd=False, prints=None, allowed=None, checker_calls=None):
+                 autograd=False, prints=None, allowed=None, checker_calls=None, torch_dir=None):
         import sysconfig
 
-        import torch
-
+        torch = loaded()  # None in a numpy kernel: the mode is set when the call imports torch
         self.torch_names = set(torch_names)
         self.normref_names = set(normref_names)
         self.autograd = bool(autograd)
         self.found: list[str] = []
         self._codes = codes if codes is not None else (reference_codes() if normref_names else {})
         self._prints = prints if prints is not None else _cached("prints", self._codes, reference_prints)
-        self._allowed = allowed if allowed is not None else _cached("allowed", None, lambda _: allowed_codes())
+        self._allowed = allowed if allowed is not None else _cached(
+            "allowed", sys.modules.get("normref.blocks"), lambda _: allowed_codes())
         self._threads = threads
         self._handed = {id(o) for o in handed_in}
         self._handed_codes = {getattr(o, "__code__", None) for o in handed_in} - {None}
         self._keep = list(handed_in)  # the ids stay valid while the call runs
         here = os.path.dirname(os.path.abspath(__file__)) + os.sep
-        torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+        if torch is not None:
+            torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+        else:  # not imported yet: where it will come from (the sealed kernel's: as it started)
+            torch_dir = torch_dir or directory()
         self._normref_dir = here
         self._stdlib = sysconfig.get_paths()["stdlib"] + os.sep
         # installed packages count as library code too: code of theirs that runs inside the
@@ -330,14 +420,18 @@ class ReferenceRecorder:
         self._autograd_codes = set()
         self._functorch = ()
         if self.autograd:
-            self._autograd_codes = {torch.autograd.grad.__code__, torch.autograd.backward.__code__,
-                                    torch.Tensor.backward.__code__}
             self._functorch = (torch_dir + "_functorch" + os.sep, torch_dir + "func" + os.sep)
+            if torch is not None:
+                self._autograd_codes = self._autograd_of(torch)
         self._checker_calls, self._alarm = checker_calls if checker_calls is not None else _checker_calls()
         self._kind: dict = {}  # code -> what running it is (None: nothing), per call
         self._entry = None
         self._mode = None
         self._old_profile = None
+
+    @staticmethod
+    def _autograd_of(torch) -> set:
+        return {torch.autograd.grad.__code__, torch.autograd.backward.__code__, torch.Tensor.backward.__code__}
 
     def _is_library(self, code) -> bool:
         name = code.co_filename
@@ -406,8 +500,6 @@ class ReferenceRecorder:
             self.found.append(what)
 
     def _check_threads(self) -> None:
-        import sys
-
         if self._threads is None:
             return
         extra = set(sys._current_frames()) - set(self._threads)
@@ -416,32 +508,48 @@ class ReferenceRecorder:
                       "grader's call were still running)")
 
     def __enter__(self) -> "ReferenceRecorder":
-        import sys
-
-        import torch
-        from torch.overrides import TorchFunctionMode
-
         rec = self
         self._check_threads()
         self._entry = sys._getframe(1)
+        mode_on = stack_len = stack_at = None
 
-        class Mode(TorchFunctionMode):
-            def __torch_function__(self, func, types, args=(), kwargs=None):
-                name = str(getattr(func, "__name__", "")).split(".")[0]
-                if name in rec.torch_names and rec._student_frame(sys._getframe(1)):
-                    rec._add(f"calls torch's {name}")
-                return func(*args, **(kwargs or {}))
+        def arm(torch) -> None:
+            """The torch function mode on, now (torch loaded) or as soon as the call has imported
+            torch (a numpy kernel): every torch function and op called after it is seen."""
+            nonlocal mode_on, stack_len, stack_at
+            from torch.overrides import TorchFunctionMode
+
+            class Mode(TorchFunctionMode):
+                def __torch_function__(self, func, types, args=(), kwargs=None):
+                    name = str(getattr(func, "__name__", "")).split(".")[0]
+                    if name in rec.torch_names and rec._student_frame(sys._getframe(1)):
+                        rec._add(f"calls torch's {name}")
+                    return func(*args, **(kwargs or {}))
+
+            mode_on = torch._C._is_torch_function_mode_enabled
+            stack_len = torch._C._len_torch_function_stack
+            stack_at = torch._C._get_function_stack_at
+            if self.autograd:
+                self._autograd_codes = self._autograd_of(torch)
+            self._mode = Mode()
+            self._mode.__enter__()
 
         kinds = self._kind
         allowed = self._allowed
         classify = self._classify
-        mode_on = torch._C._is_torch_function_mode_enabled
-        stack_len = torch._C._len_torch_function_stack
-        stack_at = torch._C._get_function_stack_at
         library = self._is_library
+        modules = sys.modules
         switched = "switched off the grader's call recorder (torch function mode)"
+        waiting = loaded() is None  # no torch yet: arm as soon as the call's import of it is done
 
         def profile(frame, event, arg):
+            nonlocal waiting
+            if waiting:
+                torch = modules.get("torch")
+                if torch is not None and getattr(getattr(torch, "__spec__", None), "_initializing", True) is False \
+                        and loaded() is torch:
+                    waiting = False
+                    arm(torch)
             if event == "c_call":
                 mod, name = getattr(arg, "__module__", None), getattr(arg, "__name__", None)
                 if (mod, name) in _ESCAPES:
@@ -454,7 +562,7 @@ class ReferenceRecorder:
                 student = kinds.get((code, "student"))
                 if student is None:
                     student = kinds[(code, "student")] = not library(code)
-                if student:
+                if student and mode_on is not None:
                     if name in _MODE_C:
                         self._add(switched)
                     elif not mode_on() or stack_at(stack_len() - 1) is not self._mode:
@@ -479,7 +587,7 @@ class ReferenceRecorder:
                         student = kinds.get((caller.f_code, "student"))
                         if student is None:
                             student = kinds[(caller.f_code, "student")] = not library(caller.f_code)
-                    if student and caller is not self._entry and (
+                    if student and caller is not self._entry and mode_on is not None and (
                             not mode_on() or stack_at(stack_len() - 1) is not self._mode):
                         self._add(switched)  # DisableTorchFunction, or the mode popped off the stack
                 return
@@ -493,20 +601,25 @@ class ReferenceRecorder:
                 done.add(kind[0])
 
         done: set = set()
-        self._mode = Mode()
-        self._mode.__enter__()
+        self._mode = None
+        if not waiting:
+            arm(loaded())
         self._old_profile = sys.getprofile()
         self._profile = profile
         sys.setprofile(profile)
         return self
 
     def __exit__(self, *exc) -> None:
-        import sys
-
-        from torch.overrides import _get_current_function_mode_stack
-
         if sys.getprofile() is not self._profile:
             self._add("switched off the grader's call recorder (sys.setprofile)")
+        if self._mode is None:  # torch was never loaded while the call ran ...
+            sys.setprofile(self._old_profile)
+            if loaded() is not None:  # ... or it was, and the mode could not follow
+                self._add("switched off the grader's call recorder (torch function mode)")
+            self._check_threads()
+            return
+        from torch.overrides import _get_current_function_mode_stack
+
         stack = _get_current_function_mode_stack()
         if not stack or stack[-1] is not self._mode:
             self._add("switched off the grader's call recorder (torch function mode)")
@@ -534,7 +647,7 @@ def _recorder(reference: dict | None, handed_in=(), sealed: dict | None = None) 
     if sealed is not None:
         kw.setdefault("codes", sealed["codes"])
         kw.setdefault("threads", sealed["threads"])
-        for k in ("prints", "allowed"):
+        for k in ("prints", "allowed", "torch_dir"):
             if k in sealed:
                 kw.setdefault(k, sealed[k])
         # grading calls no checker function of its own under the recorder: nothing is exempt
@@ -544,10 +657,8 @@ def _recorder(reference: dict | None, handed_in=(), sealed: dict | None = None) 
 
 def _handed_in(args, kwargs) -> list:
     """The grader's objects among a call's arguments (a norm, a sublayer): not arrays, not numbers."""
-    import torch
-
     return [a for a in (*args, *kwargs.values())
-            if not isinstance(a, (torch.Tensor, np.ndarray, int, float, bool, str, type(None), tuple, list))]
+            if not (is_tensor(a) or isinstance(a, (np.ndarray, int, float, bool, str, type(None), tuple, list)))]
 
 
 def run_calls(fn, calls: list, reference: dict | None = None, sealed: dict | None = None) -> list[dict] | dict:
@@ -555,20 +666,24 @@ def run_calls(fn, calls: list, reference: dict | None = None, sealed: dict | Non
     record per call: ``{"out": encode(output)}``, ``{"raised": [type, message]}`` or
     ``{"timeout": True}``, plus ``"after"`` for inputs the call modified and ``"references"``
     for the reference normalizations it executed (``reference``: the keyword arguments of
-    :class:`ReferenceRecorder`; ``sealed``: what :func:`seal` captured at kernel start)."""
-    import torch
+    :class:`ReferenceRecorder`; ``sealed``: what :func:`seal` captured at kernel start).
+    Without torch loaded (a numpy question) autograd's mode is not set: nothing uses it."""
+    import contextlib
 
     from .checks.core import CALL_TIMEOUT_S, _call_with_timeout, _Timeout
 
     if not callable(fn):
         return {"not_callable": type(fn).__name__[:80]}
+    import_if_named(fn)  # an answer that imports torch does it here, not inside a timed call
     records = []
     for args, kwargs, grad in calls:
         before = [(i, _copy(a)) for i, a in _arrays(args)]
         rec: dict = {}
         recorder = _recorder(reference, _handed_in(args, kwargs), sealed)
+        torch = loaded()
+        grad_mode = torch.set_grad_enabled(grad) if torch is not None else contextlib.nullcontext()
         try:
-            with torch.set_grad_enabled(grad), recorder:
+            with grad_mode, recorder:
                 out = _call_with_timeout(fn, tuple(args), dict(kwargs), CALL_TIMEOUT_S)
                 # encoded inside the record: a returned object whose conversion runs code
                 # (a tensor subclass, say) runs it where the recorder sees it
@@ -594,12 +709,11 @@ def probe(check, *args, **kwargs) -> list[tuple[tuple, dict, bool]]:
     autograd was on) and raises. Returns ``[(args, kwargs, grad enabled)]`` in order."""
     import copy
 
-    import torch
-
     calls = []
 
     def stand_in(*a, **k):
-        calls.append((copy.deepcopy(a), copy.deepcopy(k), torch.is_grad_enabled()))
+        torch = loaded()  # without torch (a numpy check) autograd is on, as torch starts
+        calls.append((copy.deepcopy(a), copy.deepcopy(k), torch.is_grad_enabled() if torch is not None else True))
         raise RuntimeError("probe")
 
     check(stand_in, *args, **kwargs)
@@ -658,6 +772,7 @@ def _timed(fn, args: tuple, kwargs: dict, reference: dict | None = None, handed_
     from .checks.core import CALL_TIMEOUT_S, _call_with_timeout, _Timeout
 
     rec: dict = {}
+    import_if_named(fn)  # an answer that imports torch: before the call, neither recorded nor timed
     recorder = _recorder(reference, handed_in, sealed) if reference is not None else None
     try:
         if recorder is None:
@@ -794,8 +909,7 @@ def encode_answer(value, depth: int = 0) -> dict:
     as a number, when it has one), which the grader notes in the feedback."""
     import math
 
-    import torch
-
+    torch = loaded()
     if isinstance(value, np.generic) and not isinstance(value, np.object_):  # before float: np.float64 is one
         return {"t": "npscalar", "npy": _npy(np.asarray(value))}
     if value is None or isinstance(value, bool) or (isinstance(value, int) and abs(value) < 2**63):
@@ -807,9 +921,10 @@ def encode_answer(value, depth: int = 0) -> dict:
     if value is Ellipsis:
         return {"t": "ellipsis"}
     if isinstance(value, (tuple, list)) and depth < 3 and len(value) <= 64:
-        kind = "Size" if isinstance(value, torch.Size) else "list" if isinstance(value, list) else "tuple"
+        kind = "Size" if torch is not None and isinstance(value, torch.Size) else \
+            "list" if isinstance(value, list) else "tuple"
         return {"t": "seq", "type": kind, "items": [encode_answer(v, depth + 1) for v in value]}
-    if isinstance(value, (torch.Tensor, np.ndarray)):
+    if isinstance(value, np.ndarray) or is_tensor(value):
         return encode(value)
     out = {"t": "repr", "type": type(value).__name__[:80]}
     try:
@@ -861,14 +976,12 @@ def _hand_back_keyed(grade_id: str, key: bytes, fn, more: tuple, sealed: dict | 
     if not path.is_file():
         print(f"{grade_id}: the grader left no inputs for this question")
         return 0.0
-    import torch
-
     try:
         data = unlock(key, path.read_bytes())
     except ValueError as e:
         print(f"{grade_id}: the grader's inputs could not be read ({e}): 0 points for now")
         return 0.0
-    inputs = torch.load(io.BytesIO(data), weights_only=False)  # written by the grader, read-only in here
+    inputs = load_inputs(data)  # written by the grader, read-only in here
     kind = inputs.get("kind", "function")
     changed = sealed["changed"]() if sealed else []
     if kind == "values":
@@ -899,6 +1012,10 @@ def _hand_back_keyed(grade_id: str, key: bytes, fn, more: tuple, sealed: dict | 
 #: What the hand-back uses of the checkers' module (its call helpers): watched by :func:`seal`. The
 #: rest of it (``CheckResult`` ...) is the self-check's: patching that changes only the self-check.
 _CORE_USED = ("_call_with_timeout", "_call_alarm", "_Timeout", "seeded")
+#: The helpers of :mod:`normref._torch` that the hand-back and the call helpers use (each module's
+#: own binding of them is watched by :func:`seal` too).
+_TORCH_HELPERS = {"directory": directory, "import_if_named": import_if_named, "is_tensor": is_tensor,
+                  "loaded": loaded}
 
 
 def _watched(owner, names=None) -> dict:
@@ -921,7 +1038,7 @@ def _watched(owner, names=None) -> dict:
     return out
 
 
-def seal():
+def seal(torch: bool = True):
     """The hand-back as it is now, kept from later changes: what the grading kernel runs first.
 
     ``make grade``'s preprocessor puts ``<name> = normref.handback.seal()`` (a fresh random
@@ -932,14 +1049,24 @@ def seal():
     hand-back it makes says which of those functions, methods or code objects were replaced
     since (``"changed"``, scored 0 and flagged by the grader). Patching ``normref.handback``
     after this (through any alias) changes no hand-back unnoticed.
-    """
-    import sys
 
+    Args:
+        torch: import torch and the references that need it (``normref.modules``,
+            ``normref.blocks``) now. False for a kernel whose questions are numpy or short
+            answers (``TORCH_FREE_ASSIGNMENTS`` in ``nbgrader_config.py``): those references'
+            code is then known by its fingerprint from their source (:func:`source_prints`) and,
+            once imported, by its file ("calls the course's own ..."); a call that imports torch
+            is followed by the recorder (:class:`ReferenceRecorder`).
+    """
     from IPython.display import display
 
     from .checks import core
 
-    watched = [(sys.modules[__name__], _watched(sys.modules[__name__])), (core, _watched(core, _CORE_USED))]
+    helpers = sys.modules[directory.__module__]
+    watched = [(sys.modules[__name__], _watched(sys.modules[__name__])), (core, _watched(core, _CORE_USED)),
+               (helpers, _watched(helpers)),
+               *((owner, {k: (v, v.__code__, None) for k, v in vars(owner).items() if _TORCH_HELPERS.get(k) is v})
+                 for owner in (sys.modules[__name__], core))]
 
     def changed() -> list[str]:
         out = []
@@ -960,8 +1087,9 @@ def seal():
                         out.append(f"{where} (a method's code)")
         return out
 
-    codes = reference_codes()
-    state = {"codes": codes, "prints": reference_prints(codes), "allowed": frozenset(allowed_codes()),
+    codes = reference_codes(torch=torch)
+    state = {"torch_dir": directory(), "codes": codes, "prints": reference_prints(codes),
+             "allowed": frozenset(allowed_codes()),
              "threads": frozenset(sys._current_frames()), "changed": changed}
     keyed = _hand_back_keyed
 

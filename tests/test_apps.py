@@ -49,3 +49,90 @@ def test_a_failing_app_raises_with_its_log(course_copy):
         Course(course_copy).generate_assignment("no_such_assignment")
     with pytest.raises(FileNotFoundError, match="nbgrader_config.py"):
         Course(course_copy / "source")
+
+
+def test_a_new_gradebook_is_created_in_process_with_nbgraders_alembic_head(course_copy, tmp_path, monkeypatch):
+    """nbgrader stamps a new gradebook with what `alembic heads` prints, run as a subprocess
+    (1.5-4 s each); the grader creates it in process first, with the same tables and stamp."""
+    from nbgrader.api import Gradebook, get_alembic_version
+
+    from grader.course import put_interpreter_on_path
+
+    put_interpreter_on_path()  # nbgrader's own way needs `alembic` on PATH
+    heads = get_alembic_version()  # `alembic heads`, as nbgrader runs it
+    with Gradebook(f"sqlite:///{tmp_path / 'nbgrader.db'}"):  # a gradebook nbgrader made itself
+        pass
+
+    def no_subprocess(*args, **kwargs):
+        raise AssertionError(f"a subprocess was started: {args[:1]}")
+
+    monkeypatch.setattr(subprocess, "Popen", no_subprocess)
+    course = Course(course_copy)
+    course.generate_assignment("layernorm")
+    course.set_due_date("layernorm", "2026-11-21 09:00:00 UTC")
+    monkeypatch.undo()
+    schema = "select type, name, tbl_name, sql from sqlite_master order by name"
+    with sqlite3.connect(course_copy / "gradebook.db") as ours, sqlite3.connect(tmp_path / "nbgrader.db") as theirs:
+        assert ours.execute("select version_num from alembic_version").fetchall() == [(heads,)]
+        assert ours.execute("select name from assignment").fetchall() == [("layernorm",)]
+        assert ours.execute(schema).fetchall() == theirs.execute(schema).fetchall()
+
+
+def test_generate_is_skipped_only_when_nothing_it_reads_or_writes_changed(course_copy, monkeypatch):
+    """The generate stage skips an assignment whose source/, release/ and nbgrader_config.py are
+    as the generate that left the gradebook as it is found them; any change, a new or restored
+    gradebook, or a cleaned course generates again. The run's log says which and why."""
+    import shutil
+
+    import nbformat
+
+    from grader import pipeline
+    from grader.course import CourseTree
+
+    tree = CourseTree(course_copy)
+    lines: list[str] = []
+
+    def stage():
+        lines.clear()
+        b = pipeline.Batch(tree=tree, run=pipeline.GradeRun(course_root=course_copy, assignments=["layernorm"]),
+                           submissions=None, jobs=1, fresh=False, progress=False, use_sandbox=False,
+                           cell_timeout=None, duedates={}, log=lines.append)
+        pipeline.generate(b)
+        assert lines[0] == "generate: layernorm"
+        return lines[1:]
+
+    generated = []
+    real = Course.generate_assignment
+    monkeypatch.setattr(Course, "generate_assignment", lambda self, a: (generated.append(a), real(self, a)))
+    assert stage() == [] and generated == ["layernorm"]  # a new gradebook: generated
+    release = _files(course_copy / "release" / "layernorm")
+    (skip,) = stage()
+    assert generated == ["layernorm"], "generated again though nothing changed"
+    assert skip.startswith("generate: layernorm skipped: source/layernorm, release/layernorm and "
+                           "nbgrader_config.py are unchanged") and "logs/generated.json" in skip
+    assert _files(course_copy / "release" / "layernorm") == release
+    shutil.copy(course_copy / "gradebook.db", course_copy / "before-change.db")
+
+    src = course_copy / "source" / "layernorm" / "layernorm.ipynb"
+    nb = nbformat.read(src, as_version=4)
+    locked = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("locked") and c.cell_type == "code")
+    locked.source += "\n# changed"  # a locked cell: its source and checksum are in the gradebook
+    nbformat.write(nb, src)
+    stale = "generate: release/layernorm was stale and has been regenerated from source/layernorm"
+    assert stage() == [stale] and generated == ["layernorm"] * 2
+    assert "# changed" in (course_copy / "release" / "layernorm" / "layernorm.ipynb").read_text()
+    assert len(stage()) == 1 and len(generated) == 2
+    # the gradebook from before that change put back (a restore): its cells are the old ones
+    shutil.copy(course_copy / "before-change.db", course_copy / "gradebook.db")
+    assert stage() == [] and len(generated) == 3
+    (course_copy / "release" / "layernorm" / "layernorm.ipynb").write_text(src.read_text())  # release/ edited
+    assert stage() == [stale] and len(generated) == 4
+    with open(course_copy / "nbgrader_config.py", "a") as f:
+        f.write("\n# a comment\n")
+    assert stage() == [] and len(generated) == 5
+    (course_copy / "gradebook.db").unlink()  # a new gradebook
+    assert stage() == [] and len(generated) == 6
+    pipeline.clean(course_copy)  # a cleaned course: logs/generated.json is gone with the gradebook
+    assert not (course_copy / "logs" / "generated.json").exists()
+    assert stage() == [] and len(generated) == 7
+    assert len(stage()) == 1 and len(generated) == 7

@@ -759,3 +759,22 @@ def test_problem_is_the_first_breach_or_diagnosis_without_the_raw_error():
     assert check_rms_norm(bank("rms_norm", "missing_keepdim"), quick=True).problem.startswith("without keepdim=True")
     assert check_layer_norm(bank("layer_norm", "missing_keepdim"), quick=True).problem.startswith(
         "without keepdims=True")
+
+
+def test_the_stored_numpy_batteries_are_torchs_bit_for_bit():
+    """check_layer_norm/check_rms_norm's numpy cases come from normref/checks/numpy_batteries.py
+    (a numpy check needs no torch); they are the torch-built battery's, bit for bit (after a
+    change of the battery: python tools/numpy_batteries.py)."""
+    from normref.checks.norms import battery, torch_battery
+
+    for kind in ("rms", "layer"):
+        stored, built = battery(kind, "numpy"), torch_battery(kind, "numpy")
+        assert [(c.name, c.eps) for c in stored] == [(c.name, c.eps) for c in built]
+        for s, b in zip(stored, built):
+            for part in ("x", "weight", "bias"):
+                got, want = getattr(s, part), getattr(b, part)
+                assert (got is None) == (want is None), (kind, s.name, part)
+                if want is not None:
+                    assert (got.dtype, got.shape, got.tobytes()) == (want.dtype, want.shape, want.tobytes())
+        first, again = battery(kind, "numpy")[1].x, battery(kind, "numpy")[1].x
+        assert first is not again  # new arrays every call: an answer may write into its input

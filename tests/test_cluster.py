@@ -38,6 +38,34 @@ def test_nbgrader_gradebook_on_the_test_postgres_server(postgres):
         assert str(gb.find_assignment("rmsnorm").duedate) == "2026-11-21 09:00:00"
 
 
+def test_a_new_postgres_gradebook_is_created_in_process_with_nbgraders_alembic_head(postgres, monkeypatch):
+    """grader.database.create_gradebook on an empty PostgreSQL database: nbgrader's tables and the
+    stamp `alembic heads` gives (nbgrader runs it as a subprocess), made without a subprocess."""
+    import subprocess
+
+    from nbgrader.api import Gradebook, get_alembic_version
+    from sqlalchemy import text
+
+    from grader.course import put_interpreter_on_path
+    from grader.database import create_gradebook
+
+    put_interpreter_on_path()
+    heads = get_alembic_version()
+    url = postgres.create_database("gb_in_process")
+
+    def no_subprocess(*args, **kwargs):
+        raise AssertionError(f"a subprocess was started: {args[:1]}")
+
+    monkeypatch.setattr(subprocess, "Popen", no_subprocess)
+    assert create_gradebook(url) is True
+    assert create_gradebook(url) is False  # a gradebook with tables is left as it is
+    with Gradebook(url, COURSE_ID) as gb:
+        gb.update_or_create_assignment("rmsnorm")
+        assert gb.db.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == [heads]
+    with Gradebook(url, COURSE_ID) as gb:
+        assert [a.name for a in gb.assignments] == ["rmsnorm"]
+
+
 def test_dask_cluster_runs_tasks_on_two_worker_processes(dask_cluster):
     from distributed import Client
 

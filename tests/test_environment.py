@@ -65,6 +65,23 @@ def test_environment_pins_equal_pyproject_pins():
     assert not drift, f"versions drifted (environment.yml, pyproject.toml): {drift}"
 
 
+def test_jsonschema_checks_no_iri_format_and_nbgrader_does_not_build_its_parser():
+    """jsonschema stays below 4.25 (pinned in both files, so a fresh `make install` gets it): from
+    4.25 its format-nongpl extra, which jupyter-events asks for, brings rfc3987-syntax, whose import
+    builds a Lark grammar for the "iri" formats in every process that imports nbgrader (1-3 s)."""
+    from importlib.metadata import version
+
+    assert Version(version("jsonschema")) < Version("4.25"), version("jsonschema")
+    assert _pip_pins()["jsonschema"] == Version(version("jsonschema"))
+    code = ("import sys, nbgrader.api, nbformat, jupyter_events.validators as v\n"
+            "import jsonschema\n"
+            "print(sorted(set(sys.modules) & {'rfc3987_syntax', 'lark'}), "
+            "sorted(f for f in ('iri', 'iri-reference') if f in v.draft7_format_checker.checkers))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[]", "[]"], out.stdout
+
+
 def test_environment_python_satisfies_requires_python():
     (python,) = [d for d in _conda_deps() if d.startswith("python")]
     version = python.split("=", 1)[1].lstrip("=")

@@ -134,6 +134,62 @@ def test_cli_help_and_bad_input(tmp_path):
     assert bad.returncode == 1 and "no submissions at" in bad.stderr
 
 
+#: Runs ``python -m grader ARGS`` in this process, then prints the modules it imported.
+_IMPORTS = """import runpy, sys
+sys.argv = ["grader", *sys.argv[1:]]
+try:
+    runpy.run_module("grader", run_name="__main__", alter_sys=True)
+except SystemExit as e:
+    code = e.code
+print("IMPORTED", " ".join(sorted(sys.modules)))
+sys.exit(code)
+"""
+#: What only grading itself needs: torch, the report's plotting, nbgrader's apps and converters.
+_GRADING_ONLY = ("torch", "matplotlib", "nbconvert", "nbgrader.apps", "nbgrader.converters", "normref",
+                 "grader.pipeline", "grader.report", "grader.parallel")
+
+
+def _imported(*args: str) -> tuple[subprocess.CompletedProcess, set[str]]:
+    out = subprocess.run([sys.executable, "-c", _IMPORTS, *args], capture_output=True, text=True, timeout=300)
+    (line,) = [ln for ln in out.stdout.splitlines() if ln.startswith("IMPORTED ")]
+    return out, set(line.split()[1:])
+
+
+def _loaded(modules: set[str], names) -> list[str]:
+    return sorted(n for n in names if n in modules or any(m.startswith(n + ".") for m in modules))
+
+
+def test_cli_help_clean_and_restore_import_only_what_they_run(tmp_path):
+    """`python -m grader --help`, `clean` and `restore` load neither torch nor nbgrader's apps nor
+    the pipeline (they took 8-18 s on a loaded machine when __main__ imported the whole pipeline)."""
+    from nbgrader.api import Gradebook
+
+    from grader.course import CourseTree
+
+    for argv in (["--help"], ["clean", "--help"], ["restore", "--help"]):
+        out, mods = _imported(*argv)
+        assert out.returncode == 0 and "usage: python -m grader" in out.stdout, out.stderr
+        assert _loaded(mods, (*_GRADING_ONLY, "nbgrader", "nbformat", "sqlalchemy")) == [], argv
+    root = tmp_path / "course"
+    (root / "submitted" / "ada" / "rmsnorm").mkdir(parents=True)  # a real class: clean backs it up first
+    (root / "submitted" / "ada" / "rmsnorm" / "rmsnorm.ipynb").write_text("{}")
+    with Gradebook(CourseTree(root).gradebook_url) as gb:
+        gb.add_student("ada")
+    out, mods = _imported("clean", "--yes", "--course-root", str(root))
+    assert out.returncode == 0 and "grading state of" in out.stdout, out.stderr
+    assert not (root / "submitted").exists() and not (root / "gradebook.db").exists()
+    assert _loaded(mods, _GRADING_ONLY) == []
+    out, mods = _imported("restore", "--course-root", str(root))  # the gradebook clean backed up
+    assert out.returncode == 0, out.stderr
+    with Gradebook(CourseTree(root).gradebook_url) as gb:
+        assert [s.id for s in gb.students] == ["ada"]
+    assert _loaded(mods, _GRADING_ONLY) == []
+    out, mods = _imported("restore", "--state", "--yes", "--course-root", str(root))  # the whole state
+    assert out.returncode == 0, out.stderr
+    assert (root / "submitted" / "ada" / "rmsnorm" / "rmsnorm.ipynb").read_text() == "{}"
+    assert _loaded(mods, _GRADING_ONLY) == []
+
+
 def test_make_clean_removes_all_grading_state_but_backups_and_the_run_log(tmp_path):
     from grader.pipeline import GRADING_STATE, KEPT_LOGS, clean
 

@@ -332,7 +332,7 @@ def test_forgeries_caps_and_shadowing_through_make_grade(bubblewrap, course_copy
     flagged; honest answers, including one written differently from the reference, keep full
     marks. The block assignment's classes and the practice answers are scored outside the
     kernel too: a run-time patch of every checker's result earns no more than the honest points."""
-    from grader.sandbox import MAX_PROCS, MAX_WRITE_BYTES
+    from grader.sandbox import MAX_PROCS, MAX_WRITE_BYTES, PIDS_CGROUP_ROOT
 
     if not sandbox_available():
         pytest.fail(f"{bubblewrap} is installed but cannot create namespaces on this machine")
@@ -388,6 +388,8 @@ def test_forgeries_caps_and_shadowing_through_make_grade(bubblewrap, course_copy
     run = grade_class(course_root=course_copy, submissions=tree, jobs=2, cell_timeout=30,
                       use_sandbox=True, log=log.append)
     assert run.sandboxed
+    # every kernel's pids cgroup is gone with the run (the kernels are killed after their notebook)
+    assert not list(PIDS_CGROUP_ROOT.glob(f"normref-{os.getpid()}-*"))
     assert {sid: run.scores.get(("hostile", sid)) for sid in corpus} == {sid: exp for sid, (_, exp) in corpus.items()}
     assert {sid: run.scores.get((a, sid)) for sid, (a, _, _) in others.items()} == \
         {sid: exp for sid, (_, _, exp) in others.items()}

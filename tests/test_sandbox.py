@@ -73,3 +73,30 @@ def test_stale_cgroups_and_socket_folders_of_killed_runs_are_swept_and_live_ones
                     pass
         if str(ipc_stale) in _mounts():
             subprocess.run(["umount", "-l", str(ipc_stale)], capture_output=True)
+
+
+@pytest.mark.slow
+def test_kernels_are_killed_at_once_after_their_last_cell(course_copy, tmp_path):
+    """nbgrader_config.py sets ``Execute.shutdown_kernel = "immediate"``: after the last cell,
+    nbgrader's Execute (nbclient) kills the kernel instead of asking it to shut down and waiting
+    for it (its graceful exit was 27-33% of a graded notebook). Seen from outside: what the
+    notebook left to run at exit never runs; shut down gracefully, the same notebook's does."""
+    import nbformat
+    from nbgrader.preprocessors import Execute
+    from traitlets.config import Config
+
+    from grader.apps import Course
+
+    config = Course(course_copy).config
+    assert config.Execute.shutdown_kernel == "immediate"
+    ran = {}
+    for mode in ("immediate", "graceful"):
+        marker = tmp_path / f"at-exit-{mode}"
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+            f"import atexit\natexit.register(lambda: open({str(marker)!r}, 'w').write('ran'))\nprint('ok')")])
+        cfg = Config(config)
+        cfg.Execute.shutdown_kernel = mode
+        nb, _ = Execute(config=cfg).preprocess(nb, {"metadata": {"path": str(tmp_path)}})
+        assert nb.cells[0].outputs[0]["text"] == "ok\n"  # the cell ran, its output is in
+        ran[mode] = marker.exists()
+    assert ran == {"immediate": False, "graceful": True}

@@ -22,13 +22,15 @@ seeded inputs), :mod:`~normref.checks.compare` (tolerances, errors, the closest 
 """
 from __future__ import annotations
 
+import importlib
+
 from .. import faults as _faults
-from .backward import check_layer_norm_backward
-from .block import check_pre_ln_block
 from .core import CALL_TIMEOUT_S, CaseResult, CheckResult
-from .module import check_rms_norm_module
-from .norms import check_layer_norm, check_rms_norm
-from .placement import check_post_ln, check_pre_ln
+
+#: Each checker's module, imported on first use (PEP 562): the block's (torch) only by the block.
+_LAZY = {"check_rms_norm": "norms", "check_layer_norm": "norms", "check_rms_norm_module": "module",
+         "check_pre_ln": "placement", "check_post_ln": "placement", "check_pre_ln_block": "block",
+         "check_layer_norm_backward": "backward"}
 
 #: Every fault kind the code checkers can name, with the sentence a student reads (torch's
 #: words; :func:`normref.faults.message` gives numpy's). A view of :mod:`normref.faults`.
@@ -47,3 +49,15 @@ __all__ = [
     "check_pre_ln_block",
     "check_layer_norm_backward",
 ]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -7,14 +7,15 @@ from typing import Callable
 
 import numpy as np
 
+from .._torch import is_tensor, loaded
 from .core import CaseResult, backend_of, fail, msg
 
 
 def to_f64(a) -> np.ndarray:
     """Any tensor or array as a float64 numpy array."""
-    import torch
+    if is_tensor(a):
+        import torch
 
-    if isinstance(a, torch.Tensor):
         return a.detach().to("cpu", torch.float64).numpy()
     return np.asarray(a, dtype=np.float64)
 
@@ -106,10 +107,8 @@ def compare_array(case: str, x, got, want: np.ndarray, diagnose: Callable,
     """Kind, shape, dtype, then values of a student's array output against ``want``
     (float64); ``diagnose(g, rtol, atol) -> (fault, hint)`` names the cause of wrong values.
     Messages use the words of ``x``'s backend."""
-    import torch
-
     backend = backend_of(x)
-    want_kind = torch.Tensor if isinstance(x, torch.Tensor) else np.ndarray
+    want_kind = loaded().Tensor if is_tensor(x) else np.ndarray
     if not isinstance(got, want_kind):
         return fail(case, f"returned {type(got).__name__}, expected "
                     f"{want_kind.__module__.split('.')[0]}.{want_kind.__name__}; "

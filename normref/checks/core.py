@@ -21,6 +21,7 @@ from typing import Callable
 import numpy as np
 
 from .. import faults as _faults
+from .._torch import import_if_named, is_tensor, loaded
 from ..rules import reference_calls_in, rule_message
 
 CALL_TIMEOUT_S = 5.0
@@ -183,8 +184,9 @@ def single_threaded(checker: Callable) -> Callable:
 
     @functools.wraps(checker)
     def wrapper(*args, **kwargs):
-        import torch
-
+        torch = loaded()
+        if torch is None:  # a numpy check: no torch threads to limit (and no torch to import)
+            return checker(*args, **kwargs)
         n = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
@@ -202,17 +204,19 @@ class _Timeout(Exception):
 def _call_with_timeout(fn: Callable, args: tuple, kwargs: dict, timeout: float):
     """Call ``fn`` with warnings and stderr swallowed (nbgrader scores a test cell 0 if anything
     reaches stderr) and torch's default dtype restored; on the main thread of a Unix process,
-    stop it after ``timeout`` seconds."""
-    import torch
-
-    default_dtype = torch.get_default_dtype()
+    stop it after ``timeout`` seconds. A call that imports torch itself (a numpy answer) finds
+    its default dtype float32 afterwards, as torch starts."""
+    torch = loaded()
+    default_dtype = torch.get_default_dtype() if torch is not None else None
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"), \
                 contextlib.redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore")
             return _call_alarm(fn, args, kwargs, timeout)
     finally:
-        torch.set_default_dtype(default_dtype)
+        torch = loaded()
+        if torch is not None:
+            torch.set_default_dtype(default_dtype if default_dtype is not None else torch.float32)
 
 
 def _call_alarm(fn: Callable, args: tuple, kwargs: dict, timeout: float):
@@ -348,6 +352,7 @@ def student_call(case: str, fn: Callable, args: tuple, kwargs: dict | None = Non
     checker's objects among what the call gets, which may run a reference.
     """
     before = [_copy(a) for a in watch]
+    import_if_named(fn)  # an answer that imports torch: before the call, neither recorded nor timed
     try:
         if record:
             got = _recorded(fn, args, kwargs or {}, CALL_TIMEOUT_S, tuple(handed_in))
@@ -364,9 +369,7 @@ def student_call(case: str, fn: Callable, args: tuple, kwargs: dict | None = Non
 
 
 def _copy(a):
-    import torch
-
-    if isinstance(a, torch.Tensor):
+    if is_tensor(a):
         return a.clone()
     if isinstance(a, np.ndarray):
         return np.array(a, copy=True)
@@ -374,10 +377,8 @@ def _copy(a):
 
 
 def _same(a, b) -> bool:
-    import torch
-
-    if isinstance(a, torch.Tensor):
-        return bool(torch.equal(a, b))
+    if is_tensor(a):
+        return bool(loaded().equal(a, b))
     if isinstance(a, np.ndarray):
         return bool(np.array_equal(a, b, equal_nan=True))
     return True

@@ -191,8 +191,21 @@ def battery(kind: str, backend: str) -> list[NormCase]:
     """Fixed, seeded cases; each is built to expose particular faults (see the names).
 
     The rms torch battery's six cases and their order are a contract: the rmsnorm assignment
-    and the demo class's expected scores are derived from them.
+    and the demo class's expected scores are derived from them. The numpy batteries are the
+    torch battery's cases without bfloat16, as numpy arrays: stored in
+    :mod:`normref.checks.numpy_batteries` (made by :func:`torch_battery`, checked equal by the
+    tests), so that a numpy check needs no torch.
     """
+    if backend == "numpy":
+        from .numpy_batteries import cases
+
+        return [NormCase(*c) for c in cases(kind)]
+    return torch_battery(kind, backend)
+
+
+def torch_battery(kind: str, backend: str) -> list[NormCase]:
+    """:func:`battery` as torch builds it (seeded ``torch.Generator``); ``backend="numpy"``: the
+    same cases as numpy arrays, which :mod:`normref.checks.numpy_batteries` stores."""
     import torch
 
     rnd = seeded_randn(16)

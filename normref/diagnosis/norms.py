@@ -59,17 +59,16 @@ def to_bf16(a: np.ndarray) -> np.ndarray:
 def _np(a) -> tuple[np.ndarray | None, str]:
     if a is None:
         return None, ""
-    try:
+    from .._torch import is_tensor
+
+    if is_tensor(a):
         import torch
 
-        if isinstance(a, torch.Tensor):
-            name = str(a.dtype).replace("torch.", "")
-            t = a.detach().cpu()
-            if t.dtype == torch.bfloat16:
-                return t.float().numpy(), "bfloat16"
-            return t.numpy().copy(), name
-    except ImportError:  # pragma: no cover - torch is a dependency
-        pass
+        name = str(a.dtype).replace("torch.", "")
+        t = a.detach().cpu()
+        if t.dtype == torch.bfloat16:
+            return t.float().numpy(), "bfloat16"
+        return t.numpy().copy(), name
     a = np.asarray(a)
     return a.copy(), str(a.dtype)
 

@@ -1,0 +1,228 @@
+"""torch is imported only where it is used (issue 22): ``import normref`` and the numpy-only
+assignments' grading kernels (layernorm, layernorm_backward, practice) never import it, their
+hand-backs and self-checks show what they showed with torch loaded, and the reference recorder
+still sees a torch normalization that a numpy answer imports and calls itself.
+
+Each kernel here is a fresh interpreter running the notebook's cells in order, as the grading
+kernel does: the sealing cell that nbgrader_config.py's ``HandbackKeys`` puts first (run on the
+source notebook, with this run's keys), the locked cells, the answer cells and the hidden tests.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: Runs cells (JSON on stdin) in one namespace, as a kernel would, and prints what they displayed,
+#: each cell's error, and whether torch was imported, as JSON.
+_KERNEL = r"""
+import json, sys
+spec = json.load(sys.stdin)
+if spec.get("preload_torch"):
+    import torch
+shown = []
+import IPython.display
+IPython.display.display = lambda *objs, **kw: shown.extend(objs)
+ns = {"__name__": "__main__", "display": IPython.display.display}
+for source in spec["cells"]:
+    try:
+        exec(compile(source, "<cell>", "exec"), ns)
+    except Exception as e:
+        shown.append({"error": type(e).__name__, "message": str(e)[:300]})
+print("RESULT " + json.dumps({"shown": shown, "torch": "torch" in sys.modules}, default=repr, sort_keys=True))
+"""
+
+
+def run_kernel(cells: list[str], *, preload_torch: bool = False, env: dict | None = None) -> dict:
+    out = subprocess.run([sys.executable, "-c", _KERNEL], input=json.dumps({"cells": cells, "preload_torch":
+                         preload_torch}), capture_output=True, text=True, timeout=600, cwd=REPO,
+                         env={**os.environ, **(env or {})})
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert out.returncode == 0 and lines, out.stderr[-3000:]
+    return json.loads(lines[-1].removeprefix("RESULT "))
+
+
+def test_import_normref_loads_no_torch_and_every_name_still_resolves():
+    code = ("import sys, normref\n"
+            "first = 'torch' in sys.modules\n"
+            "from normref import layer_norm, rms_norm, LAYER_NORM_EPS, check_layer_norm, check_layer_norm_backward\n"
+            "from normref.handback import as_graded, hand_back\n"
+            "from normref.answers import check_mean_var\n"
+            "numpy_only = 'torch' in sys.modules\n"
+            "names = sorted(set(normref.__all__) - set(dir(normref)))\n"
+            "from normref import TransformerBlock, check_pre_ln_block\n"
+            "import normref.checks as checks\n"
+            "ns = {}\n"
+            "exec('from normref import *', ns)\n"
+            "print(first, numpy_only, names, 'torch' in sys.modules, sorted(set(normref.__all__) - set(ns)),\n"
+            "      normref.blocks.TransformerBlock is TransformerBlock,\n"
+            "      checks.check_pre_ln_block is check_pre_ln_block,\n"
+            "      sorted(set(checks.__all__) - set(dir(checks))))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False", "[]", "True", "[]", "True", "True", "[]"], out.stdout
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """This run's graded inputs and keys, drawn as make grade draws them."""
+    from grader.scoring import prepare_inputs
+
+    root = tmp_path_factory.mktemp("lazy-course")
+    _, folder = prepare_inputs(root, seed=20261122, log=lambda *_: None, set_env=False)
+    return folder
+
+
+def kernel_cells(assignment: str, inputs: Path, answers: dict | None = None) -> list[str]:
+    """The grading kernel's cells for ``assignment``'s source notebook (its solutions, or
+    ``answers`` by grade_id), after the course's HandbackKeys preprocessor."""
+    from grader.apps import Course
+
+    config = Course(REPO).config
+    (keys_cls,) = [p for p in config.Autograde.autograde_preprocessors if p.__name__ == "HandbackKeys"]
+    nb = nbformat.read(REPO / "source" / assignment / f"{assignment}.ipynb", as_version=4)
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if answers is not None and cell.metadata.get("nbgrader", {}).get("solution"):
+            cell.source = answers.get(gid, "raise NotImplementedError()")
+    old = os.environ.get("NORMREF_HANDBACK_DIR")
+    os.environ["NORMREF_HANDBACK_DIR"] = str(inputs)
+    try:
+        nb, _ = keys_cls(config=config).preprocess(nb, {"nbgrader": {"assignment": assignment}})
+    finally:
+        os.environ.pop("NORMREF_HANDBACK_DIR") if old is None else os.environ.update(NORMREF_HANDBACK_DIR=old)
+    return ["\n".join(ln for ln in c.source.splitlines() if not ln.strip().startswith(("### BEGIN", "### END")))
+            for c in nb.cells if c.cell_type == "code"]
+
+
+def _env(inputs: Path) -> dict:
+    return {"NBGRADER_EXECUTION": "autograde", "NORMREF_HANDBACK_DIR": str(inputs)}
+
+
+def _handed_back(result: dict) -> list:
+    from normref.handback import MIME
+
+    return [s[MIME] for s in result["shown"] if isinstance(s, dict) and MIME in s]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("assignment", ["layernorm", "layernorm_backward", "practice"])
+def test_a_numpy_assignments_kernel_never_imports_torch_and_hands_back_the_same(assignment, inputs):
+    """The solution notebook in a fresh kernel: torch never imported (sealed without it), every
+    question handed back; and what it shows (self-checks and hand-backs) is what the same cells
+    show in a kernel where torch is loaded and the seal is the torch one."""
+    cells = kernel_cells(assignment, inputs)
+    assert "seal(torch=False)" in cells[0]
+    lazy = run_kernel(cells, env=_env(inputs))
+    assert lazy["torch"] is False
+    assert not [s for s in lazy["shown"] if isinstance(s, dict) and "error" in s], lazy["shown"]
+    backs = _handed_back(lazy)
+    want = {c.metadata["nbgrader"]["grade_id"] for c in nbformat.read(
+        REPO / "source" / assignment / f"{assignment}.ipynb", 4).cells if "hand_back(" in c.source}
+    assert {b["grade_id"] for b in backs} == want and all("changed" not in b for b in backs)
+    eager = run_kernel([cells[0].replace("seal(torch=False)", "seal()"), *cells[1:]], preload_torch=True,
+                       env=_env(inputs))
+    assert eager["torch"] is True
+    assert lazy["shown"] == eager["shown"]
+
+
+@pytest.mark.slow
+def test_the_torch_assignments_seal_imports_torch_as_before(inputs):
+    cells = kernel_cells("rmsnorm", inputs)
+    assert cells[0].endswith(".seal()")
+    result = run_kernel(cells, env=_env(inputs))
+    assert result["torch"] is True
+    assert {b["grade_id"] for b in _handed_back(result)} == {"rms_norm_shape", "rms_norm_battery"}
+
+
+# A numpy LayerNorm answer that calls torch's own layer_norm, importing torch itself inside the call:
+# spelled plainly (the hand-back imports torch before the call) and so that nothing can tell
+# beforehand (the recorder turns its torch function mode on as soon as the import is done).
+_TORCH_INSIDE = {
+    "plain": ("def layer_norm(x, weight, bias, eps=1e-5):\n"
+              "    import torch\n"
+              "    f = getattr(torch.nn.functional, 'layer' + '_norm')\n"
+              "    return f(torch.from_numpy(x).float(), (x.shape[-1],), torch.from_numpy(weight).float(),\n"
+              "             torch.from_numpy(bias).float(), eps).numpy().astype(x.dtype)\n"),
+    "hidden": ("def layer_norm(x, weight, bias, eps=1e-5):\n"
+               "    t = __import__('to' + 'rch')\n"
+               "    f = getattr(t.nn.functional, 'layer' + '_norm')\n"
+               "    return f(t.from_numpy(x).float(), (x.shape[-1],), t.from_numpy(weight).float(),\n"
+               "             t.from_numpy(bias).float(), eps).numpy().astype(x.dtype)\n"),
+    # the course's torch module, imported inside the call: its code is the reference's
+    "normref_module": ("def layer_norm(x, weight, bias, eps=1e-5):\n"
+                       "    import importlib\n"
+                       "    m = importlib.import_module('normref.' + 'modules')\n"
+                       "    t = m.torch\n"
+                       "    ln = m.LayerNorm(x.shape[-1], eps=eps)\n"
+                       "    return ln(t.from_numpy(x).float()).detach().numpy().astype(x.dtype)\n"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", sorted(_TORCH_INSIDE))
+def test_a_numpy_answer_that_imports_torch_and_calls_its_norm_is_still_caught(how, inputs):
+    answer = {"layer_norm_impl": "import numpy as np\n" + _TORCH_INSIDE[how]}
+    result = run_kernel(kernel_cells("layernorm", inputs, answer), env=_env(inputs))
+    assert result["torch"] is True  # the answer imported it
+    for back in _handed_back(result):
+        refs = [r for call in back["calls"] for r in call.get("references", [])]
+        assert refs, (how, back["grade_id"], back["calls"][:1])
+        assert all(r.startswith("calls ") for r in refs), refs
+        if how != "normref_module":
+            assert "calls torch's layer_norm" in refs, refs
+    # the self-check (the visible test) says so too: the rule costs the question
+    errors = [s for s in result["shown"] if isinstance(s, dict) and "error" in s]
+    assert errors and "grading gives this question 0" in errors[0]["message"], result["shown"]
+
+
+def test_torch_free_assignments_have_only_numpy_or_short_answer_questions():
+    """nbgrader_config.py's TORCH_FREE_ASSIGNMENTS (sealed without torch) against the questions
+    grader.scoring scores: every keyed question of those is numpy or a short answer, and every
+    other assignment has a torch question."""
+    from grader.apps import Course
+    from grader.scoring import QUESTIONS
+
+    (keys_cls,) = [p for p in Course(REPO).config.Autograde.autograde_preprocessors if p.__name__ == "HandbackKeys"]
+    free = keys_cls.preprocess.__globals__["TORCH_FREE_ASSIGNMENTS"]
+    for src in sorted((REPO / "source").glob("*/*.ipynb")):
+        gids = {c.metadata.get("nbgrader", {}).get("grade_id") for c in nbformat.read(src, 4).cells} & set(QUESTIONS)
+        backends = {"values" if QUESTIONS[g].kind == "values" else QUESTIONS[g].backend for g in gids}
+        assert gids, src
+        if src.parent.name in free:
+            assert backends <= {"numpy", "values"}, (src.parent.name, backends)
+        else:
+            assert "torch" in backends, (src.parent.name, backends)
+
+
+def test_inputs_are_written_without_torch_for_numpy_questions(inputs):
+    """A numpy or short-answer question's inputs are a pickle (its kernel reads them without
+    torch); a torch question's are torch.save's archive. Both read back as written."""
+    import numpy as np
+
+    from grader.scoring import QUESTIONS, keys_path
+    from normref.handback import load_inputs, unlock
+
+    def leaves(o):
+        if isinstance(o, dict):
+            return [x for v in o.values() for x in leaves(v)]
+        if isinstance(o, (list, tuple)):
+            return [x for v in o for x in leaves(v)]
+        return [o]
+
+    keys = json.loads(keys_path(inputs).read_text())
+    for gid, q in QUESTIONS.items():
+        data = unlock(bytes.fromhex(keys[gid]), (inputs / f"{gid}.pt").read_bytes())
+        zipped = data.startswith(b"PK\x03\x04")
+        assert zipped == (q.backend != "numpy" and q.kind != "values"), gid
+        kinds = {type(v).__module__.split(".")[0] for v in leaves(load_inputs(data))}
+        if not zipped:
+            assert kinds <= {"builtins", "numpy"}, (gid, kinds)
+            assert q.kind == "values" or q.public or any(isinstance(v, np.ndarray) for v in leaves(load_inputs(data)))
