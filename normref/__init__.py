@@ -1,8 +1,9 @@
 """normref: the trusted reference for Lesson 16, "Normalize across features, one token at a time".
 
-LayerNorm, RMSNorm (numpy and torch, functional and ``nn.Module``), Pre-LN and Post-LN
-placement and a small transformer block, and the checkers that grade and diagnose a student's
-implementation. Every lesson, plot, widget and grader cell of the course calls this package.
+LayerNorm, RMSNorm and DyT (numpy and torch, functional and ``nn.Module``), Pre-LN, Post-LN,
+Peri-LN, Output-LN and DeepNorm placement, QK-norm and a small transformer block, and the
+checkers that grade and diagnose a student's implementation. Every lesson, plot, widget and
+grader cell of the course calls this package.
 """
 from .backward import layer_norm_backward, rms_norm_backward
 from .blocks import (
@@ -26,22 +27,31 @@ from .checks import (
     check_rms_norm,
     check_rms_norm_module,
 )
-from .functional import LAYER_NORM_EPS, RMS_NORM_EPS, layer_norm, rms_norm
-from .modules import LayerNorm, RMSNorm
+from .functional import LAYER_NORM_EPS, RMS_NORM_EPS, dyt, layer_norm, rms_norm
+from .modules import DyT, LayerNorm, RMSNorm
+from .placements import PLACEMENTS, deep_norm, deepnorm_constants, output_ln, peri_ln, qk_norm_logits
 
 __version__ = "0.1.0"
 
 __all__ = [
     "layer_norm",
     "rms_norm",
+    "dyt",
     "LAYER_NORM_EPS",
     "RMS_NORM_EPS",
     "layer_norm_backward",
     "rms_norm_backward",
     "LayerNorm",
     "RMSNorm",
+    "DyT",
     "pre_ln",
     "post_ln",
+    "peri_ln",
+    "output_ln",
+    "deep_norm",
+    "deepnorm_constants",
+    "qk_norm_logits",
+    "PLACEMENTS",
     "TransformerBlock",
     "TransformerStack",
     "CausalSelfAttention",
