@@ -137,8 +137,19 @@ _TABLE = [
     Fault("ignores_sublayer", "the sublayer was not used: a residual sublayer adds F's output to "
           "x.", "left out the sublayer F"),
     Fault("norm_on_sublayer_output", "the norm was applied to the sublayer's output F(x) "
-          "instead of where the placement puts it.", "normalized the sublayer's output",
-          aliases=("norm_after_sublayer",)),
+          "instead of where the placement puts it: x + Norm(F(x)) is Output-LN (OLMo 2's placement).",
+          "normalized the sublayer's output", aliases=("norm_after_sublayer",)),
+    Fault("is_peri_ln", "that is Peri-LN, x + Norm(F(Norm(x))) (Gemma 2's placement): the norm "
+          "sits on both sides of the sublayer.", "wrote Peri-LN, x + Norm(F(Norm(x)))"),
+    Fault("is_pre_ln", "that is Pre-LN, x + F(Norm(x)): the sublayer's output is not normalized.",
+          "wrote Pre-LN, x + F(Norm(x))"),
+    Fault("is_post_ln", "that is Post-LN, Norm(x + F(x)): the norm sits after the residual add.",
+          "wrote Post-LN, Norm(x + F(x))"),
+    Fault("is_output_ln", "that is Output-LN, x + Norm(F(x)) (OLMo 2's placement): the "
+          "sublayer's input is not normalized.", "wrote Output-LN, x + Norm(F(x))"),
+    Fault("residual_scaled", "the residual path was scaled: Norm(alpha x + F(x)) is DeepNorm "
+          "(Wang et al. 2022), Post-LN with the residual scaled by alpha.",
+          "scaled the residual (DeepNorm's alpha x)"),
     Fault("norms_swapped", "input_layernorm belongs before attention and "
           "post_attention_layernorm before the feed-forward net; yours are swapped.",
           "swapped the block's two norms"),
