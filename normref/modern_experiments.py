@@ -41,12 +41,12 @@ LN_FIT_ALPHAS = np.geomspace(1e-4, 10.0, 161)
 LOW_LR, HIGH_LR = 0.01, 0.1
 #: The lesson's runs, ``{label: train_tiny keywords}``: every placement at the low learning rate,
 #: the three un-normalised-stream placements at the high one, QK-norm, and DyT beside LayerNorm.
-LOW_RUNS = {p: {"placement": p} for p in PLACEMENT_ORDER}
+LOW_RUNS = {p: {"placement": p, "record_logits": False} for p in PLACEMENT_ORDER}
 HIGH_RUNS = {p: {"placement": p} for p in ("pre", "peri", "output")}
 QK_RUNS = {"pre + QK-norm": {"placement": "pre", "qk_norm": "rms"},
            "output + QK-norm": {"placement": "output", "qk_norm": "rms"}}
-DYT_RUNS = {"LayerNorm": {"placement": "pre", "norm": "layer", "record_norm_io": True},
-            "DyT": {"placement": "pre", "norm": "dyt"}}
+DYT_RUNS = {"LayerNorm": {"placement": "pre", "norm": "layer", "record_norm_io": True, "record_logits": False},
+            "DyT": {"placement": "pre", "norm": "dyt", "record_logits": False}}
 
 _DATA: dict = {}
 
@@ -140,7 +140,8 @@ def _tiny_lm(placement: str, norm: str, qk_norm, cfg: dict):
 
 
 def train_tiny(placement: str = "pre", *, norm: str = "rms", qk_norm: str | None = None, lr: float = 0.1,
-               steps: int = 40, seed: int = 0, record_norm_io: bool = False, **model) -> dict:
+               steps: int = 40, seed: int = 0, record_logits: bool = True, record_norm_io: bool = False,
+               **model) -> dict:
     """Train the tiny language model (:data:`TINY`) with one placement: Adam, fixed learning rate.
 
     Model: token and position embeddings, a :class:`normref.TransformerStack` (``placement``,
@@ -154,12 +155,14 @@ def train_tiny(placement: str = "pre", *, norm: str = "rms", qk_norm: str | None
         placement, norm, qk_norm: the stack (``norm``: ``"rms"``, ``"layer"`` or ``"dyt"``).
         lr, steps: Adam (betas 0.9, 0.98) at this fixed learning rate, for this many steps.
         seed: weights and batch order.
+        record_logits: record the largest attention logit of every step (it recomputes every
+            layer's queries and keys once more; False: ``"max_logit"`` is empty).
         record_norm_io: also return, after training, what every norm of the stack received
             (``"norm_inputs"``: a list of ``[32, seq, dim]`` float64 arrays, module order).
         **model: overrides of :data:`TINY` (``depth``, ``dim``, ``n_heads``, ``batch``, ...).
 
     Returns:
-        ``{"loss": [steps], "max_logit": [steps], "rms_init": [depth], "rms_final": [depth],
+        ``{"loss": [steps], "max_logit": [steps] (or [0]), "rms_init": [depth], "rms_final": [depth],
         "placement", "norm", "qk_norm", "lr", "seed", "steps"}`` (float64 arrays; a loss that
         became NaN or inf is kept as it was).
 
@@ -193,7 +196,7 @@ def train_tiny(placement: str = "pre", *, norm: str = "rms", qk_norm: str | None
             with torch.no_grad():
                 seen.append(float(mod.logits(inputs[0]).abs().max()))
 
-        hooks = [b.self_attn.register_forward_hook(watch) for b in lm.stack.layers]
+        hooks = [b.self_attn.register_forward_hook(watch) for b in lm.stack.layers] if record_logits else []
         losses, peaks = [], []
         try:
             for _ in range(steps):
@@ -204,7 +207,8 @@ def train_tiny(placement: str = "pre", *, norm: str = "rms", qk_norm: str | None
                 loss.backward()
                 opt.step()
                 losses.append(loss.item())
-                peaks.append(max(seen))
+                if seen:
+                    peaks.append(max(seen))
         finally:
             for h in hooks:
                 h.remove()

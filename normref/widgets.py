@@ -458,7 +458,7 @@ class LearningRateExplorer:
 
         key = (placement, lr)
         if key not in self._cache:
-            self._cache[key] = train_tiny(placement, lr=lr, seed=self.seed)
+            self._cache[key] = train_tiny(placement, lr=lr, seed=self.seed, record_logits=False)
             self.trained += 1
         return self._cache[key]
 
