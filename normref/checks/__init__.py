@@ -17,8 +17,9 @@ seeded inputs), :mod:`~normref.checks.compare` (tolerances, errors, the closest 
 :mod:`~normref.checks.norms` (:func:`check_rms_norm`,
 :func:`check_layer_norm`), :mod:`~normref.checks.module` (:func:`check_rms_norm_module`),
 :mod:`~normref.checks.placement` (:func:`check_pre_ln`, :func:`check_post_ln`),
-:mod:`~normref.checks.block` (:func:`check_pre_ln_block`) and
-:mod:`~normref.checks.backward` (:func:`check_layer_norm_backward`).
+:mod:`~normref.checks.block` (:func:`check_pre_ln_block`),
+:mod:`~normref.checks.backward` (:func:`check_layer_norm_backward`) and
+:mod:`~normref.checks.modern` (:func:`check_peri_ln`, :func:`check_qk_norm_logits`, :func:`check_dyt`).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from .. import faults as _faults
 from .backward import check_layer_norm_backward
 from .block import check_pre_ln_block
 from .core import CALL_TIMEOUT_S, CaseResult, CheckResult
+from .modern import check_dyt, check_peri_ln, check_qk_norm_logits
 from .module import check_rms_norm_module
 from .norms import check_layer_norm, check_rms_norm
 from .placement import check_post_ln, check_pre_ln
@@ -46,4 +48,7 @@ __all__ = [
     "check_post_ln",
     "check_pre_ln_block",
     "check_layer_norm_backward",
+    "check_peri_ln",
+    "check_qk_norm_logits",
+    "check_dyt",
 ]
