@@ -77,7 +77,8 @@ def test_pre_ln_hidden_states_grow_in_training_peri_and_output_stay_bounded(low,
             assert np.all(pre > factor * other), (p, pre, other)  # every seed
             grown = np.array([r["rms_final"][-1] / r["rms_init"][-1] for r in runs[p]])
             assert np.all(grown < 3.0), (p, grown)
-        assert np.all(np.array([r["rms_final"][-1] / r["rms_init"][-1] for r in runs["pre"]]) > 5)
+        pre_grown = np.array([r["rms_final"][-1] / r["rms_init"][-1] for r in runs["pre"]])
+        assert np.all(pre_grown > (1000 if runs is high else 5)), pre_grown  # "a thousand or more" at lr 0.1
     for p in ("post", "deep"):
         assert all(r["rms_final"].max() < 1.5 for r in low[p])
 
@@ -124,7 +125,8 @@ def test_qk_norm_keeps_the_largest_logit_small_and_the_loss_lower(high, qk):
             assert b["max_logit"].max() < a["max_logit"].max() / 20, (p, a["seed"])
             assert b["max_logit"].max() < 30
             assert me.final_loss(b) < me.final_loss(a), (p, a["seed"])
-    assert all(r["max_logit"].max() > 5000 for r in high["output"])  # Output-LN without it: thousands
+    assert all(r["max_logit"].max() > 5000 for r in high["output"])  # Output-LN: about ten thousand
+    assert all(100 < r["max_logit"].max() < 1000 for r in high["pre"])  # Pre-LN: hundreds
 
 
 # ----------------------------------------------------------------------------- (d) DyT
