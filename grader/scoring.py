@@ -482,6 +482,20 @@ for _gid, (_name, (_args, _kwargs), _head, _battery) in _VISIBLE.items():
                                QUESTIONS[_battery].reference, QUESTIONS[_battery].backend,
                                all_or_nothing=True, public=(_name, _args, _kwargs))
 
+# The modern assignment (lesson 04): Peri-LN, QK-norm logits and DyT, drawn in grader/modern_batteries.py.
+from normref.rules import DYT_REFERENCE, PERI_REFERENCE, QK_REFERENCE  # noqa: E402
+
+from .modern_batteries import draw_dyt_battery, draw_peri_battery, draw_qk_battery  # noqa: E402
+
+_MODERN = (("peri_ln", "check_peri_ln", "_peri_battery", draw_peri_battery, PERI_REFERENCE),
+           ("qk_logits", "check_qk_norm_logits", "_qk_battery", draw_qk_battery, QK_REFERENCE),
+           ("dyt", "check_dyt", "_dyt_battery", draw_dyt_battery, DYT_REFERENCE))
+for _gid, _name, _attr, _draw, _ref in _MODERN:
+    QUESTIONS[f"{_gid}_battery"] = Question(_public_check(_name, (), {}, None), "normref.checks.modern", _attr,
+                                            _draw, _ref)
+    QUESTIONS[f"{_gid}_quick"] = Question(_public_check(_name, (), {"quick": True}, None), None, None, None, _ref,
+                                          all_or_nothing=True, public=(_name, (), {"quick": True}))
+
 # Classes (the block assignment's RMSNorm module and PreNormBlock): the grader decides every
 # call (:func:`module_plan`, :func:`block_plan`), the kernel performs them and records what
 # happened (:func:`normref.handback.run_plan`), the checker judges the record (:class:`ReplayClass`).

@@ -1,8 +1,9 @@
 """normref: the trusted reference for Lesson 16, "Normalize across features, one token at a time".
 
-LayerNorm, RMSNorm (numpy and torch, functional and ``nn.Module``), Pre-LN and Post-LN
-placement and a small transformer block, and the checkers that grade and diagnose a student's
-implementation. Every lesson, plot, widget and grader cell of the course calls this package.
+LayerNorm, RMSNorm and DyT (numpy and torch, functional and ``nn.Module``), Pre-LN, Post-LN,
+Peri-LN, Output-LN and DeepNorm placement, QK-norm and a small transformer block, and the
+checkers that grade and diagnose a student's implementation. Every lesson, plot, widget and
+grader cell of the course calls this package.
 """
 from __future__ import annotations
 
@@ -14,33 +15,45 @@ import importlib
 #: as before.
 _LAZY = {
     "layer_norm": "functional", "rms_norm": "functional", "LAYER_NORM_EPS": "functional",
-    "RMS_NORM_EPS": "functional",
+    "RMS_NORM_EPS": "functional", "dyt": "functional",
     "layer_norm_backward": "backward", "rms_norm_backward": "backward",
-    "LayerNorm": "modules", "RMSNorm": "modules",
+    "LayerNorm": "modules", "RMSNorm": "modules", "DyT": "modules",
+    "peri_ln": "placements", "output_ln": "placements", "deep_norm": "placements",
+    "deepnorm_constants": "placements", "qk_norm_logits": "placements", "PLACEMENTS": "placements",
     "pre_ln": "blocks", "post_ln": "blocks", "TransformerBlock": "blocks", "TransformerStack": "blocks",
     "CausalSelfAttention": "blocks", "FeedForward": "blocks", "layer_grad_norms": "blocks",
     "check_rms_norm": "checks", "check_layer_norm": "checks", "check_rms_norm_module": "checks",
     "check_pre_ln": "checks", "check_post_ln": "checks", "check_pre_ln_block": "checks",
-    "check_layer_norm_backward": "checks", "CheckResult": "checks", "CaseResult": "checks",
+    "check_layer_norm_backward": "checks", "check_peri_ln": "checks", "check_qk_norm_logits": "checks",
+    "check_dyt": "checks", "CheckResult": "checks", "CaseResult": "checks",
     "FAULT_KINDS": "checks",
 }
 #: The package's modules, also reachable as attributes (``normref.blocks``) before they are imported.
 _SUBMODULES = ("answers", "backward", "blocks", "checks", "diagnosis", "experiments", "faults", "functional",
-               "handback", "modules", "plots", "practice", "rules", "tamper", "widgets")
+               "handback", "modern_experiments", "modern_plots", "modules", "placements", "plots", "practice",
+               "rules", "tamper", "widgets")
 
 __version__ = "0.1.0"
 
 __all__ = [
     "layer_norm",
     "rms_norm",
+    "dyt",
     "LAYER_NORM_EPS",
     "RMS_NORM_EPS",
     "layer_norm_backward",
     "rms_norm_backward",
     "LayerNorm",
     "RMSNorm",
+    "DyT",
     "pre_ln",
     "post_ln",
+    "peri_ln",
+    "output_ln",
+    "deep_norm",
+    "deepnorm_constants",
+    "qk_norm_logits",
+    "PLACEMENTS",
     "TransformerBlock",
     "TransformerStack",
     "CausalSelfAttention",
@@ -53,6 +66,9 @@ __all__ = [
     "check_post_ln",
     "check_pre_ln_block",
     "check_layer_norm_backward",
+    "check_peri_ln",
+    "check_qk_norm_logits",
+    "check_dyt",
     "CheckResult",
     "CaseResult",
     "FAULT_KINDS",

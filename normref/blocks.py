@@ -6,9 +6,13 @@ computation? Pre-LN vs Post-LN asks where is it placed?"):
 * Pre-LN  (the seed's depicted block, MiniMind, GPT-2): ``Y = X + F(Norm(X))``
 * Post-LN (the original Transformer, Vaswani et al. 2017): ``Y = Norm(X + F(X))``
 
+and today's (:mod:`normref.placements`): Peri-LN ``X + Norm(F(Norm(X)))`` (Gemma 2 and 3),
+Output-LN ``X + Norm(F(X))`` (OLMo 2) and DeepNorm ``Norm(alpha X + F(X))`` (Wang et al. 2022);
+QK-norm is an option of :class:`CausalSelfAttention`, DyT (no norm) an option of the norm.
+
 ``TransformerBlock`` writes each placement out in two lines, nanoGPT style, so the difference
-is visible at a glance. ``TransformerStack`` stacks blocks and, for Pre-LN, adds the final norm
-(the residual stream is never normalised otherwise).
+is visible at a glance. ``TransformerStack`` stacks blocks and, where the residual stream is
+never normalised otherwise (Pre-LN, Peri-LN, Output-LN), adds the final norm.
 
 What placement does at initialisation (Xiong et al. 2020, "On Layer Normalization in the
 Transformer Architecture", Theorem 1 and Fig. 3), as measured in ``tests/test_blocks.py``
@@ -36,7 +40,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .modules import LayerNorm, RMSNorm
+from .modules import DyT, LayerNorm, RMSNorm
+from .placements import PLACEMENTS, deepnorm_constants
 
 __all__ = [
     "pre_ln",
@@ -48,8 +53,6 @@ __all__ = [
     "TransformerStack",
     "layer_grad_norms",
 ]
-
-PLACEMENTS = ("pre", "post")
 
 
 def pre_ln(x, sublayer: Callable, norm: Callable):
@@ -101,56 +104,81 @@ def post_ln(x, sublayer: Callable, norm: Callable):
 
 def make_norm(norm: str, dim: int) -> nn.Module:
     """``"rms"`` -> :class:`normref.RMSNorm` (eps 1e-6), ``"layer"`` -> :class:`normref.LayerNorm`
-    (eps 1e-5), each with its one default eps; both map ``[B, T, dim]`` to ``[B, T, dim]``,
-    dtype kept.
+    (eps 1e-5), each with its one default eps, ``"dyt"`` -> :class:`normref.DyT` (alpha 0.5, no
+    statistics); each maps ``[B, T, dim]`` to ``[B, T, dim]``, dtype kept.
 
     Raises:
-        ValueError: ``norm`` is not ``"rms"`` or ``"layer"``.
+        ValueError: ``norm`` is not ``"rms"``, ``"layer"`` or ``"dyt"``.
 
-    Source: the seed (MiniMind uses RMSNorm); Ba et al. 2016; Zhang and Sennrich 2019.
+    Source: the seed (MiniMind uses RMSNorm); Ba et al. 2016; Zhang and Sennrich 2019; Zhu et al. 2025.
     """
     if norm == "rms":
         return RMSNorm(dim)
     if norm == "layer":
         return LayerNorm(dim)
-    raise ValueError(f"norm must be 'rms' or 'layer', got {norm!r}")
+    if norm == "dyt":
+        return DyT(dim)
+    raise ValueError(f"norm must be 'rms', 'layer' or 'dyt', got {norm!r}")
 
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention, ``[B, T, D] -> [B, T, D]`` (MiniMind's projection names).
+    """Multi-head causal self-attention, ``[B, T, D] -> [B, T, D]`` (MiniMind's projection names),
+    optionally with QK-norm.
 
     Args:
         dim: D, the model width; must be divisible by ``n_heads``.
         n_heads: number of heads H; each head has width ``D // H``.
+        qk_norm: None (plain attention), ``"rms"`` or ``"layer"``: normalise every query and
+            every key over its head's width before the dot product, with ``q_norm`` and
+            ``k_norm`` (one :class:`normref.RMSNorm` / :class:`normref.LayerNorm` of width
+            ``D // H`` each, shared by the heads), as Gemma 3 and Qwen 3 do (OLMo 2 normalises
+            over the whole width D before splitting the heads).
+
+    Attributes:
+        q_proj, k_proj, v_proj, o_proj: ``nn.Linear(D, D, bias=False)``.
+        q_norm, k_norm: the QK-norms, or None.
+
+    ``logits(x)``: the attention logits ``[B, H, T, T]`` before the causal mask and the softmax,
+    ``q_norm(q) k_norm(k)^T / sqrt(D // H)`` (:func:`normref.qk_norm_logits` per head).
 
     Raises:
-        ValueError: ``dim`` is not divisible by ``n_heads``.
+        ValueError: ``dim`` is not divisible by ``n_heads``, or ``qk_norm`` is unknown.
 
-    Source: Vaswani et al. 2017, eq. (1); nanoGPT's ``CausalSelfAttention``.
+    Source: Vaswani et al. 2017, eq. (1); nanoGPT's ``CausalSelfAttention``; QK-norm: Henry et
+    al. 2020, Dehghani et al. 2023 (LayerNorm on q and k), Hugging Face ``modeling_qwen3.py`` /
+    ``modeling_gemma3.py`` (RMSNorm of width ``head_dim``).
     """
 
-    def __init__(self, dim: int, n_heads: int):
+    def __init__(self, dim: int, n_heads: int, qk_norm: str | None = None):
         super().__init__()
         if n_heads < 1 or dim % n_heads:
             raise ValueError(f"dim ({dim}) must be divisible by n_heads ({n_heads})")
+        if qk_norm not in (None, "rms", "layer"):
+            raise ValueError(f"qk_norm must be None, 'rms' or 'layer', got {qk_norm!r}")
         self.n_heads = n_heads
         self.q_proj = nn.Linear(dim, dim, bias=False)
         self.k_proj = nn.Linear(dim, dim, bias=False)
         self.v_proj = nn.Linear(dim, dim, bias=False)
         self.o_proj = nn.Linear(dim, dim, bias=False)
+        self.q_norm = make_norm(qk_norm, dim // n_heads) if qk_norm else None
+        self.k_norm = make_norm(qk_norm, dim // n_heads) if qk_norm else None
+
+    def _heads(self, t: torch.Tensor) -> torch.Tensor:
+        B, T, D = t.shape
+        return t.view(B, T, self.n_heads, D // self.n_heads).transpose(1, 2)  # [B, H, T, D/H]
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        q, k = self._heads(self.q_proj(x)), self._heads(self.k_proj(x))  # [B, H, T, D/H]
+        if self.q_norm is not None:  # QK-norm: each query and key normalised over the head width
+            q, k = self.q_norm(q), self.k_norm(k)
+        return (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # [B, H, T, T]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, D = x.shape
-        H = self.n_heads
-
-        def heads(t):
-            return t.view(B, T, H, D // H).transpose(1, 2)  # [B, H, T, D/H]
-
-        q, k, v = heads(self.q_proj(x)), heads(self.k_proj(x)), heads(self.v_proj(x))
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(D // H)  # [B, H, T, T]
+        att = self.logits(x)  # [B, H, T, T]
         causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
         att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, D)  # [B, T, D]
+        y = (att @ self._heads(self.v_proj(x))).transpose(1, 2).reshape(B, T, D)  # [B, T, D]
         return self.o_proj(y)
 
 
@@ -184,74 +212,118 @@ class FeedForward(nn.Module):
 
 class TransformerBlock(nn.Module):
     """One transformer block: causal self-attention and a feed-forward net, each a residual
-    sublayer with its own norm, placed before (Pre-LN) or after (Post-LN) the residual add.
+    sublayer with its own norm(s), placed where ``placement`` says.
 
     Args:
         dim: D, the model width.
         n_heads: attention heads; ``dim`` must be divisible by it.
-        norm: ``"rms"`` (:class:`normref.RMSNorm`, MiniMind) or ``"layer"``
-            (:class:`normref.LayerNorm`).
-        placement: ``"pre"`` or ``"post"``.
+        norm: ``"rms"`` (:class:`normref.RMSNorm`, MiniMind), ``"layer"``
+            (:class:`normref.LayerNorm`) or ``"dyt"`` (:class:`normref.DyT`, no norm at all).
+        placement: a key of :data:`normref.placements.PLACEMENTS`: ``"pre"`` ``x + F(Norm(x))``,
+            ``"post"`` ``Norm(x + F(x))``, ``"peri"`` ``x + Norm(F(Norm(x)))``, ``"output"``
+            ``x + Norm(F(x))`` or ``"deep"`` ``Norm(alpha x + F(x))``.
         ffn_hidden: inner width of the feed-forward net (default MiniMind's 8/3 rule).
+        qk_norm: passed to :class:`CausalSelfAttention` (None, ``"rms"``, ``"layer"``).
+        alpha, beta: DeepNorm's residual scale and init scale (``placement="deep"`` only);
+            None = :func:`normref.placements.deepnorm_constants` of one layer
+            (:class:`TransformerStack` passes those of its depth).
 
     Attributes (MiniMind's names):
-        input_layernorm: the norm of the attention sublayer (Pre-LN: on its input;
-            Post-LN: on ``x + attn(x)``).
+        input_layernorm: the norm of the attention sublayer (Pre-LN and Peri-LN: on its input;
+            Post-LN and DeepNorm: on the sum; Output-LN: on attention's output).
         self_attn: :class:`CausalSelfAttention`.
-        post_attention_layernorm: the norm of the feed-forward sublayer.
+        post_attention_layernorm: the norm of the feed-forward sublayer, placed the same way.
         mlp: :class:`FeedForward`.
+        attn_output_norm, mlp_output_norm: Peri-LN's second norm of each sublayer, on its output
+            (Gemma 2's ``post_attention_layernorm`` and ``post_feedforward_layernorm``); None for
+            the other placements.
+        alpha: the residual scale (1.0 unless ``placement="deep"``).
 
     Shapes: ``forward(x)``: ``[B, T, D] -> [B, T, D]``, dtype kept.
 
     Raises:
-        ValueError: unknown ``norm`` or ``placement``, or ``dim % n_heads != 0``.
+        ValueError: unknown ``norm``, ``placement`` or ``qk_norm``, ``dim % n_heads != 0``, or
+            ``alpha``/``beta`` given for a placement other than ``"deep"``.
 
     Initialisation: every ``nn.Linear`` weight is Xavier-uniform (Glorot), as in Vaswani et al.
     2017 and the setting Xiong et al. 2020 analyse (MiniMind uses normal(0, 0.02), tuned for
-    D = 512+; at D = 32 it makes every sublayer almost silent). The norms start at weight 1,
-    bias 0. Deterministic under ``torch.manual_seed``.
+    D = 512+; at D = 32 it makes every sublayer almost silent). DeepNorm then multiplies the
+    value, output and feed-forward weights by ``beta`` (Wang et al. 2022, Algorithm 1). The
+    norms start at weight 1, bias 0 (DyT: alpha 0.5). Deterministic under ``torch.manual_seed``.
 
-    Source: the seed's "Engineering bridge" (MiniMind's block); Xiong et al. 2020, Fig. 1.
+    Source: the seed's "Engineering bridge" (MiniMind's block); Xiong et al. 2020, Fig. 1;
+    Kim et al. 2025 (Peri-LN); Team OLMo 2024 (Output-LN); Wang et al. 2022 (DeepNorm).
     """
 
     def __init__(self, dim: int, n_heads: int, norm: str = "rms", placement: str = "pre",
-                 ffn_hidden: int | None = None):
+                 ffn_hidden: int | None = None, *, qk_norm: str | None = None,
+                 alpha: float | None = None, beta: float | None = None):
         super().__init__()
         if placement not in PLACEMENTS:
-            raise ValueError(f"placement must be 'pre' or 'post', got {placement!r}")
+            raise ValueError(f"placement must be one of {', '.join(map(repr, PLACEMENTS))}, got {placement!r}")
+        if placement != "deep" and (alpha is not None or beta is not None):
+            raise ValueError(f"alpha and beta are DeepNorm's (placement='deep'), not {placement!r}'s")
         self.placement = placement
         self.input_layernorm = make_norm(norm, dim)
-        self.self_attn = CausalSelfAttention(dim, n_heads)
+        self.self_attn = CausalSelfAttention(dim, n_heads, qk_norm)
         self.post_attention_layernorm = make_norm(norm, dim)
         self.mlp = FeedForward(dim, ffn_hidden)
+        peri = placement == "peri"
+        self.attn_output_norm = make_norm(norm, dim) if peri else None
+        self.mlp_output_norm = make_norm(norm, dim) if peri else None
+        a1, b1 = deepnorm_constants(1)
+        self.alpha = float(alpha if alpha is not None else a1) if placement == "deep" else 1.0
         for m in self.modules():  # Vaswani et al. 2017 / Xiong et al. 2020: Xavier (Glorot)
             if isinstance(m, nn.Linear):
                 nn.init.xavier_uniform_(m.weight)
+        if placement == "deep":  # DeepNet: scale v, o and the feed-forward net's init by beta
+            with torch.no_grad():
+                for lin in (self.self_attn.v_proj, self.self_attn.o_proj, self.mlp.gate_proj,
+                            self.mlp.up_proj, self.mlp.down_proj):
+                    lin.weight.mul_(beta if beta is not None else b1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        A, M, N1, N2 = self.self_attn, self.mlp, self.input_layernorm, self.post_attention_layernorm
         if self.placement == "pre":  # Y = X + F(Norm(X))
-            x = x + self.self_attn(self.input_layernorm(x))
-            x = x + self.mlp(self.post_attention_layernorm(x))
-        else:  # Y = Norm(X + F(X))
-            x = self.input_layernorm(x + self.self_attn(x))
-            x = self.post_attention_layernorm(x + self.mlp(x))
+            x = x + A(N1(x))
+            x = x + M(N2(x))
+        elif self.placement == "post":  # Y = Norm(X + F(X))
+            x = N1(x + A(x))
+            x = N2(x + M(x))
+        elif self.placement == "peri":  # Y = X + Norm'(F(Norm(X)))
+            x = x + self.attn_output_norm(A(N1(x)))
+            x = x + self.mlp_output_norm(M(N2(x)))
+        elif self.placement == "output":  # Y = X + Norm(F(X))
+            x = x + N1(A(x))
+            x = x + N2(M(x))
+        else:  # DeepNorm, Y = Norm(alpha X + F(X))
+            x = N1(self.alpha * x + A(x))
+            x = N2(self.alpha * x + M(x))
         return x  # [B, T, D]
 
 
-class TransformerStack(nn.Module):
-    """``depth`` :class:`TransformerBlock`s on the residual stream, plus the final norm for Pre-LN.
+#: The placements whose residual stream is never normalised inside a block, so the stack ends
+#: with a final norm (GPT-2's ``ln_f``, Llama's, Gemma's and OLMo 2's ``norm``).
+FINAL_NORM = ("pre", "peri", "output")
 
-    A Pre-LN stack never normalises its residual stream inside the blocks, so it ends with
-    ``self.norm`` (as GPT-2's ``ln_f`` and MiniMind's final ``norm``); a Post-LN stack's last
-    block already ends with a norm, and ``self.norm`` is None.
+
+class TransformerStack(nn.Module):
+    """``depth`` :class:`TransformerBlock`s on the residual stream, plus the final norm where the
+    placement leaves the stream un-normalised.
+
+    Pre-LN, Peri-LN and Output-LN never normalise the residual stream inside the blocks, so the
+    stack ends with ``self.norm`` (GPT-2's ``ln_f``, MiniMind's, Gemma's and OLMo 2's final
+    ``norm``); Post-LN's and DeepNorm's last block already ends with a norm, and ``self.norm``
+    is None.
 
     Args:
         depth: number of blocks L (>= 1).
-        dim, n_heads, norm, placement, ffn_hidden: passed to every :class:`TransformerBlock`.
+        dim, n_heads, norm, placement, ffn_hidden, qk_norm: passed to every :class:`TransformerBlock`.
+        alpha, beta: DeepNorm's; None = :func:`normref.placements.deepnorm_constants` ``(depth)``.
 
     Attributes:
         layers: ``nn.ModuleList`` of the blocks, input side first.
-        norm: the final norm (Pre-LN) or None (Post-LN).
+        norm: the final norm, or None.
 
     ``forward(x, return_hidden=False)``:
         x: ``[B, T, D]`` hidden states (no embedding layer: feed it vectors).
@@ -269,14 +341,22 @@ class TransformerStack(nn.Module):
     """
 
     def __init__(self, depth: int, dim: int, n_heads: int, norm: str = "rms",
-                 placement: str = "pre", ffn_hidden: int | None = None):
+                 placement: str = "pre", ffn_hidden: int | None = None, *, qk_norm: str | None = None,
+                 alpha: float | None = None, beta: float | None = None):
         super().__init__()
         if depth < 1:
             raise ValueError(f"depth must be >= 1, got {depth}")
+        deep = {}
+        if placement == "deep":
+            a, b = deepnorm_constants(depth)
+            deep = {"alpha": a if alpha is None else alpha, "beta": b if beta is None else beta}
+        elif alpha is not None or beta is not None:
+            raise ValueError(f"alpha and beta are DeepNorm's (placement='deep'), not {placement!r}'s")
         self.layers = nn.ModuleList(
-            TransformerBlock(dim, n_heads, norm, placement, ffn_hidden) for _ in range(depth)
+            TransformerBlock(dim, n_heads, norm, placement, ffn_hidden, qk_norm=qk_norm, **deep)
+            for _ in range(depth)
         )
-        self.norm = make_norm(norm, dim) if placement == "pre" else None
+        self.norm = make_norm(norm, dim) if placement in FINAL_NORM else None
 
     def forward(self, x: torch.Tensor, return_hidden: bool = False):
         hidden = [x]

@@ -137,8 +137,19 @@ _TABLE = [
     Fault("ignores_sublayer", "the sublayer was not used: a residual sublayer adds F's output to "
           "x.", "left out the sublayer F"),
     Fault("norm_on_sublayer_output", "the norm was applied to the sublayer's output F(x) "
-          "instead of where the placement puts it.", "normalized the sublayer's output",
-          aliases=("norm_after_sublayer",)),
+          "instead of where the placement puts it: x + Norm(F(x)) is Output-LN (OLMo 2's placement).",
+          "normalized the sublayer's output", aliases=("norm_after_sublayer",)),
+    Fault("is_peri_ln", "that is Peri-LN, x + Norm(F(Norm(x))) (Gemma 2's placement): the norm "
+          "sits on both sides of the sublayer.", "wrote Peri-LN, x + Norm(F(Norm(x)))"),
+    Fault("is_pre_ln", "that is Pre-LN, x + F(Norm(x)): the sublayer's output is not normalized.",
+          "wrote Pre-LN, x + F(Norm(x))"),
+    Fault("is_post_ln", "that is Post-LN, Norm(x + F(x)): the norm sits after the residual add.",
+          "wrote Post-LN, Norm(x + F(x))"),
+    Fault("is_output_ln", "that is Output-LN, x + Norm(F(x)) (OLMo 2's placement): the "
+          "sublayer's input is not normalized.", "wrote Output-LN, x + Norm(F(x))"),
+    Fault("residual_scaled", "the residual path was scaled: Norm(alpha x + F(x)) is DeepNorm "
+          "(Wang et al. 2022), Post-LN with the residual scaled by alpha.",
+          "scaled the residual (DeepNorm's alpha x)"),
     Fault("norms_swapped", "input_layernorm belongs before attention and "
           "post_attention_layernorm before the feed-forward net; yours are swapped.",
           "swapped the block's two norms"),
@@ -161,6 +172,40 @@ _TABLE = [
           "RMSNorm module lacks weight = ones(dim)"),
     Fault("wrong_eps", "the default eps is wrong: RMSNorm(dim) uses eps=1e-6 (the seed's "
           "MiniMind).", "wrong default eps (RMSNorm: 1e-6)"),
+    # ------------------------------------------------------------ lesson 04: Peri-LN, QK-norm, DyT
+    Fault("out_norm_on_sum", "the output norm was applied to the sum x + F(...): Peri-LN normalizes "
+          "the sublayer's output before the residual add, x + Norm(F(Norm(x))).",
+          "normalized the sum, not F's output"),
+    Fault("two_norms_swapped", "the two norms are swapped: each has its own place and its own weight.",
+          "swapped the two norms"),
+    Fault("one_norm_twice", "one norm was used on both sides and the other not at all: each side has "
+          "its own norm.", "used one norm on both sides of F"),
+    Fault("qk_one_side", "only one of q and k was normalized: QK-norm normalizes both.",
+          "normalized only q or only k"),
+    Fault("qk_no_scale", "the logits were not divided by sqrt(d), the head's width.",
+          "left out the 1/sqrt(d) scale"),
+    Fault("qk_wrong_scale", "the logits are divided by sqrt(d), the head's width.",
+          "scaled the logits by d or sqrt(d) wrongly"),
+    Fault("qk_no_transpose", "k must be transposed: the logits are q k^T, [..., T, T].",
+          "did not transpose k"),
+    Fault("qk_transposed", "that is k q^T: entry [..., i, j] of the logits is query i's logit for key j.",
+          "returned the logits transposed"),
+    Fault("qk_returned_softmax", "that is the softmax of the logits: return the logits themselves.",
+          "returned the softmax, not the logits"),
+    Fault("qk_masked", "the causal mask was applied: return the logits before any mask.",
+          "applied the causal mask to the logits"),
+    Fault("dyt_no_alpha", "alpha was not applied: DyT is weight * tanh(alpha * x) + bias.",
+          "left alpha out of DyT"),
+    Fault("dyt_alpha_outside", "alpha multiplies tanh's input, not its output: tanh(alpha * x).",
+          "put alpha outside tanh"),
+    Fault("dyt_bias_inside", "the bias is added after tanh and the weight: weight * tanh(alpha * x) + bias.",
+          "added the bias inside tanh"),
+    Fault("dyt_weight_bias_swapped", "weight and bias are swapped: weight * tanh(alpha * x) + bias.",
+          "swapped DyT's weight and bias"),
+    Fault("dyt_normalized", "DyT replaces the norm: it takes no statistics, tanh(alpha * x) of x itself.",
+          "normalized x before DyT's tanh"),
+    Fault("dyt_not_tanh", "DyT squashes with tanh: weight * tanh(alpha * x) + bias.",
+          "used another squashing function than tanh"),
     # ------------------------------------------------------------ backward (numpy only)
     Fault("bwd_no_mean_term", "dx is missing the gradient through the mean: subtract mean(g) "
           "(g = dy * weight).", "backward: dx misses the mean term"),

@@ -16,7 +16,10 @@ import numpy as np
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default
 RMS_NORM_EPS = 1e-6  # the seed's MiniMind RMSNorm default
 
-__all__ = ["layer_norm", "rms_norm", "LAYER_NORM_EPS", "RMS_NORM_EPS"]
+#: Zhu et al. 2025's default initial alpha of DyT (their non-LLM models; LLaMA needs smaller ones).
+DYT_ALPHA_INIT = 0.5
+
+__all__ = ["layer_norm", "rms_norm", "dyt", "LAYER_NORM_EPS", "RMS_NORM_EPS", "DYT_ALPHA_INIT"]
 
 
 def _is_torch(x) -> bool:
@@ -145,4 +148,56 @@ def rms_norm(x, weight=None, eps: float = RMS_NORM_EPS):
     y = h * rms
     if weight is not None:
         y = y * np.asarray(weight, dtype=cdt)
+    return y.astype(x.dtype, copy=False)
+
+
+def dyt(x, alpha, weight=None, bias=None):
+    """Dynamic Tanh, the norm-free replacement of a norm: ``weight * tanh(alpha * x) + bias``.
+
+    Element-wise: no statistic over any axis, so one token's output does not depend on its other
+    features (a norm's does). ``alpha`` (one learnable scalar in Zhu et al.) sets how far the
+    linear middle of tanh reaches before it squashes the extremes, the S-shape that LayerNorm's
+    input-output map takes in trained transformers.
+
+    Args:
+        x: ``[..., D]`` numpy array or torch tensor (e.g. ``[B, T, D]``), any float dtype.
+        alpha: a scalar: a float, or a torch tensor / numpy array with one element.
+        weight: gamma, ``[D]`` or None (ones).
+        bias: beta, ``[D]`` or None (zeros).
+
+    Returns:
+        Same kind, shape ``[..., D]`` and dtype as ``x``: the same rule as the norms, computed in
+        float32 (float64 stays float64), gamma and beta applied in that precision, cast back to
+        ``x.dtype`` last. ``x`` is never modified.
+
+    Raises:
+        TypeError: ``x`` is neither a numpy array nor a torch tensor, or not floating.
+        ValueError: ``x`` is a scalar, the last axis is empty, weight/bias are not ``[D]``, or
+            ``alpha`` has more than one element.
+
+    Source: Zhu, Chen, He, LeCun and Liu 2025, "Transformers without Normalization" (CVPR 2025),
+    the DyT layer ``DyT(x) = gamma * tanh(alpha x) + beta``.
+    """
+    _check_input(x, weight, bias, 0.0, "dyt")
+    n = alpha.numel() if _is_torch(alpha) else np.size(alpha)
+    if n != 1:
+        raise ValueError(f"dyt: alpha must be one number (a scalar), got {n} numbers")
+    if _is_torch(x):
+        import torch
+
+        cdt = torch.float64 if x.dtype == torch.float64 else torch.float32
+        a = _as_torch(alpha, cdt).reshape(())
+        y = torch.tanh(a * x.to(cdt))
+        if weight is not None:
+            y = y * _as_torch(weight, cdt)
+        if bias is not None:
+            y = y + _as_torch(bias, cdt)
+        return y.to(x.dtype)
+    cdt = _compute_dtype_np(x.dtype)
+    a = np.asarray(alpha.detach().cpu() if hasattr(alpha, "detach") else alpha, dtype=cdt).reshape(())
+    y = np.tanh(a * np.asarray(x, dtype=cdt))
+    if weight is not None:
+        y = y * np.asarray(weight, dtype=cdt)
+    if bias is not None:
+        y = y + np.asarray(bias, dtype=cdt)
     return y.astype(x.dtype, copy=False)

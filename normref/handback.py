@@ -170,7 +170,8 @@ def _same(a, b) -> bool:
 
 
 #: The normref modules whose functions and methods can be references (by their code objects).
-_REFERENCE_MODULES = ("normref.functional", "normref.modules", "normref.blocks", "normref.backward")
+_REFERENCE_MODULES = ("normref.functional", "normref.modules", "normref.blocks", "normref.backward",
+                      "normref.placements")
 #: Those of them that import torch.
 _TORCH_MODULES = ("normref.modules", "normref.blocks")
 

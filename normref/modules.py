@@ -1,4 +1,4 @@
-"""LayerNorm and RMSNorm as ``torch.nn.Module``s, numerically identical to :mod:`normref.functional`.
+"""LayerNorm, RMSNorm and DyT as ``torch.nn.Module``s, numerically identical to :mod:`normref.functional`.
 
 ``RMSNorm`` is the seed's MiniMind module: statistics in float32, multiply by the weight in
 float32, cast back to the input dtype last (bit for bit on float32, float16 and bfloat16).
@@ -9,12 +9,14 @@ Lesson 16 seed text, "Show the RMSNorm module".
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
-from .functional import LAYER_NORM_EPS, RMS_NORM_EPS, layer_norm, rms_norm
+from .functional import DYT_ALPHA_INIT, LAYER_NORM_EPS, RMS_NORM_EPS, dyt, layer_norm, rms_norm
 
-__all__ = ["LayerNorm", "RMSNorm"]
+__all__ = ["LayerNorm", "RMSNorm", "DyT"]
 
 
 class LayerNorm(nn.Module):
@@ -109,3 +111,49 @@ def _check_width(module: nn.Module, x) -> None:
     if x.ndim == 0 or x.shape[-1] != d:
         raise ValueError(f"{type(module).__name__}({d}) normalizes a last axis of size {d}; "
                          f"got x of shape {list(x.shape)}")
+
+
+class DyT(nn.Module):
+    """Dynamic Tanh, a drop-in replacement for a norm: ``weight * tanh(alpha * x) + bias``.
+
+    No statistics at all: each feature of each token is squashed on its own by tanh, with one
+    learnable scalar ``alpha`` shared by every feature and LayerNorm's per-feature ``weight``
+    (gamma) and ``bias`` (beta).
+
+    Args:
+        dim: D, the size of the feature axis.
+        alpha_init: the initial alpha (Zhu et al.'s default 0.5, :data:`normref.functional.DYT_ALPHA_INIT`).
+        bias: if False there is no ``bias`` parameter at all (``self.bias is None``).
+
+    Attributes:
+        alpha: ``nn.Parameter`` of shape ``[1]``, initialised to ``alpha_init``.
+        weight: gamma, ``[D]``, ones. bias: beta, ``[D]``, zeros, or None.
+
+    Shapes: ``forward(x)``: ``[..., D]`` (e.g. ``[B, T, D]``) -> the same shape and dtype, the
+    numbers of :func:`normref.dyt` (float32 inside, cast back to ``x.dtype``).
+
+    Raises:
+        ValueError: ``dim < 1`` or ``alpha_init`` not finite (at construction); ``forward``
+            raises ``ValueError`` when the last axis of ``x`` is not ``dim``.
+
+    Source: Zhu, Chen, He, LeCun and Liu 2025, "Transformers without Normalization" (CVPR 2025),
+    ``DyT(x) = gamma * tanh(alpha x) + beta`` and their reference module (alpha a one-element
+    parameter, weight ones, bias zeros).
+    """
+
+    def __init__(self, dim: int, alpha_init: float = DYT_ALPHA_INIT, bias: bool = True):
+        super().__init__()
+        _check_args("DyT", dim, 0.0)
+        if not math.isfinite(alpha_init):
+            raise ValueError(f"DyT: alpha_init must be a finite number, got {alpha_init!r}")
+        self.normalized_shape = (dim,)
+        self.alpha = nn.Parameter(torch.full((1,), float(alpha_init)))
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _check_width(self, x)
+        return dyt(x, self.alpha, self.weight, self.bias)  # [..., D]
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape[0]}, alpha={float(self.alpha):.3g}, bias={self.bias is not None}"

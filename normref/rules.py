@@ -35,8 +35,9 @@ import textwrap
 import types
 from typing import Mapping
 
-__all__ = ["BACKWARD_REFERENCE", "BLOCK_REFERENCE", "NORM_REFERENCE", "NORMREF_BACKWARD", "NORMREF_NORMS",
-           "NORMREF_PLACEMENT", "PLACEMENT_REFERENCE", "REFERENCE_ATTRS", "REFERENCE_ROOTS", "RULE_CONSEQUENCE",
+__all__ = ["BACKWARD_REFERENCE", "BLOCK_REFERENCE", "DYT_REFERENCE", "NORM_REFERENCE", "NORMREF_BACKWARD",
+           "NORMREF_DYT", "NORMREF_MODERN", "NORMREF_NORMS", "NORMREF_PLACEMENT", "NORMREF_QK", "PERI_REFERENCE",
+           "PLACEMENT_REFERENCE", "QK_REFERENCE", "REFERENCE_ATTRS", "REFERENCE_ROOTS", "RULE_CONSEQUENCE",
            "TORCH_NORMS", "reference_calls", "reference_calls_in", "rule_message"]
 
 # What counts as running a reference, at run time (the arguments of
@@ -50,6 +51,11 @@ NORMREF_NORMS = ("normref.functional.layer_norm", "normref.functional.rms_norm",
                  "normref.modules.RMSNorm.forward", "normref.blocks.TransformerBlock.forward")
 #: normref's reference placements (Pre-LN, Post-LN, the block).
 NORMREF_PLACEMENT = ("normref.blocks.pre_ln", "normref.blocks.post_ln", "normref.blocks.TransformerBlock.forward")
+#: normref's reference placements of lesson 04, and its QK-norm logits and DyT.
+NORMREF_MODERN = ("normref.placements.peri_ln", "normref.placements.output_ln", "normref.placements.deep_norm")
+NORMREF_QK = ("normref.placements.qk_norm_logits", "normref.blocks.CausalSelfAttention.logits",
+              "normref.blocks.CausalSelfAttention.forward")
+NORMREF_DYT = ("normref.functional.dyt", "normref.modules.DyT.forward")
 #: normref's reference backward passes.
 NORMREF_BACKWARD = ("normref.backward.layer_norm_backward", "normref.backward.rms_norm_backward")
 
@@ -63,6 +69,11 @@ BACKWARD_REFERENCE = {"torch_names": TORCH_NORMS + ("native_layer_norm_backward"
                       "normref_names": NORMREF_NORMS + NORMREF_BACKWARD, "autograd": True}
 #: Pre-LN and Post-LN: the norm is handed in (normref's own may run), a placement may not.
 PLACEMENT_REFERENCE = {"normref_names": NORMREF_PLACEMENT}
+#: Peri-LN (the norms are handed in: normref's own may run), QK-norm logits (the q/k norms are
+#: handed in), DyT (no reference DyT; torch's tanh is what it is made of).
+PERI_REFERENCE = {"normref_names": NORMREF_PLACEMENT + NORMREF_MODERN}
+QK_REFERENCE = {"normref_names": NORMREF_QK}
+DYT_REFERENCE = {"normref_names": NORMREF_DYT}
 #: the pre-norm block: no torch norm, no normref placement, and no normref norm of the student's
 #: own (``RMSNorm = normref.RMSNorm``); the norms the checker swaps in are handed in
 #: (``ReferenceRecorder(handed_in=...)``) and may run theirs.
@@ -72,7 +83,7 @@ BLOCK_REFERENCE = {"torch_names": TORCH_NORMS, "normref_names": NORMREF_PLACEMEN
 REFERENCE_ATTRS = frozenset({
     "layer_norm", "rms_norm", "LayerNorm", "RMSNorm", "group_norm", "GroupNorm", "pre_ln",
     "post_ln", "TransformerBlock", "TransformerStack", "layer_norm_backward", "rms_norm_backward",
-    "native_layer_norm"})
+    "native_layer_norm", "peri_ln", "output_ln", "deep_norm", "qk_norm_logits", "dyt", "DyT"})
 
 #: Packages whose normalizations count as the reference, and the usual aliases of their modules.
 REFERENCE_PACKAGES = ("normref", "torch")

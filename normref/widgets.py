@@ -27,7 +27,8 @@ import numpy as np
 
 from .plots import draw_token_bars, normalize_token, trend
 
-__all__ = ["NormExplorer", "PlacementExplorer", "fmt_vector", "fmt_number", "parse_readout", "trend"]
+__all__ = ["NormExplorer", "PlacementExplorer", "LearningRateExplorer", "LEARNING_RATES", "fmt_vector",
+           "fmt_number", "parse_readout", "trend"]
 
 _NORM_NAMES = {"layer": "LayerNorm", "rms": "RMSNorm"}
 
@@ -369,6 +370,152 @@ class PlacementExplorer:
     @property
     def readout_text(self) -> str:
         """The readout's plain text (the four lines above)."""
+        import re
+
+        return html.unescape(re.sub(r"<[^>]+>", "", self.readout.value))
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.widget._repr_mimebundle_(**kwargs)
+
+
+#: The learning rates :class:`LearningRateExplorer` offers (log-spaced, Adam).
+LEARNING_RATES = (0.003, 0.01, 0.03, 0.1, 0.3)
+
+
+class LearningRateExplorer:
+    """Slide Adam's learning rate and see the tiny language model of lesson 04 train with Pre-LN
+    beside another placement: the loss per step, and the hidden-state RMS per layer after training.
+
+    Each new (placement, learning rate) trains :func:`normref.modern_experiments.train_tiny`
+    (40 steps, seed ``seed``: about a second of one CPU core per run) and keeps the result, so
+    going back to a setting redraws at once. Runs handed in with ``runs`` are used as they are.
+
+    Controls (``description`` -> attribute):
+        ``"lr"`` -> ``lr_slider`` (``SelectionSlider`` over :data:`LEARNING_RATES`);
+        ``"placement"`` -> ``placement_toggle`` (``ToggleButtons``, values ``"peri"``,
+        ``"output"``, ``"post"``, ``"deep"``: drawn beside Pre-LN).
+
+    Readout (``readout``, ``HTML``, CSS class ``normref-readout``), three lines::
+
+        lr = 0.100   placement = Peri-LN   seed = 0
+        final Pre-LN = 1.137   final Peri-LN = 0.832
+        rms Pre-LN = 3329.949   rms Peri-LN = 7.356
+
+    (``final``: the mean loss of the last 10 steps; ``rms``: the last layer's hidden-state RMS
+    after training.)
+
+    Args:
+        lr: the starting learning rate, one of :data:`LEARNING_RATES`.
+        placement: the starting placement drawn beside Pre-LN.
+        seed: the runs' seed.
+        runs: already trained runs to reuse, ``{(placement, lr): run}`` (seed ``seed``).
+
+    Attributes:
+        widget: the ``ipywidgets.VBox`` to display.
+        values: the last drawn numbers: ``lr``, ``placement``, ``final`` and ``rms`` (``{placement:
+            float}``).
+        renders: how many times the charts were redrawn; trained: how many runs it trained.
+
+    Raises:
+        ValueError: ``lr`` not in :data:`LEARNING_RATES`, or an unknown ``placement``.
+
+    Source: Kim et al. 2025 (Pre-LN vs Peri-LN at high learning rates); Wang et al. 2022
+    (DeepNorm); Team OLMo 2024 (Output-LN).
+    """
+
+    def __init__(self, *, lr: float = 0.1, placement: str = "peri", seed: int = 0, runs: dict | None = None):
+        import ipywidgets as W
+        from matplotlib.figure import Figure
+
+        from .placements import PLACEMENTS
+
+        if lr not in LEARNING_RATES:
+            raise ValueError(f"lr must be one of {LEARNING_RATES}, got {lr!r}")
+        if placement not in ("peri", "output", "post", "deep"):
+            raise ValueError(f"placement must be 'peri', 'output', 'post' or 'deep', got {placement!r}")
+        self.seed = seed
+        self._names = {k: v[0] for k, v in PLACEMENTS.items()}
+        self._cache = dict(runs or {})
+        self.lr_slider = W.SelectionSlider(options=[(f"{v:g}", v) for v in LEARNING_RATES], value=lr,
+                                           description="lr", continuous_update=False)
+        self.placement_toggle = W.ToggleButtons(
+            options=[(self._names[k], k) for k in ("peri", "output", "post", "deep")], value=placement,
+            description="placement")
+        self.readout, self.image, self.caption = _output_widgets(W, width=860)
+        self._fig = Figure(figsize=(10.0, 3.7), dpi=90)
+        self._axes = self._fig.subplots(1, 2)
+        self._fig.subplots_adjust(left=0.07, right=0.98, top=0.88, bottom=0.15, wspace=0.25)
+        self.values: dict = {}
+        self.renders = 0
+        self.trained = 0
+        self.widget = W.VBox([self.placement_toggle, self.lr_slider, self.image, self.caption, self.readout])
+        for c in (self.lr_slider, self.placement_toggle):
+            c.observe(self._update, names="value")
+        self._update()
+
+    def _run(self, placement: str, lr: float) -> dict:
+        from .modern_experiments import train_tiny
+
+        key = (placement, lr)
+        if key not in self._cache:
+            self._cache[key] = train_tiny(placement, lr=lr, seed=self.seed, record_logits=False)
+            self.trained += 1
+        return self._cache[key]
+
+    def _update(self, change=None) -> None:
+        import io
+
+        from .modern_experiments import final_loss
+        from .modern_plots import PLACEMENT_STYLE
+
+        lr, other = self.lr_slider.value, self.placement_toggle.value
+        runs = {p: self._run(p, lr) for p in ("pre", other)}
+        left, right = self._axes
+        left.clear()
+        right.clear()
+        for p, r in runs.items():
+            st = PLACEMENT_STYLE[p]
+            loss = np.asarray(r["loss"])
+            left.plot(np.arange(1, len(loss) + 1), loss, color=st["color"], linestyle=st["linestyle"],
+                      marker=st["marker"], markevery=max(1, len(loss) // 6), label=self._names[p])
+            layers = np.arange(1, len(r["rms_final"]) + 1)
+            right.plot(layers, r["rms_final"], color=st["color"], linestyle=st["linestyle"], marker=st["marker"],
+                       label=f"{self._names[p]}, trained")
+            right.plot(layers, r["rms_init"], color=st["color"], linestyle=":", linewidth=1,
+                       label=f"{self._names[p]}, at init")
+        left.axhline(np.log(2), color="black", linewidth=0.8, linestyle="-.", label="ln 2")
+        left.set_ylim(0.5, max(3.2, min(8.0, max(float(np.nanmax(r["loss"])) for r in runs.values()))))
+        left.set_xlabel("training step")
+        left.set_ylabel("loss (nats per token)")
+        left.set_title(f"Training loss, Adam lr {lr:g}, seed {self.seed}")
+        right.set_yscale("log")
+        right.set_xlabel("layer l (1 = nearest the input)")
+        right.set_ylabel("hidden-state RMS (log scale)")
+        right.set_title("Hidden states after 40 steps")
+        for ax in (left, right):
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+        buf = io.BytesIO()
+        self._fig.savefig(buf, format="png")
+        self.image.value = buf.getvalue()
+        self.renders += 1
+        final = {p: final_loss(r) for p, r in runs.items()}
+        rms = {p: float(r["rms_final"][-1]) for p, r in runs.items()}
+        self.values = {"lr": lr, "placement": other, "final": final, "rms": rms}
+        a, b = self._names["pre"], self._names[other]
+        lines = [f"lr = {fmt_number(lr)}   placement = {b}   seed = {self.seed}",
+                 f"final {a} = {fmt_number(final['pre'])}   final {b} = {fmt_number(final[other])}",
+                 f"rms {a} = {fmt_number(rms['pre'])}   rms {b} = {fmt_number(rms[other])}"]
+        self.readout.value = "<pre>" + html.escape("\n".join(lines)) + "</pre>"
+        better = a if final["pre"] < final[other] else b
+        alt = (f"Two line charts at learning rate {lr:g}: the training loss of {a} and {b} per step (final "
+               f"{final['pre']:.2f} and {final[other]:.2f} nats, {better} lower), and the hidden-state RMS per "
+               f"layer after training (last layer {rms['pre']:.3g} and {rms[other]:.3g}), dotted at init.")
+        self.caption.value = f'<div style="font-size:small;line-height:1.35">{html.escape(alt)}</div>'
+
+    @property
+    def readout_text(self) -> str:
+        """The readout's plain text (the three lines above)."""
         import re
 
         return html.unescape(re.sub(r"<[^>]+>", "", self.readout.value))

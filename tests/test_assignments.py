@@ -41,6 +41,8 @@ DIAGNOSES = [
     ("block", "residual_from_normed", ["the residual path must carry x itself", "x + F(Norm(x))"]),
     ("block", "mlp_reads_x", ["the feed-forward sublayer must read h = x + attention"]),
     ("layernorm_backward", "bwd_no_mean_term", ["dx is missing the gradient through the mean", "mean(g)"]),
+    ("modern", "is_pre_ln", ["that is Pre-LN, x + F(Norm(x))", "Peri-LN is x + out_norm(F(norm(x)))"]),
+    ("modern", "qk_no_transpose", ["k was not transposed"]),
 ]
 
 # nbgrader validate on answers that are partly right: (assignment, variant, what it must say).
@@ -299,12 +301,12 @@ def test_the_first_visible_check_diagnoses_instead_of_raising(assignment, answer
     assert isinstance(first, ast.Assign) and ast.unparse(first.value).startswith("check_"), cell.source
 
 
-@pytest.mark.parametrize("assignment", ["block", "layernorm", "layernorm_backward", "rmsnorm"])
+@pytest.mark.parametrize("assignment", ["block", "layernorm", "layernorm_backward", "modern", "rmsnorm"])
 def test_the_correct_answers_pass_every_visible_check_in_run_all_order(assignment, capsys):
     release = REPO / "release" / assignment / f"{assignment}.ipynb"
     nb = fill_answers(release, ANSWERS[assignment]["correct"])
     for gid in ("rms_norm_shape", "layer_norm_seed", "layer_norm_backward_seed", "rms_module_quick",
-                "pre_ln_quick", "post_ln_quick", "block_quick"):
+                "pre_ln_quick", "post_ln_quick", "block_quick", "peri_ln_quick", "qk_logits_quick", "dyt_quick"):
         if any(c.metadata.get("nbgrader", {}).get("grade_id") == gid for c in nb.cells):
             error, shown = _run_until(nb, gid, capsys)
             assert error is None and "all correct" in shown, (gid, error, shown)

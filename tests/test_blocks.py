@@ -188,9 +188,9 @@ def test_layer_grad_norms_refuses_before_backward_and_unknown_names():
 
 
 def test_bad_configurations_are_refused():
-    with pytest.raises(ValueError, match="placement must be 'pre' or 'post'"):
+    with pytest.raises(ValueError, match="placement must be one of 'pre', 'post', 'peri', 'output', 'deep'"):
         TransformerBlock(8, 2, placement="middle")
-    with pytest.raises(ValueError, match="norm must be 'rms' or 'layer'"):
+    with pytest.raises(ValueError, match="norm must be 'rms', 'layer' or 'dyt'"):
         TransformerBlock(8, 2, norm="batch")
     with pytest.raises(ValueError, match="divisible"):
         TransformerBlock(8, 3)

@@ -519,8 +519,20 @@ def _post_ln_caption_says_the_norm_stays(page, panel) -> None:
     shot(page, "lesson-03-post-ln-explorer", widget)
 
 
+def _lr_slider_moves_the_curves(page, panel) -> None:
+    """Lesson 04's learning-rate explorer: one arrow step left, lr 0.1 -> 0.03, trains both models
+    again and the readout and caption follow."""
+    widget = _explorer_widget(page, panel, "lr = 0.100")
+    widget.locator(".widget-slider .noUi-handle").first.focus()
+    page.keyboard.press("ArrowLeft")
+    expect(widget.locator(".normref-readout")).to_contain_text("lr = 0.030", timeout=60_000)
+    expect(widget.locator(".normref-caption")).to_contain_text("at learning rate 0.03")
+    shot(page, "lesson-04-lr-explorer", widget)
+
+
 LESSON_CHECKS = {"02_rmsnorm.ipynb": _add_3_to_every_feature,
-                 "03_placement.ipynb": _post_ln_caption_says_the_norm_stays}
+                 "03_placement.ipynb": _post_ln_caption_says_the_norm_stays,
+                 "04_modern.ipynb": _lr_slider_moves_the_curves}
 
 
 def _explorer_notebook() -> str:

@@ -30,10 +30,20 @@ SEED_NUMBERS = {
     "03_placement.ipynb": ["Pre-LN  Y = X + F(Norm(X))", "Post-LN Y = Norm(X + F(X))", "[2, 3, 8] -> [2, 3, 8]",
                            "std of each token after Post-LN: 1.000 to 1.000", "Adam, lr 0.015, 60 steps",
                            "Post-LN block: [2, 3, 8] -> [2, 3, 8], std of each output token 1.000 to 1.000"],
+    # F(v) = v^2 on the seed token, by hand: Pre-LN x + LN(x)^2 = (1 + 3/2, 2, 3 + 3/2); Peri-LN
+    # x + LN(3/2, 0, 3/2) = x + (1, -2, 1)/sqrt(2); a QK-normed logit of (1, 2, 3) is sqrt(3)
+    "04_modern.ipynb": ["Pre-LN     x + F(Norm(x))        [2.5, 2.0, 4.5]",
+                        "Peri-LN    x + Norm(F(Norm(x)))  [1.707, 0.586, 3.707]",
+                        "= 8.083   (14 / sqrt(3))", "= 1.732   (3 / sqrt(3) = sqrt(3))",
+                        "DyT(1, 2, 3), alpha 0.5 ~ [0.462, 0.762, 0.905]",
+                        "at lr 0.1 Peri-LN ends below Pre-LN on every seed (0, 1, 2)",
+                        "at lr 0.01 DeepNorm ends below Post-LN on every seed (0, 1, 2)", "no contrast here"],
 }
 # How many widgets and captioned figures each lesson shows.
-WIDGETS = {"00_start.ipynb": 0, "01_layernorm.ipynb": 1, "02_rmsnorm.ipynb": 3, "03_placement.ipynb": 7}
-FIGURES = {"00_start.ipynb": 0, "01_layernorm.ipynb": 1, "02_rmsnorm.ipynb": 2, "03_placement.ipynb": 3}
+WIDGETS = {"00_start.ipynb": 0, "01_layernorm.ipynb": 1, "02_rmsnorm.ipynb": 3, "03_placement.ipynb": 7,
+           "04_modern.ipynb": 1}
+FIGURES = {"00_start.ipynb": 0, "01_layernorm.ipynb": 1, "02_rmsnorm.ipynb": 2, "03_placement.ipynb": 3,
+           "04_modern.ipynb": 5}
 
 
 def _text(nb) -> str:
@@ -172,6 +182,20 @@ def test_placement_notebook_reports_this_model_before_comparing_with_xiong():
     b = text[text.index("## (b)"):text.index("## (c)")]
     assert b.index("What this small model shows") < b.index("How it relates to Xiong et al.")
     assert b.index("plot_grad_norms") < b.index("Fig. 3") and b.index("plot_grad_norms") < b.index("Theorem 1")
+
+
+def test_modern_notebook_reports_this_model_before_each_paper_and_names_its_sources():
+    """Lesson 04: in every section, what this small model shows comes before how it relates to
+    the papers; the models' table says where each row was read."""
+    text = "\n".join(c.source for c in nbformat.read(REPO / "notebooks" / "04_modern.ipynb", as_version=4).cells)
+    for a, b in (("## (a)", "## (b)"), ("## (b)", "## Explore"), ("## (d)", "## What this small model")):
+        part = text[text.index(a):text.index(b)]
+        assert part.index("What this small model shows") < part.index("How it relates to the paper"), a
+    table = text[text.index("## What the models do"):text.index("## The five placements")]
+    for model in ("GPT-2", "Llama 3", "Gemma 2", "Gemma 3", "OLMo 2", "Qwen 2 / 2.5", "Qwen 3"):
+        row = next(line for line in table.splitlines() if line.startswith(f"| {model} |"))
+        assert "modeling_" in row or "modular_" in row, row  # the file it was read from
+    assert "not confirmed" in table.lower()
 
 
 @pytest.mark.slow

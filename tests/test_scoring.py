@@ -27,6 +27,11 @@ QUESTION_FN = {"rms_norm_battery": ("rmsnorm", "rms_norm", 4), "layer_norm_batte
                "rms_norm_shape": ("rmsnorm", "rms_norm", 1), "layer_norm_seed": ("layernorm", "layer_norm", 1),
                "layer_norm_backward_seed": ("layernorm_backward", "layer_norm_backward", 1),
                "pre_ln_quick": ("block", "pre_ln", 1), "post_ln_quick": ("block", "post_ln", 1),
+               # the modern assignment (lesson 04): functions, drawn batteries and visible checks
+               "peri_ln_battery": ("modern", "peri_ln", 2.5), "peri_ln_quick": ("modern", "peri_ln", 1),
+               "qk_logits_battery": ("modern", "qk_norm_logits", 2.5),
+               "qk_logits_quick": ("modern", "qk_norm_logits", 1),
+               "dyt_battery": ("modern", "dyt", 2.5), "dyt_quick": ("modern", "dyt", 1),
                # classes: the hidden test hands back the record of the grader's plan
                "rms_module_battery": ("block", "RMSNorm", 3.5), "rms_module_quick": ("block", "RMSNorm", 1),
                "block_battery": ("block", "PreNormBlock", 2), "block_quick": ("block", "PreNormBlock", 1),

@@ -41,12 +41,15 @@ the seed's cases 1 and 2 both pass and the shape assertion holds.
 """
 from __future__ import annotations
 
+from .answer_bank_modern import MODERN_ANSWERS, MODERN_EXPECTED, MODERN_MANUAL
+
 __all__ = ["ANSWERS", "EXPECTED", "MANUAL_CELLS"]
 
 #: Grade cells that are graded by hand (markdown answers with a mark scheme in the source).
 MANUAL_CELLS: dict[str, tuple[str, ...]] = {
     "practice": ("practice_shape_why",),
     "block": ("block_warmup_why",),
+    "modern": MODERN_MANUAL,
 }
 
 # --------------------------------------------------------------------------- practice
@@ -628,6 +631,7 @@ ANSWERS: dict[str, dict[str, dict[str, str]]] = {
     "practice": _PRACTICE_ANSWERS,
     "layernorm": _LAYERNORM_ANSWERS,
     "rmsnorm": _RMSNORM_ANSWERS,
+    "modern": MODERN_ANSWERS,
 }
 
 EXPECTED: dict[str, dict[str, dict[str, float]]] = {
@@ -636,4 +640,5 @@ EXPECTED: dict[str, dict[str, dict[str, float]]] = {
     "practice": _PRACTICE_EXPECTED,
     "layernorm": _LAYERNORM_EXPECTED,
     "rmsnorm": _RMSNORM_EXPECTED,
+    "modern": MODERN_EXPECTED,
 }

@@ -17,8 +17,9 @@ seeded inputs), :mod:`~normref.checks.compare` (tolerances, errors, the closest 
 :mod:`~normref.checks.norms` (:func:`check_rms_norm`,
 :func:`check_layer_norm`), :mod:`~normref.checks.module` (:func:`check_rms_norm_module`),
 :mod:`~normref.checks.placement` (:func:`check_pre_ln`, :func:`check_post_ln`),
-:mod:`~normref.checks.block` (:func:`check_pre_ln_block`) and
-:mod:`~normref.checks.backward` (:func:`check_layer_norm_backward`).
+:mod:`~normref.checks.block` (:func:`check_pre_ln_block`),
+:mod:`~normref.checks.backward` (:func:`check_layer_norm_backward`) and
+:mod:`~normref.checks.modern` (:func:`check_peri_ln`, :func:`check_qk_norm_logits`, :func:`check_dyt`).
 """
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ from .core import CALL_TIMEOUT_S, CaseResult, CheckResult
 #: Each checker's module, imported on first use (PEP 562): the block's (torch) only by the block.
 _LAZY = {"check_rms_norm": "norms", "check_layer_norm": "norms", "check_rms_norm_module": "module",
          "check_pre_ln": "placement", "check_post_ln": "placement", "check_pre_ln_block": "block",
-         "check_layer_norm_backward": "backward"}
+         "check_layer_norm_backward": "backward", "check_dyt": "modern", "check_peri_ln": "modern",
+         "check_qk_norm_logits": "modern"}
 
 #: Every fault kind the code checkers can name, with the sentence a student reads (torch's
 #: words; :func:`normref.faults.message` gives numpy's). A view of :mod:`normref.faults`.
@@ -48,6 +50,9 @@ __all__ = [
     "check_post_ln",
     "check_pre_ln_block",
     "check_layer_norm_backward",
+    "check_peri_ln",
+    "check_qk_norm_logits",
+    "check_dyt",
 ]
 
 

@@ -8,11 +8,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..functional import rms_norm
 from ..rules import BLOCK_REFERENCE
 from .compare import compare_array, diagnose_by_models, to_f64
 from .core import (CaseResult, CheckResult, fail, msg, run, seeded, seeded_randn, single_threaded,
     student_call)
 from .module import build
+from .placement import deep_models
 
 _BLOCK_ATTRS = ("input_layernorm", "self_attn", "post_attention_layernorm", "mlp")
 _PART_ATTRS = ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm")
@@ -23,8 +25,16 @@ def _block_reference(x, A, M, N1, N2):
     return h + M(N2(h))
 
 
-def block_models(x, A, M, N1, N2):
-    """``(fault, output, hint)`` for each miswiring of a pre-norm block on input ``x``."""
+def _fresh_rms(v):
+    """A student's own extra norm, freshly built: an RMSNorm of weight 1 (the block checker swaps
+    in only ``input_layernorm`` and ``post_attention_layernorm``)."""
+    return rms_norm(v)
+
+
+def block_models(x, A, M, N1, N2, got=None):
+    """``(fault, output, hint)`` for each miswiring of a pre-norm block on input ``x``, and each
+    other known placement of its two sublayers (``got``: the student's output, float64, for the
+    fitted DeepNorm block)."""
     h = N1(x) + A(N1(x))
     yield "residual_from_normed", N2(h) + M(N2(h)), None
     h = N1(x + A(x))
@@ -42,6 +52,26 @@ def block_models(x, A, M, N1, N2):
     yield "mlp_reads_x", h + M(N2(x)), None
     yield "shared_norm", h + M(N1(h)), ("input_layernorm was used twice: the feed-forward "
                                         "sublayer has its own post_attention_layernorm.")
+    pre = "a Pre-LN block adds each sublayer's output as it is: h = x + self_attn(input_layernorm(x))."
+    h = x + N1(A(x))
+    yield "norm_on_sublayer_output", h + N2(M(h)), ("that is an Output-LN block (OLMo 2's), x + Norm(F(x)) "
+                                                    f"for each sublayer: the norms went after the sublayers; {pre}")
+    peri = "that is a Peri-LN block (Gemma 2's), x + Norm(F(Norm(x))) for each sublayer"
+    h = x + N1(A(N1(x)))
+    yield "is_peri_ln", h + N2(M(N2(h))), (f"{peri}, each sublayer's norm used on its output too; {pre}")
+    R = _fresh_rms
+    h = x + R(A(N1(x)))
+    yield "is_peri_ln", h + R(M(N2(h))), (f"{peri}: your extra norms normalize the sublayers' outputs; {pre}")
+    h = x + N2(A(N1(x)))
+    yield "is_peri_ln", h + R(M(R(h))), (f"{peri}, with Gemma 2's names: there post_attention_layernorm "
+                                         "normalizes attention's output, in MiniMind's block it is the "
+                                         f"feed-forward net's input norm; {pre}")
+
+    def deep(a):
+        h = N1(a * x + A(x))
+        return N2(a * h + M(h))
+
+    yield from deep_models(x, deep, got, "a Pre-LN block adds F(Norm(x)) to x", block=True)
 
 
 @dataclass
@@ -258,9 +288,11 @@ def check_pre_ln_block(block_cls, quick: bool = False) -> CheckResult:
         :class:`CheckResult` with four cases. Diagnoses missing_attribute, shared_norm (one norm
         object used twice), missing_norm (a norm of the freshly built block does not normalise:
         the other cases are then not scored), block_returns_input, sublayers_add_nothing,
-        residual_from_normed, pre_post_swapped, norms_swapped, missing_residual, mlp_reads_x,
-        mutates_input and the generic faults. Never raises because of what the student's code
-        does.
+        residual_from_normed, pre_post_swapped (a Post-LN block), norms_swapped, missing_residual,
+        mlp_reads_x, norm_on_sublayer_output (an Output-LN block), is_peri_ln (a Peri-LN block,
+        with the block's own norms, extra fresh ones, or Gemma 2's names), residual_scaled (a
+        DeepNorm block, alpha fitted), mutates_input and the generic faults. Never raises because
+        of what the student's code does.
 
     Raises:
         Nothing: whatever the student's code does (raising, looping, odd return values)
@@ -307,6 +339,6 @@ def check_pre_ln_block(block_cls, quick: bool = False) -> CheckResult:
                 return failed
 
             return compare_array(case.name, case.x, got, want, lambda g, rtol, atol: diagnose_by_models(
-                g, want, block_models(case.x, *parts), rtol, atol))
+                g, want, block_models(case.x, *parts, g), rtol, atol))
 
     return run("pre-LN block", cases, run_case, block_cls, "a class or module", reference=BLOCK_REFERENCE)

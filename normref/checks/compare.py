@@ -90,6 +90,19 @@ def best_model(g: np.ndarray, want: np.ndarray, models, rtol: float, atol: float
     return None if best is None else (best[1], best[2])
 
 
+def matching_faults(g: np.ndarray, want: np.ndarray, models, rtol: float, atol: float) -> set:
+    """Every fault kind whose model reproduces ``g`` here (as :func:`best_model` counts a match):
+    more than one means this input cannot tell those mistakes apart."""
+    found = set()
+    for fault, out, _ in models:
+        out = None if out is None else to_f64(out)
+        if out is None or out.shape != g.shape or close(out, want, rtol, atol):
+            continue
+        if close(g, out, 2 * rtol, 2 * atol):
+            found.add(fault)
+    return found
+
+
 def diagnose_by_models(g, want, models, rtol, atol, backend: str = "torch") -> tuple[str, str]:
     """The closest fault model (its hint, else the registry's sentence), else NaN, else plain
     wrong values. ``models`` yields ``(fault, output, hint_or_None)``, outputs any array."""

@@ -1,13 +1,17 @@
 """Placement: :func:`check_pre_ln` (``x + F(Norm(x))``) and :func:`check_post_ln`
-(``Norm(x + F(x))``), with the misplacements each one names."""
+(``Norm(x + F(x))``), with the misplacements each one names: an answer that implements another
+known placement (:data:`normref.placements.PLACEMENTS`: Pre-LN, Post-LN, Peri-LN, Output-LN,
+DeepNorm with any residual scale alpha, fitted) is named as that placement."""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
 from typing import Callable
 
+import numpy as np
+
 from ..rules import PLACEMENT_REFERENCE
-from .compare import compare_array, diagnose_by_models, to_f64
+from .compare import compare_array, diagnose_by_models, matching_faults, to_f64
 from .core import CaseResult, CheckResult, run, seeded, seeded_randn, single_threaded, student_call
 
 
@@ -86,8 +90,77 @@ def _placement_battery() -> list[_PlacementCase]:
     ]
 
 
-def pre_models(x, F, N):
-    """``(fault, output, hint)`` for each Pre-LN misplacement on input ``x``."""
+def fit_residual_scale(out_of: Callable, got, lo: float = 1 / 64, hi: float = 64.0) -> float:
+    """The residual scale ``alpha`` in ``[lo, hi]`` whose ``out_of(alpha)`` is closest to ``got``
+    (max abs difference): a log-spaced grid, then golden-section search around its best point.
+
+    Args:
+        out_of: ``alpha -> output`` (any array; e.g. ``alpha -> Norm(alpha x + F(x))``).
+        got: the student's output, float64 numpy.
+
+    Returns:
+        The best alpha (a float; whether it reproduces ``got`` is for the caller to check).
+    """
+    def err(a: float) -> float:
+        out = to_f64(out_of(a))
+        return float(np.max(np.abs(out - got))) if out.shape == got.shape and out.size else math.inf
+
+    grid = np.geomspace(lo, hi, 97)
+    errs = [err(float(a)) for a in grid]
+    i = int(np.argmin(errs))
+    a, b = float(grid[max(i - 1, 0)]), float(grid[min(i + 1, len(grid) - 1)])
+    phi = (math.sqrt(5) - 1) / 2
+    c, d = b - phi * (b - a), a + phi * (b - a)
+    ec, ed = err(c), err(d)
+    for _ in range(40):  # the bracket shrinks by 0.618 each step: 40 steps reach ~1e-9 of alpha
+        if ec < ed:
+            b, d, ed = d, c, ec
+            c = b - phi * (b - a)
+            ec = err(c)
+        else:
+            a, c, ec = c, d, ed
+            d = a + phi * (b - a)
+            ed = err(d)
+    return (a + b) / 2
+
+
+def alpha_words(alpha: float) -> str:
+    """``alpha`` as a student would write it: ``"2"``, ``"0.5"``, ``"1.41 (sqrt 2)"``, and DeepNet's
+    ``"1.86 (DeepNet's (2N)^(1/4) for N = 6 layers)"``."""
+    for k in range(1, 65):  # k/4: 0.25, 0.5, ..., 2, 3, ...
+        if abs(alpha - k / 4) < 2e-3 * max(1.0, alpha):
+            return f"{k / 4:g}"
+    if abs(alpha - math.sqrt(2)) < 2e-3:
+        return "1.41 (sqrt 2)"
+    for n in range(1, 1001):
+        if abs(alpha - (2 * n) ** 0.25) < 1e-3:
+            return f"{alpha:.3g} (DeepNet's (2N)^(1/4) for N = {n} layers)"
+    return f"{alpha:.3g}"
+
+
+def deep_models(x, out_of: Callable, got, reference: str, block: bool = False):
+    """The DeepNorm model, Post-LN with the residual scaled by a fitted alpha, for a student's
+    output ``got`` (none when it is not given, or the fit is alpha ~ 1: that is Post-LN itself).
+
+    Args:
+        x: the case's input; out_of: ``alpha -> the DeepNorm output``; reference: the correct
+            formula, as the end of the hint; block: word it for a whole block.
+    """
+    if got is None:
+        return
+    alpha = fit_residual_scale(out_of, got)
+    if abs(alpha - 1) < 1e-3:
+        return
+    a = alpha_words(alpha)
+    what = ("a DeepNorm block, Norm(alpha x + F(x)) for each sublayer" if block
+            else "DeepNorm's Norm(alpha x + F(x))")
+    yield ("residual_scaled", out_of(alpha), f"that is Post-LN with the residual scaled by {a}, "
+           f"{what} with alpha = {a} (Wang et al. 2022); {reference}.")
+
+
+def pre_models(x, F, N, got=None):
+    """``(fault, output, hint)`` for each Pre-LN misplacement on input ``x`` (``got``: the student's
+    output, float64, for the fitted DeepNorm model)."""
     yield ("residual_from_normed", N(x) + F(N(x)), None)
     yield ("pre_post_swapped", N(x + F(x)), "that is Post-LN, Norm(x + F(x)); Pre-LN normalizes "
            "the sublayer's input and adds x back: x + F(Norm(x)).")
@@ -95,25 +168,36 @@ def pre_models(x, F, N):
            "x + F(Norm(x)).")
     yield ("missing_norm", x + F(x), "the norm was not applied: Pre-LN feeds Norm(x) to the "
            "sublayer, x + F(Norm(x)).")
-    yield ("norm_on_sublayer_output", x + N(F(x)), "the norm went after the sublayer, "
-           "x + Norm(F(x)); Pre-LN normalizes the sublayer's input: x + F(Norm(x)).")
+    yield ("norm_on_sublayer_output", x + N(F(x)), "that is Output-LN (OLMo 2's placement), "
+           "x + Norm(F(x)): the norm went after the sublayer; Pre-LN normalizes the sublayer's "
+           "input: x + F(Norm(x)).")
     yield ("ignores_sublayer", x + N(x), "that is x + Norm(x): the sublayer was left out; Pre-LN "
            "is x + F(Norm(x)).")
+    yield ("is_peri_ln", x + N(F(N(x))), "that is Peri-LN (Gemma 2's placement), x + Norm(F(Norm(x))): "
+           "the sublayer's output was normalized too; Pre-LN adds F(Norm(x)) as it is: x + F(Norm(x)).")
+    Fx = F(x)
+    yield from deep_models(x, lambda a: N(a * x + Fx), got, "Pre-LN is x + F(Norm(x))")
 
 
-def post_models(x, F, N):
-    """``(fault, output, hint)`` for each Post-LN misplacement on input ``x``."""
+def post_models(x, F, N, got=None):
+    """``(fault, output, hint)`` for each Post-LN misplacement on input ``x`` (``got``: the student's
+    output, float64, for the fitted DeepNorm model)."""
     yield ("pre_post_swapped", x + F(N(x)), "that is Pre-LN, x + F(Norm(x)); Post-LN normalizes "
            "after the residual add: Norm(x + F(x)).")
     yield ("missing_residual", N(F(x)), "the residual add is missing: Post-LN normalizes the sum "
            "x + F(x).")
     yield ("missing_norm", x + F(x), "the norm was not applied: Post-LN returns Norm(x + F(x)).")
-    yield ("norm_on_sublayer_output", x + N(F(x)), "only F(x) was normalized, x + Norm(F(x)); "
-           "Post-LN normalizes the whole sum: Norm(x + F(x)).")
+    yield ("norm_on_sublayer_output", x + N(F(x)), "that is Output-LN (OLMo 2's placement), "
+           "x + Norm(F(x)): only F(x) was normalized; Post-LN normalizes the whole sum: Norm(x + F(x)).")
     yield ("residual_from_normed", N(x) + F(x), "x was normalized before the add, Norm(x) + F(x); "
            "Post-LN normalizes the sum: Norm(x + F(x)).")
     yield ("ignores_sublayer", N(x), "that is Norm(x): the sublayer was left out; Post-LN "
            "normalizes x + F(x).")
+    yield ("is_peri_ln", x + N(F(N(x))), "that is Peri-LN (Gemma 2's placement), x + Norm(F(Norm(x))): "
+           "the norm sits on both sides of the sublayer and the residual stream is never normalized; "
+           "Post-LN normalizes the sum: Norm(x + F(x)).")
+    Fx = F(x)
+    yield from deep_models(x, lambda a: N(a * x + Fx), got, "Post-LN adds x itself: Norm(x + F(x))")
 
 
 def _check_placement(name: str, fn: Callable, reference: Callable, models: Callable,
@@ -132,20 +216,27 @@ def _check_placement(name: str, fn: Callable, reference: Callable, models: Calla
                 got, failed = student_call(case.name, fn, (case.x, F, case.norm),
                                            watch=(case.x,), handed_in=(F, case.norm))
                 calls.append((F, got, failed))
-            first = None
+            judged = []  # (result, ambiguous: several known mistakes give this output here)
             for i, (F, got, failed) in enumerate(calls):
+                ambiguous = False
                 if failed is None:
                     want = to_f64(reference(case.x, F, case.norm))
                     failed = compare_array(case.name, case.x, got, want, lambda g, rtol, atol, F=F, want=want:
-                                           diagnose_by_models(g, want, models(case.x, F, case.norm), rtol, atol))
+                                           diagnose_by_models(g, want, models(case.x, F, case.norm, g), rtol, atol))
+                    if failed.observed is not None and not failed.passed:
+                        g, _, rtol, atol = failed.observed
+                        ambiguous = len(matching_faults(g, want, models(case.x, F, case.norm, g), rtol, atol)) > 1
                 if i and not failed.passed:  # the second sublayer: say which, and what was observed on
                     failed.message = failed.message.replace(  # (normref.diagnosis reads observed_case)
                         f"case '{case.name}': ", f"case '{case.name}': with the second sublayer, {F!r}: ", 1)
                     failed.observed_case = replace(case, sublayer=F, also=None)
-                if not failed.passed:
-                    return failed
-                first = first or failed
-            return first
+                judged.append((failed, ambiguous))
+            fails = [(r, amb) for r, amb in judged if not r.passed]
+            if not fails:
+                return judged[0][0]
+            # F(v) = 2v cannot tell Post-LN from DeepNorm (Norm(3x) = Norm(alpha x + 2x)): a failure
+            # several known mistakes explain is named from the call that tells them apart
+            return next((r for r, amb in fails if not amb), fails[0][0])
 
     return run(name, cases, run_case, fn, reference=PLACEMENT_REFERENCE)
 
@@ -167,8 +258,11 @@ def check_pre_ln(fn: Callable, quick: bool = False) -> CheckResult:
     Returns:
         :class:`CheckResult` with four cases. Diagnoses residual_from_normed
         (``norm(x) + sublayer(norm(x))``), pre_post_swapped (``norm(x + sublayer(x))``),
-        missing_residual, missing_norm, norm_on_sublayer_output, ignores_sublayer (``x +
-        norm(x)``), mutates_input and the generic faults. Never raises because of what ``fn`` does.
+        missing_residual, missing_norm, norm_on_sublayer_output (Output-LN, ``x +
+        norm(sublayer(x))``), ignores_sublayer (``x + norm(x)``), is_peri_ln (Peri-LN, ``x +
+        norm(sublayer(norm(x)))``), residual_scaled (DeepNorm, ``norm(alpha x + sublayer(x))``,
+        alpha fitted and named), mutates_input and the generic faults. Never raises because of
+        what ``fn`` does.
 
     Raises:
         Nothing: whatever the student's code does (raising, looping, odd return values)
@@ -194,7 +288,8 @@ def check_post_ln(fn: Callable, quick: bool = False) -> CheckResult:
         :class:`CheckResult` with four cases. Diagnoses pre_post_swapped
         (``x + sublayer(norm(x))``), missing_residual, missing_norm, norm_on_sublayer_output
         (``x + norm(sublayer(x))``), residual_from_normed (``norm(x) + sublayer(x)``),
-        ignores_sublayer (``norm(x)``), mutates_input and the generic faults. On the seed token
+        ignores_sublayer (``norm(x)``), is_peri_ln, residual_scaled (Post-LN with the residual
+        scaled by a fitted alpha, DeepNorm), mutates_input and the generic faults. On the seed token
         with ``F(v) = 2v`` a missing residual or a left-out sublayer is invisible (LN(2x) =
         LN(3x) = LN(x)), so that case also runs ``F(v) = (v3, v1, v2)`` (:class:`Roll`), where
         neither is.

@@ -91,12 +91,36 @@ _PHRASES = {
 }
 
 
+#: The known placements in the grammar's dimensions (DeepNorm's scaled residual is not one of them:
+#: the checkers' fault models fit its alpha). Keys of :data:`normref.placements.PLACEMENTS`.
+_KNOWN_SPECS = {
+    "pre": {"input": "Nx", "branch": "F", "residual": "x", "post": False},
+    "post": {"input": "x", "branch": "F", "residual": "x", "post": True},
+    "peri": {"input": "Nx", "branch": "NF", "residual": "x", "post": False},
+    "output": {"input": "x", "branch": "NF", "residual": "x", "post": False},
+}
+
+
+def placement_name(ref: dict, variant) -> str | None:
+    """``"Peri-LN, x + Norm(F(Norm(x)))"`` when the reference ``ref`` with ``variant``'s choices
+    is a known placement (:data:`normref.placements.PLACEMENTS`), else None."""
+    from ..placements import PLACEMENTS
+
+    spec = {**ref, **{c.dim: c.value for c in variant}}
+    for key, known in _KNOWN_SPECS.items():
+        if spec == known:
+            name, formula = PLACEMENTS[key]
+            return f"{name}, {formula}"
+    return None
+
+
 def placement_grammar(which: str) -> Grammar:
     """The wiring grammar of ``check_pre_ln`` (``which="pre_ln"``) or ``check_post_ln``
-    (``"post_ln"``)."""
+    (``"post_ln"``); a variant that is another known placement as a whole is named as it
+    (``Grammar.name``)."""
     ref = _PRE if which == "pre_ln" else _POST
     known = ({("input", "x"): "missing_norm", ("residual", "Nx"): "residual_from_normed",
-              ("residual", "none"): "missing_residual"} if which == "pre_ln" else
+              ("residual", "none"): "missing_residual", ("branch", "NF"): "is_peri_ln"} if which == "pre_ln" else
              {("residual", "none"): "missing_residual", ("post", False): "missing_norm"})
     values = {"input": ["x", "Nx"], "branch": ["F", "NF"], "residual": ["x", "Nx", "none"],
               "post": [False, True]}
@@ -108,7 +132,8 @@ def placement_grammar(which: str) -> Grammar:
     memo: dict = {}
     reference = ("Pre-LN returns x + F(Norm(x))" if which == "pre_ln"
                  else "Post-LN returns Norm(x + F(x))")
-    return Grammar(which, reference, dims, lambda ch, c: _eval_placement(ref, ch, c, memo))
+    return Grammar(which, reference, dims, lambda ch, c: _eval_placement(ref, ch, c, memo),
+                   name=lambda v: placement_name(ref, v))
 
 
 _BLOCK_REF = {"na": "N1", "r1": "x", "post1": False, "s": "h", "nm": "N2", "r2": "h", "post2": False}
