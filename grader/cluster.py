@@ -243,7 +243,7 @@ def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
     from traitlets.config import Config
     from traitlets.config.loader import KVArgParseConfigLoader, PyFileConfigLoader
 
-    from . import sandbox
+    from . import sandbox, warm
 
     t0 = time.perf_counter()
     a, st = assignment["name"], submission["student"]
@@ -274,7 +274,7 @@ def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
             raise RuntimeError(f"the grading sandbox cannot start on Dask worker {os.uname().nodename} "
                                "(install bubblewrap there: apt-get install bubblewrap)")
         session = sandbox.SandboxSession(root) if use_sandbox else contextlib.nullcontext()
-        saved_env, cwd, limits = dict(os.environ), os.getcwd(), []
+        saved_env, cwd, limits, kernels = dict(os.environ), os.getcwd(), [], {}
         saved_fds = (os.dup(1), os.dup(2))
         kernel_log = (root / "kernel-output.log").open("wb")
         try:
@@ -295,6 +295,7 @@ def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
                 result = api.autograde(a, st, force=True, create=True)
                 # the process cap a kernel ran into, read from its cgroup outside the sandbox
                 limits = sandbox.limit_flags(root, sb, []).get((a, st), []) if use_sandbox else []
+                kernels = warm.kernel_counts(sb.records) if use_sandbox else {}  # warm or fresh
         finally:
             os.dup2(saved_fds[0], 1)
             os.dup2(saved_fds[1], 2)
@@ -307,7 +308,7 @@ def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
         log = result.get("log", "") + result.get("error", "")
         kernel_output = (root / "kernel-output.log").read_bytes()[-20000:].decode(errors="replace")
         out = {"assignment": a, "student": st, "success": bool(result.get("success")), "log": log,
-               "kernel_output": kernel_output, "limit_flags": limits,
+               "kernel_output": kernel_output, "limit_flags": limits, "kernels": kernels,
                "reason": None, "files": {}, "rows": None, "worker": os.uname().nodename}
         graded_dir = root / "autograded" / st / a
         if not out["success"] or not any(graded_dir.glob("*.ipynb")):
@@ -495,6 +496,8 @@ class ClusterOutcome(AutogradeOutcome):
 
     limit_flags: dict[tuple[str, str], list[str]] = field(default_factory=dict)
     workers: dict[str, int] = field(default_factory=dict)
+    #: the workers' kernels, warm or fresh (:func:`grader.warm.kernel_counts`)
+    kernels: dict = field(default_factory=lambda: {"warm": 0, "fresh": 0, "why": []})
 
 
 def autograde(course: CourseTree | Path, assignments: list[str], *, jobs: int | None = None, progress=None,
@@ -532,6 +535,8 @@ def autograde(course: CourseTree | Path, assignments: list[str], *, jobs: int | 
     """
     from distributed import as_completed
     from distributed.scheduler import KilledWorker
+
+    from . import warm
 
     tree = course if isinstance(course, CourseTree) else CourseTree(course)
     if course_id is None:
@@ -594,6 +599,7 @@ def autograde(course: CourseTree | Path, assignments: list[str], *, jobs: int | 
                 outcome.workers[result["worker"]] = outcome.workers.get(result["worker"], 0) + 1
                 if result["limit_flags"]:
                     outcome.limit_flags[(a, s)] = result["limit_flags"]
+                warm.merge(outcome.kernels, result.get("kernels"))
                 if result["success"]:
                     record(tree, course_id, result, gradebook)
                     outcome.graded.append((a, s))

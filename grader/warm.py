@@ -282,13 +282,13 @@ def merge(into: dict, more: dict | None) -> dict:
 
 
 def describe(counts: dict, off: str | None = None) -> str | None:
-    """The run's one line about its kernels, or None when there is nothing to say."""
+    """The run's one line about its kernels (None: no kernel was counted)."""
     if off:
         return f"autograde: warm kernels are off ({off}): every notebook started a fresh kernel"
     if counts["fresh"]:
         return (f"autograde: {counts['fresh']} of {counts['warm'] + counts['fresh']} notebooks started a fresh "
                 f"kernel instead of a warm one (same grades, ~3 CPU-s more each): {'; '.join(counts['why'])}")
-    return None
+    return f"autograde: warm kernels for all {counts['warm']} notebooks" if counts["warm"] else None
 
 
 def unavailable() -> str | None:
