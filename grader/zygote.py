@@ -151,14 +151,13 @@ def _recv(sock: socket.socket, size: int = 1 << 16) -> dict:
 
 # -- the zygote -----------------------------------------------------------------------------------
 
-_TORCH_STATE = None  # torch's global RNG state once PRELOAD is imported: what a fresh kernel starts from
 _ZYGOTE_ENV: dict[str, str] = {}
 
 
 def zygote_main(fd: int, parent: int) -> None:
     """The zygote's loop (``python grader/warm.py --zygote FD PARENT``): one fork per ``fork``
     message, whose four descriptors (the kernel's socket, stdin, stdout, stderr) go to the child."""
-    global _TORCH_STATE, _ZYGOTE_ENV
+    global _ZYGOTE_ENV
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:
         os._exit(0)
@@ -168,9 +167,6 @@ def zygote_main(fd: int, parent: int) -> None:
     try:
         for name in PRELOAD:
             importlib.import_module(name)
-        import torch
-
-        _TORCH_STATE = torch.get_rng_state()
         extra = [n for n in _open_fds() if n not in (0, 1, 2, fd)]
         if _threads() != 1 or extra:  # the kernel closes every descriptor: nothing may need one
             raise Refused(f"the zygote has {_threads()} threads and descriptors {extra} after its imports")
@@ -312,8 +308,9 @@ def _watch(sock: socket.socket, kpid: int, kfd: int) -> int:
 
 
 def _reseed() -> None:
-    """RNGs as a fresh kernel has them: torch's global generator at its fixed default state
-    (the zygote never draws from it), numpy's and Python's from new entropy."""
+    """Every RNG from new entropy, as a fresh interpreter seeds them (torch's global generator
+    too: torch 2.13 seeds it randomly per process); otherwise all of a zygote's kernels would
+    draw the same numbers."""
     import random
 
     import numpy
@@ -321,7 +318,7 @@ def _reseed() -> None:
 
     random.seed()
     numpy.random.seed()
-    torch.set_rng_state(_TORCH_STATE)
+    torch.seed()
 
 
 def _kernel(env: dict[str, str], cwd: str, command: list[str], alive_r: int) -> None:
