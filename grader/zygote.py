@@ -21,7 +21,7 @@ from pathlib import Path
 
 try:
     from . import sandbox
-except ImportError:  # run by path: the zygote
+except ImportError:  # run by path, as the zygote is
     import sandbox  # type: ignore[no-redef]
 
 #: What the zygote imports: what every grading kernel has loaded once its hand-back is sealed.
@@ -155,7 +155,7 @@ _ZYGOTE_ENV: dict[str, str] = {}
 
 
 def zygote_main(fd: int, parent: int) -> None:
-    """The zygote's loop (``python grader/warm.py --zygote FD PARENT``): one fork per ``fork``
+    """The zygote's loop (``python grader/zygote.py FD PARENT``): one fork per ``fork``
     message, whose four descriptors (the kernel's socket, stdin, stdout, stderr) go to the child."""
     global _ZYGOTE_ENV
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -330,7 +330,7 @@ def _kernel(env: dict[str, str], cwd: str, command: list[str], alive_r: int) -> 
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # bwrap's --die-with-parent
         if select.select([alive_r], [], [], 0)[0]:
             os._exit(1)  # the child died before that was set
-        os.closerange(3, 1 << 20)
+        os.closerange(3, max(1 << 20, os.sysconf("SC_OPEN_MAX")))
         _prctl(PR_SET_DUMPABLE, 1)  # as after exec
         os.chdir(cwd)
         os.environ.clear()
