@@ -41,6 +41,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import warm
 from .course import CourseTree
 from .parallel import AutogradeOutcome, _reason, default_jobs
 
@@ -243,7 +244,7 @@ def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
     from traitlets.config import Config
     from traitlets.config.loader import KVArgParseConfigLoader, PyFileConfigLoader
 
-    from . import sandbox, warm
+    from . import sandbox
 
     t0 = time.perf_counter()
     a, st = assignment["name"], submission["student"]
@@ -295,7 +296,8 @@ def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
                 result = api.autograde(a, st, force=True, create=True)
                 # the process cap a kernel ran into, read from its cgroup outside the sandbox
                 limits = sandbox.limit_flags(root, sb, []).get((a, st), []) if use_sandbox else []
-                kernels = warm.kernel_counts(sb.records) if use_sandbox else {}  # warm or fresh
+                notebooks = sum(name.endswith(".ipynb") for name in submission["files"])  # one kernel each
+                kernels = warm.kernel_counts(sb.records, sb.warm_off, notebooks) if use_sandbox else {}
         finally:
             os.dup2(saved_fds[0], 1)
             os.dup2(saved_fds[1], 2)
@@ -496,8 +498,7 @@ class ClusterOutcome(AutogradeOutcome):
 
     limit_flags: dict[tuple[str, str], list[str]] = field(default_factory=dict)
     workers: dict[str, int] = field(default_factory=dict)
-    #: the workers' kernels, warm or fresh (:func:`grader.warm.kernel_counts`)
-    kernels: dict = field(default_factory=lambda: {"warm": 0, "fresh": 0, "why": []})
+    kernels: dict = field(default_factory=lambda: {"warm": 0, "fresh": 0, "why": []})  # grader.warm.kernel_counts
 
 
 def autograde(course: CourseTree | Path, assignments: list[str], *, jobs: int | None = None, progress=None,
@@ -535,8 +536,6 @@ def autograde(course: CourseTree | Path, assignments: list[str], *, jobs: int | 
     """
     from distributed import as_completed
     from distributed.scheduler import KilledWorker
-
-    from . import warm
 
     tree = course if isinstance(course, CourseTree) else CourseTree(course)
     if course_id is None:

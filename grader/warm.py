@@ -263,9 +263,12 @@ def _record(env: dict[str, str], why: str | None) -> None:
         Path(root, f"warm-{os.getpid()}.json").write_text(json.dumps(c))
 
 
-def kernel_counts(folder: Path) -> dict:
+def kernel_counts(folder: Path, off: str | None = None, notebooks: int = 0) -> dict:
     """``{"warm": n, "fresh": m, "why": [reasons]}`` of the kernels whose launches were recorded
-    under ``folder`` (a session's ``logs/scratch``)."""
+    under ``folder`` (a session's ``logs/scratch``); with warm kernels ``off`` (the session's
+    :attr:`~grader.sandbox.SandboxSession.warm_off`), its ``notebooks`` all fresh, for that reason."""
+    if off:
+        return {"warm": 0, "fresh": notebooks, "why": [f"warm kernels are off ({off})"]}
     out = {"warm": 0, "fresh": 0, "why": []}
     for f in sorted(Path(folder).rglob("warm-*.json")) if Path(folder).is_dir() else []:
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
