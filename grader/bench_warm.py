@@ -163,7 +163,8 @@ def graded(td: Path, name: str, *, warm_on: bool, jobs: int, students: int | Non
     cpu = marks["end"][0] - marks["start"][0]
     wall = marks["end"][1] - marks["start"][1]
     return {"cpu": cpu, "wall": wall, "n": len(run.autograde.graded), "scores": run.scores, "pipeline": run.seconds,
-            "memory": sampler.peak, "lines": [x for x in lines if "warm" in x or "fresh kernel" in x]}
+            "memory": sampler.peak,
+            "lines": [x for x in lines if x.startswith("autograde: ") and ("warm" in x or "fresh kernel" in x)]}
 
 
 def zygote_start_cpu() -> float:
