@@ -22,10 +22,14 @@ GROUPS ?= 1
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+# tools/grading-kernels: the grader's warm-kernel provisioner for jupyter_client (grader/warm.py);
+# instructors only (the student repository has no tools/)
+GRADING_KERNELS := $(wildcard tools/grading-kernels/pyproject.toml)
+$(STAMP): pyproject.toml $(GRADING_KERNELS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(if $(GRADING_KERNELS),$(BIN)/python -m pip install --quiet --no-deps -e tools/grading-kernels)
 	@touch $(STAMP)
 
 # The student view, as Binder serves it: `start` puts jupyter-student/ on JUPYTER_CONFIG_PATH

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from nbclient import NotebookClient
 
+from . import bench_warm
 from .demo.answer_bank import ANSWERS
 from .demo import apply_due_dates, demo_class, fill_answers, write_demo_submissions
 from .parallel import default_jobs
@@ -125,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"autograde stage speed-up: {seq_auto / par_auto:.2f}x")
         print(f"speed-up over sequential nbgrader: {seq_total / run.seconds:.2f}x")
         engine_rows(Path(td), args.students, n, jobs, seq_total, seq_auto, args.db)
+        bench_warm.class_rows(Path(td), args.students, jobs, (seq_total, seq_auto))  # issue 25: warm vs fresh
     diagnosis_bench()
     return 0
 

@@ -41,6 +41,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import warm
 from .course import CourseTree
 from .parallel import AutogradeOutcome, _reason, default_jobs
 
@@ -271,7 +272,7 @@ def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
             raise RuntimeError(f"the grading sandbox cannot start on Dask worker {os.uname().nodename} "
                                "(install bubblewrap there: apt-get install bubblewrap)")
         session = sandbox.SandboxSession(root) if use_sandbox else contextlib.nullcontext()
-        saved_env, cwd, limits = dict(os.environ), os.getcwd(), []
+        saved_env, cwd, limits, kernels = dict(os.environ), os.getcwd(), [], {}
         saved_fds = (os.dup(1), os.dup(2))
         kernel_log = (root / "kernel-output.log").open("wb")
         try:
@@ -292,6 +293,8 @@ def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
                 result = api.autograde(a, st, force=True, create=True)
                 # the process cap a kernel ran into, read from its cgroup outside the sandbox
                 limits = sandbox.limit_flags(root, sb, []).get((a, st), []) if use_sandbox else []
+                notebooks = sum(name.endswith(".ipynb") for name in submission["files"])  # one kernel each
+                kernels = warm.kernel_counts(sb.records, sb.warm_off, notebooks) if use_sandbox else {}
         finally:
             os.dup2(saved_fds[0], 1)
             os.dup2(saved_fds[1], 2)
@@ -304,7 +307,7 @@ def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
         log = result.get("log", "") + result.get("error", "")
         kernel_output = (root / "kernel-output.log").read_bytes()[-20000:].decode(errors="replace")
         out = {"assignment": a, "student": st, "success": bool(result.get("success")), "log": log,
-               "kernel_output": kernel_output, "limit_flags": limits,
+               "kernel_output": kernel_output, "limit_flags": limits, "kernels": kernels,
                "reason": None, "files": {}, "rows": None, "worker": os.uname().nodename}
         graded_dir = root / "autograded" / st / a
         if not out["success"] or not any(graded_dir.glob("*.ipynb")):
@@ -492,6 +495,7 @@ class ClusterOutcome(AutogradeOutcome):
 
     limit_flags: dict[tuple[str, str], list[str]] = field(default_factory=dict)
     workers: dict[str, int] = field(default_factory=dict)
+    kernels: dict = field(default_factory=lambda: {"warm": 0, "fresh": 0, "why": []})  # grader.warm.kernel_counts
 
 
 def autograde(course: CourseTree | Path, assignments: list[str], *, jobs: int | None = None, progress=None,
@@ -591,6 +595,7 @@ def autograde(course: CourseTree | Path, assignments: list[str], *, jobs: int | 
                 outcome.workers[result["worker"]] = outcome.workers.get(result["worker"], 0) + 1
                 if result["limit_flags"]:
                     outcome.limit_flags[(a, s)] = result["limit_flags"]
+                warm.merge(outcome.kernels, result.get("kernels"))
                 if result["success"]:
                     record(tree, course_id, result, gradebook)
                     outcome.graded.append((a, s))

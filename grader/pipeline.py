@@ -20,7 +20,7 @@ from pathlib import Path
 
 import nbformat
 
-from . import database, sandbox, state
+from . import database, sandbox, state, warm
 from . import scoring
 from .apps import AppError, Course, generate_feedback_parallel
 from .collect import Collected, check_input, collect, lms_late, write_roster
@@ -506,6 +506,9 @@ def autograde_stage(b: Batch) -> None:
                 run.repairs.setdefault((a, st), Repair(st, a)).flags.extend(notes)
                 for note in notes:
                     log(f"autograde: {st} ({a}): {note}")
+            kernels = warm.merge(warm.kernel_counts(sb.records), getattr(run.autograde, "kernels", None))
+            if line := warm.describe(kernels, sb.warm_off):  # a fresh kernel instead of a warm one: said once
+                log(line)
     log(f"autograde: {len(run.autograde.graded)} notebooks in {run.autograde.seconds:.1f} s")
     _carry_hand_grades(b)
 

@@ -68,8 +68,10 @@ def available() -> bool:
     return probe.returncode == 0
 
 
-def write_kernelspec(dest: Path, mem_mb: int = DEFAULT_MEM_MB) -> Path:
-    """Write ``dest/kernels/normref-sandbox/kernel.json``; put ``dest`` on ``JUPYTER_PATH``."""
+def write_kernelspec(dest: Path, mem_mb: int = DEFAULT_MEM_MB, provisioner: str | None = None) -> Path:
+    """Write ``dest/kernels/normref-sandbox/kernel.json``; put ``dest`` on ``JUPYTER_PATH``.
+    ``provisioner``: the jupyter_client kernel provisioner that starts its kernels (default:
+    jupyter_client's own, which runs the ``argv``; :mod:`grader.warm` names its own)."""
     kdir = dest / "kernels" / KERNEL_NAME
     kdir.mkdir(parents=True, exist_ok=True)
     # Run by path, not with -m: `-m grader.sandbox` would import the normref package
@@ -82,6 +84,8 @@ def write_kernelspec(dest: Path, mem_mb: int = DEFAULT_MEM_MB) -> Path:
         "interrupt_mode": "message",  # signals do not cross into bwrap's PID namespace
         "metadata": {"debugger": False},
     }
+    if provisioner:
+        spec["metadata"]["kernel_provisioner"] = {"provisioner_name": provisioner, "config": {}}
     (kdir / "kernel.json").write_text(json.dumps(spec, indent=1))
     return kdir
 
@@ -104,9 +108,14 @@ class SandboxSession:
         self._mounts: list[str] = []
         #: what :func:`sweep_stale` removed when the session started
         self.swept: dict[str, int] = {}
+        #: None when the kernels start warm (:mod:`grader.warm`), else why they start fresh
+        self.warm_off: str | None = None
 
     def __enter__(self) -> "SandboxSession":
-        write_kernelspec(self.jupyter_dir, self.mem_mb)
+        from . import warm
+
+        self.warm_off = warm.unavailable()
+        write_kernelspec(self.jupyter_dir, self.mem_mb, None if self.warm_off else warm.PROVISIONER)
         self.swept = sweep_stale()  # what killed runs left (never one in use)
         self.pids_cgroup = _make_pids_cgroup(f"normref-{os.getpid()}-{os.urandom(3).hex()}")
         return self
@@ -485,12 +494,19 @@ def _clear_stale_sockets(info: dict) -> None:
                 p.unlink()
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if "-f" not in args:
-        print("usage: python grader/sandbox.py -f CONNECTION_FILE [ipykernel args]", file=sys.stderr)
-        return 2
-    parent = os.getppid()
+def prepare(args: list[str], extra_procs: int = 0) -> tuple[list[str], list[int]]:
+    """What :func:`main` does before it runs bubblewrap, done to the calling process (which
+    must be in the kernel's working directory, with the kernel's environment): this kernel's
+    record, its pids cgroup (joined; ``extra_procs`` more processes allowed than
+    ``NORMREF_MAX_PROCS``, for a caller that stays in it beside bubblewrap), the rlimits, the
+    student's files opened.
+
+    Args:
+        args: ``-f CONNECTION_FILE [ipykernel args]``.
+
+    Returns:
+        ``(bwrap argv, descriptors that argv names)``: the :func:`bwrap_argv` command.
+    """
     i = args.index("-f")
     connection_file = args[i + 1]
     kernel_args = args[:i] + args[i + 2:]
@@ -504,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="kernel-", dir=root))
     cgroup = None
     if os.environ.get("NORMREF_PIDS_CGROUP"):
-        cgroup = _join_pids_cgroup(Path(os.environ["NORMREF_PIDS_CGROUP"]), work.name, max_procs)
+        cgroup = _join_pids_cgroup(Path(os.environ["NORMREF_PIDS_CGROUP"]), work.name, max_procs + extra_procs)
     (work / "record.json").write_text(json.dumps({"cwd": cwd, "cgroup": str(cgroup) if cgroup else None,
                                                   "max_procs": max_procs}))
     if cgroup is None and os.geteuid() == 0:
@@ -518,10 +534,22 @@ def main(argv: list[str] | None = None) -> int:
         fd = os.open(path, os.O_RDONLY)
         os.set_inheritable(fd, True)
         files.append((rel, fd))
+    connection_fd = os.open(connection_file, os.O_RDONLY)
+    os.set_inheritable(connection_fd, True)
     _set_limits(int(os.environ.get("NORMREF_KERNEL_MEM_MB", DEFAULT_MEM_MB)))
-    cmd = bwrap_argv(connection_file, cwd, kernel_args, files=files,
+    cmd = bwrap_argv(connection_file, cwd, kernel_args, files=files, connection_fd=connection_fd,
                      pids_events=str(cgroup / "pids.events") if cgroup else None,
                      max_write_bytes=max_write, max_procs=max_procs)
+    return cmd, [connection_fd] + [fd for _, fd in files]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "-f" not in args:
+        print("usage: python grader/sandbox.py -f CONNECTION_FILE [ipykernel args]", file=sys.stderr)
+        return 2
+    parent = os.getppid()
+    cmd, _ = prepare(args)
     # Die with the autograde worker that started this kernel, also when it died while this was
     # still preparing: bwrap's --die-with-parent is set only after exec, too late if the worker
     # is already gone (it then watches init, which never dies). The signal survives exec.
