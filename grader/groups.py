@@ -244,8 +244,12 @@ def mistake_groups(course_root: Path, assignments: list[str],
 
 
 def _drawn_questions(nb) -> list[str]:
-    """The grade ids of ``nb``'s test cells that are scored from handed-back outputs on drawn inputs."""
+    """The grade ids of ``nb``'s test cells that are scored from handed-back outputs on drawn inputs,
+    less those scored 0 for calling the reference (a broken rule, not a wrong answer to group)."""
+    from normref.faults import parse_tags
+
     from .scoring import QUESTIONS
 
-    gids = (_nbg(c).get("grade_id") for c in nb.cells if c.get("cell_type") == "code")
+    gids = (_nbg(c).get("grade_id") for c in nb.cells if c.get("cell_type") == "code"
+            and "reference_call" not in parse_tags(c))
     return [g for g in gids if g in QUESTIONS and QUESTIONS[g].draw is not None]

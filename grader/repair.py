@@ -39,6 +39,10 @@ from .collect import notebook_key, received_hashes
 from .course import CourseTree
 from .tamper import protected_bindings, scan, shadowing_modules, startup_files
 
+#: Why the scan removed an answer cell that calls the reference (grader.scoring reads it back and
+#: counts the question under the ``reference_call`` fault).
+REFERENCE_REASON = "it calls the reference implementation instead of implementing it"
+
 
 @dataclass
 class Repair:
@@ -218,7 +222,7 @@ def repair_notebook(nb, release_nb, rep: Repair) -> nbformat.NotebookNode:
         else:
             rep.flags.append(f"{where} calls the reference instead of implementing it ({what}): "
                              "cell removed, its question earns 0")
-            cell.source = _stub("it calls the reference implementation instead of implementing it")
+            cell.source = _stub(REFERENCE_REASON)
         cell.outputs = []
 
     return nb

@@ -987,7 +987,9 @@ def score_notebook(nb, seed: int) -> dict[str, Scored]:
                      if len(found) > 1 else [])
             removed = _removed_answer(nb, cell)
             if removed:
-                out[gid] = Scored(gid, 0.0, f"{gid}: 0 points: {removed}", flags)
+                # the scan's reference-call removal is the reference_call fault the report counts
+                kinds = ["reference_call"] if _REFERENCE_REASON in removed else []
+                out[gid] = Scored(gid, 0.0, f"{gid}: 0 points: {removed}", flags, kinds)
                 continue
             errors = [f"{o.get('ename')}: {o.get('evalue')}" for o in cell.get("outputs", [])
                       if o.get("output_type") == "error"]
@@ -1040,11 +1042,12 @@ def score_notebook(nb, seed: int) -> dict[str, Scored]:
 
 #: How the grader's repair stage (grader/repair.py) replaces an answer cell it removed.
 _REMOVED = "# The grader removed this cell: "
+from .repair import REFERENCE_REASON as _REFERENCE_REASON  # noqa: E402 - beside the table it keys
 _RULES = {"it tried to change how grading works":
           "code that changes how grading works (the grader's checkers, hand-back or recorder, the "
           "interpreter's or IPython's machinery, threads, TorchScript) is not allowed: the cell is "
           "removed and its question earns what a blank answer earns",
-          "it calls the reference implementation instead of implementing it":
+          _REFERENCE_REASON:
           "calling the reference normalization instead of implementing it earns what a blank answer "
           "earns: implement it with tensor operations"}
 

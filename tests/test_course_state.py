@@ -600,7 +600,9 @@ def test_a_full_disk_ends_the_run_with_one_line_and_no_half_copy(course_copy, tm
         err[0].endswith("free some space and run again"), out.stderr[-2000:]
     assert "Traceback" not in out.stderr and "rc=1" in out.stdout
     left = [ln for ln in out.stdout.splitlines() if ln.startswith("/")]
-    assert left == [f"{mnt}/course/logs/runs.jsonl"], left  # no half-copied batch or submission
+    # no half-copied batch or submission: only the run log and the record of the generate step
+    # that finished before the copy (logs/generated.json, whole JSON) are left
+    assert sorted(left) == [f"{mnt}/course/logs/generated.json", f"{mnt}/course/logs/runs.jsonl"], left
 
 
 def test_a_cleaned_course_grades_a_new_class_without_being_told_to_restore_the_old_one(tmp_path):

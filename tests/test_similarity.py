@@ -51,10 +51,14 @@ def _students(root: Path) -> list[str]:
 
 
 def test_no_honest_pair_of_the_demo_class_reaches_the_threshold(demo):
+    """Honest pairs with enough code in common to be listed (MIN_OVERLAP) stay below THRESHOLD.
+    Shorter ones may score 1.0: modern's `is_pre_ln` and `is_output_ln` differ only in their one
+    peri_ln line, `x + F(N(x))` against `x + O(F(x))`, the same tokens once names are one letter
+    (48 characters in common); MIN_OVERLAP keeps such pairs off the list (test below)."""
     highest = 0.0
     for a in ASSIGNMENTS:
         for p in similar_pairs(demo, a, _students(demo), all_pairs=True):
-            if _variant(p.a, a) != _variant(p.b, a):  # different bank code: written independently
+            if _variant(p.a, a) != _variant(p.b, a) and p.overlap >= MIN_OVERLAP:  # written independently
                 assert p.score < THRESHOLD, (a, p.a, p.b, _variant(p.a, a), _variant(p.b, a), p.score)
                 highest = max(highest, p.score)
     assert 0.5 < highest < THRESHOLD  # the margin the threshold was chosen with (0.66)
