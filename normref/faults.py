@@ -207,15 +207,17 @@ _TABLE = [
     Fault("dyt_not_tanh", "DyT squashes with tanh: weight * tanh(alpha * x) + bias.",
           "used another squashing function than tanh"),
     # ------------------------------------------------------------ backward (numpy only)
-    Fault("bwd_no_mean_term", "dx is missing the gradient through the mean: subtract mean(g) "
-          "(g = dy * weight).", "backward: dx misses the mean term"),
-    Fault("bwd_no_variance_term", "dx is missing the gradient through the variance: subtract "
-          "xhat * mean(g * xhat).", "backward: dx misses the variance term"),
+    Fault("bwd_no_mean_term", "dx is missing the gradient through the mean: the mean depends on "
+          "every x_i, so each dx_i also gets a share through it.", "backward: dx misses the mean term"),
+    Fault("bwd_no_variance_term", "dx is missing the gradient through the variance: the variance "
+          "depends on every x_i, so each dx_i also gets a share through it.",
+          "backward: dx misses the variance term"),
     Fault("bwd_constant_stats", "dx treats the mean and the variance as constants: both depend "
-          "on x, dx = r * (g - mean(g) - xhat * mean(g * xhat)).",
+          "on x, so the chain rule runs through each of them too.",
           "backward: mean and variance taken as constants"),
-    Fault("bwd_dweight_dbias_swapped", "dweight and dbias are swapped: dweight = sum(dy * xhat), "
-          "dbias = sum(dy).", "backward: swapped dweight and dbias"),
+    Fault("bwd_dweight_dbias_swapped", "dweight and dbias are swapped: the bias is added to the "
+          "output, so its gradient carries no normalised input; the weight multiplies it.",
+          "backward: swapped dweight and dbias"),
     Fault("bwd_not_summed", "dweight and dbias sum over every axis but the last (batch and "
           "sequence), so they have shape [D].", "backward: dweight/dbias not summed to [D]"),
     # ------------------------------------------------------------ rules that cost points

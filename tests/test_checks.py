@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import normref
+from grader import backward as grader_backward
 from grader.demo.answer_bank import ANSWERS
 from normref import check_layer_norm, check_rms_norm
 
@@ -159,7 +160,7 @@ def test_every_reference_passes_every_case_of_its_checker_and_breaks_the_rule():
         normref.check_post_ln(normref.post_ln),
         normref.check_pre_ln_block(normref.TransformerBlock),  # (dim, n_heads), Pre-LN, RMSNorm
         normref.check_pre_ln_block(normref.TransformerBlock(8, 2, norm="layer")),  # a built module
-        normref.check_layer_norm_backward(normref.layer_norm_backward),
+        normref.check_layer_norm_backward(normref.backward.layer_norm_grads),
     ]
     for r in results:
         assert all(c.passed for c in r.cases) and r.score == 0.0 and r.faults == ["reference_call"], r.report()
@@ -553,9 +554,9 @@ def test_a_correct_answer_that_writes_to_stderr_still_leaves_stderr_empty(capsys
 @pytest.mark.parametrize("options", [{}, {"ddof": 1}, {"eps_out": True}, {"eps": 0.0},
                                      {"centered": False}, {"axis": 0}])
 def test_backward_fault_models_are_the_autograd_gradients_of_the_faulty_forwards(options):
-    # The diagnosis trusts normref.checks.backward.bwd_model; check it against torch autograd of
+    # The grader's diagnosis trusts grader.backward.bwd_model; check it against torch autograd of
     # the same faulty forward (normref.checks.norms.model_t), float64, on a [3, 4, 5] input.
-    from normref.checks.backward import bwd_model as _bwd_model
+    from grader.backward import bwd_model as _bwd_model
     from normref.checks.norms import model_t as _model_t
 
     rng = np.random.default_rng(5)
@@ -567,7 +568,7 @@ def test_backward_fault_models_are_the_autograd_gradients_of_the_faulty_forwards
     for got, want in zip(_bwd_model(dy, x, w, eps, **options), (xt.grad, wt.grad, bt.grad)):
         np.testing.assert_allclose(got, want.numpy(), rtol=1e-10, atol=1e-12)
     if not options:
-        for got, want in zip(_bwd_model(dy, x, w, eps), normref.layer_norm_backward(dy, x, w, eps)):
+        for got, want in zip(_bwd_model(dy, x, w, eps), grader_backward.layer_norm_backward(dy, x, w, eps)):
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
 
 
@@ -720,7 +721,7 @@ def test_a_variant_named_by_the_search_rides_in_metadata_too():
 @pytest.mark.parametrize("checker, student", [
     (normref.check_rms_norm_module, normref.RMSNorm), (normref.check_pre_ln, normref.pre_ln),
     (normref.check_post_ln, normref.post_ln), (normref.check_pre_ln_block, normref.TransformerBlock),
-    (normref.check_layer_norm_backward, normref.layer_norm_backward),
+    (normref.check_layer_norm_backward, normref.backward.layer_norm_grads),
 ])
 def test_quick_is_the_first_two_cases_of_every_checker(checker, student):
     full, quick = checker(student), checker(student, quick=True)

@@ -1,7 +1,8 @@
 """Diagnosis by search: name mistakes nobody listed.
 
-Each checker has a *grammar* (:mod:`.norms`, :mod:`.wiring`, :mod:`.gradients`) that
-generates implementation variants of its reference along the reference's natural dimensions,
+Each checker has a *grammar* (:mod:`.norms`, :mod:`.wiring`; the backward's is the grader's,
+``grader/backward.py``) that generates implementation variants of its reference along the
+reference's natural dimensions,
 single changes and pairs. :func:`refine` is what a checker calls once its cases are run: for
 the cases that only got the generic diagnosis ("the values differ from the reference"), it
 looks for variants that reproduce the student's output on every failing case of the battery
@@ -18,7 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .gradients import BackwardCase, backward_grammar
+from .gradients import BackwardCase
 from .measure import describe
 from .norms import NormCase, norm_case, norm_grammar
 from .search import Choice, Finding, Grammar, Observation, close, count_variants, reproduces, search, variant_id
@@ -26,7 +27,7 @@ from .wiring import BlockCase, PlacementCase, block_grammar, placement_grammar
 
 __all__ = ["BackwardCase", "BlockCase", "NormCase", "PlacementCase", "DIAGNOSIS_FAULTS",
            "GENERIC_FAULTS", "Choice", "Finding", "Grammar", "Observation", "close",
-           "count_variants", "describe", "grammar_for", "observation_case", "refine",
+           "count_variants", "describe", "grammar_for", "observation_case", "refine", "register_grammar",
            "reproduces", "search", "variant_id", "VARIANT_TAG"]
 
 #: The fault kind of a mistake found by the search, with its generic description.
@@ -47,8 +48,13 @@ _GRAMMARS = {
     "pre_ln": lambda: placement_grammar("pre_ln"),
     "post_ln": lambda: placement_grammar("post_ln"),
     "pre-LN block": block_grammar,
-    "layer_norm_backward": backward_grammar,
 }
+
+
+def register_grammar(checker: str, make) -> None:
+    """Give the checker named ``checker`` a grammar: ``make()`` returns a :class:`Grammar`.
+    The grader registers the backward's (``grader/backward.py``), which is not in this package."""
+    _GRAMMARS[checker] = make
 
 
 def grammar_for(checker: str) -> Grammar | None:
