@@ -77,6 +77,10 @@ def _shape_fault(case: _BackwardCase, got, want) -> CaseResult | None:
         return fail(case.name, f"returned a {type(got).__name__}{size}; return the tuple "
                     "(dx, dweight, dbias).", "wrong_type")
     for label, a, w in zip(_BWD_NAMES, got, want):
+        if label != "dx" and isinstance(a, (np.generic, float, int)) and not isinstance(a, bool):
+            # dy.sum(-1) of a 1-D token is one number: an axis mistake, not a type mistake
+            return fail(case.name, f"{label} is a single number; it has one entry per feature, shape "
+                        f"{list(w.shape)}: {msg('bwd_not_summed', 'numpy')}", "bwd_not_summed")
         if not isinstance(a, np.ndarray):
             return fail(case.name, f"{label} is a {type(a).__name__}; return numpy arrays. "
                         f"{msg('wrong_type', 'numpy')}", "wrong_type")

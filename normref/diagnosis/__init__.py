@@ -51,6 +51,19 @@ _GRAMMARS = {
 }
 
 
+#: torch's words in the grammars' sentences -> numpy's, for a numpy checker's student
+_NUMPY_WORDS = (("keepdim=True", "keepdims=True"), ("keepdim lost", "keepdims lost"),
+                ("torch.var(dim=-1) style", "np.var(axis=-1) style"), ("(dim=-1)", "(axis=-1)"),
+                ("whole tensor", "whole array"))
+
+
+def numpy_words(sentence: str) -> str:
+    """A search sentence in numpy's vocabulary (``keepdims=True``, ``np.var(axis=-1)``)."""
+    for torch_word, numpy_word in _NUMPY_WORDS:
+        sentence = sentence.replace(torch_word, numpy_word)
+    return sentence
+
+
 def register_grammar(checker: str, make) -> None:
     """Give the checker named ``checker`` a grammar: ``make()`` returns a :class:`Grammar`.
     The grader registers the backward's (``grader/backward.py``), which is not in this package."""
@@ -126,13 +139,15 @@ def refine(checker: str, battery: Sequence[object], results: Sequence[object]) -
         got, want, rtol, atol = seen
         obs.append(Observation(gcase, got, want, rtol, atol, r.passed))
     found = search(grammar, obs)
+    numpy = all(isinstance(getattr(c, "x", None), np.ndarray) for c in battery)
     for case, r in zip(battery, results):
         if r not in generic:
             continue
         head = r.message.rsplit("; ", 1)[0] if "; " in r.message else r.message.split(" [fault:")[0]
         if found is not None:
             r.fault = "found_variant"
-            r.message = (f"{head}; {found.sentence()} [fault: found_variant] "
+            sentence = numpy_words(found.sentence()) if numpy else found.sentence()
+            r.message = (f"{head}; {sentence} [fault: found_variant] "
                          f"[variant: {variant_id(found.best)}]")
         else:
             got, want = r.observed[0], r.observed[1]
