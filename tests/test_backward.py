@@ -132,7 +132,8 @@ def test_the_self_checks_measured_gradients_are_the_analytic_ones():
     for seed in (1, 2, 3):
         cases += draw_backward_battery(_gen(seed, "layer_norm_backward_gradcheck"))
     for c in cases:
-        measured, derived = layer_norm_grads(c.dy, c.x, c.weight, c.eps), layer_norm_backward(c.dy, c.x, c.weight, c.eps)
+        measured = layer_norm_grads(c.dy, c.x, c.weight, c.eps)
+        derived = layer_norm_backward(c.dy, c.x, c.weight, c.eps)
         for got, want in zip(measured, derived):
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-13 * np.abs(want).max())
     s = math.sqrt(1.5)  # the hand-derived case above
