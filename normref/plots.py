@@ -494,8 +494,11 @@ def plot_grad_norms(grads: dict, depth_sweep: dict | None = None) -> Plot:
         axes[1].legend()
         data["post_over_pre_last"] = float(d["post"][-1] / d["pre"][-1])
         data["depth_sweep"] = {k: (np.asarray(v, float) if k != "depths" else list(v)) for k, v in d.items()}
+        post0, post1 = float(d["post"][0]), float(d["post"][-1])
+        post_says = ("Post-LN's does not shrink" if post1 >= 0.8 * post0
+                     else f"Post-LN's shrinks {post0 / post1:.1f}x")
         take += (f"; from L={d['depths'][0]} to {d['depths'][-1]} Pre-LN's last-layer gradient "
-                 f"shrinks {pre0 / pre1:.1f}x, Post-LN's does not.")
+                 f"shrinks {pre0 / pre1:.1f}x, {post_says}.")
     else:
         take += "."
     _takeaway(fig, take)
