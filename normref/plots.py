@@ -528,14 +528,18 @@ def training_takeaway(final: dict, optimal: float, unigram: float | None, depth:
     """The training figure's takeaway, from the final losses ``{(placement, warmup): nats}``:
     what each run shows (:func:`training_outcome`) and, from those outcomes alone, whether
     Post-LN needed warmup at this depth. Every branch states only what the numbers show."""
+    explained = set()  # each level is explained the first time it is named
+
     def said(key):
         f = final[key]
         how = training_outcome(f, optimal, unigram)
-        if how == "trains":
-            return f"trains to {f:.2f} nats (best possible {optimal:.2f})"
-        if how == "stalls":
-            return f"stalls at {f:.2f} nats (no better than guessing from how often each token occurs)"
-        return f"gets to {f:.2f} nats, partway to the best possible {optimal:.2f}"
+        why = "" if how in explained else {
+            "trains": f" (best possible {optimal:.2f})",
+            "stalls": " (no better than guessing from how often each token occurs)",
+            "partway": f", partway to the best possible {optimal:.2f}"}[how]
+        explained.add(how)
+        verb = {"trains": "trains to", "stalls": "stalls at", "partway": "gets to"}[how]
+        return f"{verb} {f:.2f} nats{why}"
 
     parts = [f"{p.capitalize()}-LN {'with' if w else 'without'} warmup {said((p, w))}"
              for p, w in (("pre", False), ("post", False), ("post", True)) if (p, w) in final]

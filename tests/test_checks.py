@@ -878,3 +878,34 @@ def test_a_summed_away_dbias_on_a_1d_token_is_told_its_axis():
     seed = r.cases[0]
     assert not seed.passed and seed.fault == "bwd_not_summed", r.report()
     assert "single number" in seed.message and "float64" not in seed.message and "[3]" in seed.message
+
+
+def test_validates_message_names_the_question_cases_points_and_every_cause(monkeypatch):
+    """The Validate dialog's first lines (issue 23): the question, the cases, the points, then
+    every failing cause, each naming its cases (float16's overflow and bfloat16's dtype, not
+    only the first), and IPython shows it with no traceback frame of the course's code."""
+    import torch
+
+    from normref.handback import PointsLost, as_graded
+
+    def lesson_00(x, weight, bias, eps=1e-5):
+        mean = x.mean(dim=-1, keepdim=True)
+        var = x.var(dim=-1, unbiased=False, keepdim=True)
+        return (x - mean) / torch.sqrt(var + eps) * weight + bias
+
+    r = check_layer_norm(lesson_00, backend="torch")
+    as_graded(r, "layer_norm_battery", points=4)  # outside validate: nothing
+    monkeypatch.setenv("NBGRADER_EXECUTION", "validate")
+    with pytest.raises(AssertionError) as e:
+        as_graded(r, "layer_norm_battery", points=4)
+    assert isinstance(e.value, PointsLost)
+    lines = str(e.value).splitlines()
+    n_failed = sum(not c.passed for c in r.cases)
+    assert lines[0] == f"layer_norm_battery: {len(r.cases) - n_failed}/{len(r.cases)} cases, " \
+                       f"{round(4 * r.score, 2):g} of 4 points:"
+    causes = [line for line in lines[1:] if line.startswith("- ")]
+    assert len(causes) == n_failed == 2, lines
+    assert causes[0].startswith("- float16 rows [300, -300, 300, -300]: row 0") and "overflow" in str(e.value)
+    assert causes[1].startswith("- bfloat16 [2, 3, 8]: the output dtype must be the input dtype")
+    assert all(len(line) <= 76 for line in lines[1:])
+    assert e.value._render_traceback_() == [f"AssertionError: {e.value}"]  # IPython: the message alone
