@@ -478,8 +478,11 @@ def plot_grad_norms(grads: dict, depth_sweep: dict | None = None) -> Plot:
     ratio = {k: float(np.asarray(grads[k])[-1] / np.asarray(grads[k])[0]) for k in ("pre", "post")}
     data = {"pre": np.asarray(grads["pre"], float), "post": np.asarray(grads["post"], float),
             "ratio": ratio}
-    take = (f"last/first layer: Post-LN {ratio['post']:.2f}x, Pre-LN {ratio['pre']:.2f}x; "
-            f"the output side gets {data['post'][-1] / data['pre'][-1]:.1f}x more gradient in Post-LN")
+    out_ratio = data["post"][-1] / data["pre"][-1]
+    side = (f"the output side gets {out_ratio:.1f}x more gradient in Post-LN" if out_ratio >= 1.05 else
+            f"the output side gets {1 / out_ratio:.1f}x more gradient in Pre-LN" if out_ratio <= 1 / 1.05 else
+            "the output side gets about the same gradient in both")
+    take = f"last/first layer: Post-LN {ratio['post']:.2f}x, Pre-LN {ratio['pre']:.2f}x; {side}"
     if depth_sweep:
         d = depth_sweep
         _per_layer(axes[1], {"pre": d["pre"], "post": d["post"]}, x=d["depths"], log=True,

@@ -205,6 +205,14 @@ def test_the_training_takeaway_says_what_each_run_shows(finals, says, never):
         assert s not in take, take
 
 
+def test_grad_plot_takeaway_is_true_whichever_way_the_numbers_go():
+    more_pre = plots.plot_grad_norms({"pre": [0.2, 0.3], "post": [0.2, 0.1]},
+                                     {"depths": [1, 16], "pre": [0.2, 0.05], "post": [0.2, 0.05]})
+    assert "gets 3.0x more gradient in Pre-LN" in more_pre.takeaway and "Post-LN's shrinks 4.0x" in more_pre.takeaway
+    same = plots.plot_grad_norms({"pre": [0.2, 0.2], "post": [0.2, 0.201]})
+    assert "about the same gradient in both" in same.takeaway
+
+
 def test_grad_plot_with_the_depth_sweep_panel():
     sweep = {"depths": [1, 4, 16], "pre": [0.2, 0.1, 0.05], "post": [0.2, 0.2, 0.2]}
     p = plots.plot_grad_norms({"pre": [0.2, 0.1], "post": [0.2, 0.2]}, sweep)
