@@ -200,6 +200,8 @@ def diagnosis_bench() -> None:
     (:func:`normref.diagnosis.coverage.coverage`): how many, the share named, the slowest call."""
     from normref.diagnosis.coverage import CHECKERS, coverage
 
+    from . import backward  # noqa: F401 - the backward's grammar is the grader's
+
     print("diagnosis by search (every grammar variant run through its checker):", flush=True)
     slowest = (0.0, "")
     for name in CHECKERS:

@@ -442,7 +442,16 @@ class Question:
 def _checks():
     from normref import checks
 
+    from . import backward  # noqa: F401 - registers the backward's grammar with normref.diagnosis
+
     return checks
+
+
+def _analytic_backward():
+    """The grader's analytic LayerNorm backward (``grader/backward.py``), not in the student package."""
+    from .backward import layer_norm_backward
+
+    return layer_norm_backward
 
 
 _NORMS = NORM_REFERENCE
@@ -452,7 +461,8 @@ QUESTIONS: dict[str, Question] = {
     "layer_norm_battery": Question(lambda fn: _checks().check_layer_norm(fn, "numpy"), "normref.checks.norms",
                                    "battery", lambda g: draw_norm_battery("layer", "numpy", g), _NORMS, "numpy"),
     "layer_norm_backward_gradcheck": Question(
-        lambda fn: _checks().check_layer_norm_backward(fn), "normref.checks.backward", "_backward_battery",
+        lambda fn: _checks().check_layer_norm_backward(fn, reference=_analytic_backward()),
+        "normref.checks.backward", "_backward_battery",
         draw_backward_battery, BACKWARD_REFERENCE, "numpy"),
     "pre_ln_battery": Question(lambda fn: _checks().check_pre_ln(fn), "normref.checks.placement",
                                "_placement_battery", draw_placement_battery, PLACEMENT_REFERENCE),

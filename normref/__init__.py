@@ -16,7 +16,6 @@ import importlib
 _LAZY = {
     "layer_norm": "functional", "rms_norm": "functional", "LAYER_NORM_EPS": "functional",
     "RMS_NORM_EPS": "functional", "dyt": "functional",
-    "layer_norm_backward": "backward", "rms_norm_backward": "backward",
     "LayerNorm": "modules", "RMSNorm": "modules", "DyT": "modules",
     "peri_ln": "placements", "output_ln": "placements", "deep_norm": "placements",
     "deepnorm_constants": "placements", "qk_norm_logits": "placements", "PLACEMENTS": "placements",
@@ -41,8 +40,6 @@ __all__ = [
     "dyt",
     "LAYER_NORM_EPS",
     "RMS_NORM_EPS",
-    "layer_norm_backward",
-    "rms_norm_backward",
     "LayerNorm",
     "RMSNorm",
     "DyT",

@@ -62,11 +62,16 @@ class Fault:
     numpy: str | None = None
     source: str = "code"
     aliases: tuple[str, ...] = ()
+    #: the sentence for RMSNorm, where LayerNorm's words (the variance) do not apply to it
+    rms: str | None = None
 
-    def text(self, backend: str = "torch") -> str:
-        """The student's sentence for ``backend`` (``"torch"`` or ``"numpy"``)."""
+    def text(self, backend: str = "torch", norm: str = "layer") -> str:
+        """The student's sentence for ``backend`` (``"torch"`` or ``"numpy"``) and ``norm``
+        (``"layer"`` or ``"rms"``: RMSNorm has a mean square, not a variance)."""
         if backend not in BACKENDS:
             raise ValueError(f"backend must be 'torch' or 'numpy', got {backend!r}")
+        if norm == "rms" and self.rms:
+            return self.rms
         return self.numpy if backend == "numpy" and self.numpy else self.message
 
 
@@ -74,11 +79,17 @@ _TABLE = [
     # ------------------------------------------------------------ norms (check_rms_norm, ...)
     Fault("unbiased_variance", "did you divide by n-1 (unbiased variance) instead of n? "
           "Normalization uses the biased statistic: divide by d.",
-          "used the n-1 (unbiased) variance"),
+          "used the n-1 (unbiased) variance",
+          rms="did you divide by n-1 instead of n? RMSNorm's mean square is the plain mean of "
+          "x**2 over the d features: divide by d."),
     Fault("eps_outside_sqrt", "eps belongs inside the square root: sqrt(var + eps), not "
-          "sqrt(var) + eps.", "put eps outside the square root"),
+          "sqrt(var) + eps.", "put eps outside the square root",
+          rms="eps belongs inside the square root: sqrt(mean(x**2) + eps), not "
+          "sqrt(mean(x**2)) + eps."),
     Fault("no_eps", "eps is missing: add it inside the square root, sqrt(var + eps); without it "
-          "tiny rows are blown up and a constant row gives 0/0.", "left eps out"),
+          "tiny rows are blown up and a constant row gives 0/0.", "left eps out",
+          rms="eps is missing: add it inside the square root, sqrt(mean(x**2) + eps); without it "
+          "tiny rows are blown up and a row of zeros gives 0/0."),
     Fault("wrong_axis", "the statistics were taken over the wrong axis: reduce over the last "
           "axis (dim=-1), the d features of one token.", "reduced over the wrong axis",
           numpy="the statistics were taken over the wrong axis: reduce over the last axis "
@@ -103,7 +114,9 @@ _TABLE = [
     Fault("not_centered", "the mean was not subtracted: LayerNorm centers each token before "
           "dividing (without it, it is RMSNorm).", "did not subtract the mean in LayerNorm"),
     Fault("nan_on_constant_row", "a constant row has variance 0: keep eps inside the square "
-          "root so the output is finite (it must equal beta).", "produced NaN on a constant row"),
+          "root so the output is finite (it must equal beta).", "produced NaN on a constant row",
+          rms="a row of zeros has mean square 0: keep eps inside the square root so the output "
+          "is finite (it must be 0)."),
     Fault("mutates_input", "your function modified its input in place: compute into a new "
           "tensor.", "modified the input in place",
           numpy="your function modified its input in place: compute into a new array."),
@@ -207,17 +220,20 @@ _TABLE = [
     Fault("dyt_not_tanh", "DyT squashes with tanh: weight * tanh(alpha * x) + bias.",
           "used another squashing function than tanh"),
     # ------------------------------------------------------------ backward (numpy only)
-    Fault("bwd_no_mean_term", "dx is missing the gradient through the mean: subtract mean(g) "
-          "(g = dy * weight).", "backward: dx misses the mean term"),
-    Fault("bwd_no_variance_term", "dx is missing the gradient through the variance: subtract "
-          "xhat * mean(g * xhat).", "backward: dx misses the variance term"),
+    Fault("bwd_no_mean_term", "dx is missing the gradient through the mean: the mean depends on "
+          "every x_i, so each dx_i also gets a share through it.", "backward: dx misses the mean term"),
+    Fault("bwd_no_variance_term", "dx is missing the gradient through the variance: the variance "
+          "depends on every x_i, so each dx_i also gets a share through it.",
+          "backward: dx misses the variance term"),
     Fault("bwd_constant_stats", "dx treats the mean and the variance as constants: both depend "
-          "on x, dx = r * (g - mean(g) - xhat * mean(g * xhat)).",
+          "on x, so the chain rule runs through each of them too.",
           "backward: mean and variance taken as constants"),
-    Fault("bwd_dweight_dbias_swapped", "dweight and dbias are swapped: dweight = sum(dy * xhat), "
-          "dbias = sum(dy).", "backward: swapped dweight and dbias"),
+    Fault("bwd_dweight_dbias_swapped", "dweight and dbias are swapped: the bias is added to the "
+          "output, so its gradient carries no normalised input; the weight multiplies it.",
+          "backward: swapped dweight and dbias"),
     Fault("bwd_not_summed", "dweight and dbias sum over every axis but the last (batch and "
-          "sequence), so they have shape [D].", "backward: dweight/dbias not summed to [D]"),
+          "sequence), never over the features, so they have shape [D].",
+          "backward: dweight/dbias not summed to [D]"),
     # ------------------------------------------------------------ rules that cost points
     Fault("reference_call", "the answer calls a library normalization instead of "
           "implementing it: grading gives this question 0; implement it with tensor operations.",
@@ -272,13 +288,14 @@ def canonical(kind: str) -> str:
     return ALIASES.get(kind, kind)
 
 
-def message(kind: str, backend: str = "torch") -> str:
-    """The sentence a student reads for ``kind``, in ``backend``'s vocabulary.
+def message(kind: str, backend: str = "torch", norm: str = "layer") -> str:
+    """The sentence a student reads for ``kind``, in ``backend``'s and ``norm``'s vocabulary
+    (``norm="rms"``: RMSNorm's mean square where LayerNorm's words name the variance).
 
     Raises:
         KeyError: unknown kind. ValueError: unknown backend.
     """
-    return FAULTS[canonical(kind)].text(backend)
+    return FAULTS[canonical(kind)].text(backend, norm)
 
 
 def label(kind: str) -> str:

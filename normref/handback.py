@@ -1112,13 +1112,49 @@ def as_graded(result, grade_id: str, points: float) -> None:
 
     Raises:
         AssertionError: in validate, when ``result`` is not fully passed, e.g.
-            ``rms_norm_battery: 5/6 cases, 3.33 of 4 points: eps belongs inside the square
-            root: sqrt(var + eps), not sqrt(var) + eps.``
+            ``rms_norm_battery: 5/6 cases, 3.33 of 4 points:`` then one line ``- <cause>``
+            per distinct failing cause (wrapped at 76 columns): a :class:`PointsLost`, shown
+            without a traceback frame.
     """
     if os.environ.get("NBGRADER_EXECUTION") != "validate" or result.passed:
         return
     n_ok = sum(c.passed for c in result.cases)
     earned = round(points * result.score, 2)
-    # validate shows each line of an error up to 80 characters: CheckResult.problem is wrapped
-    raise AssertionError(f"{grade_id}: {n_ok}/{len(result.cases)} cases, {earned:g} of {points:g} points:\n"
-                         + result.problem)
+    # validate shows each line of an error up to 80 characters: every cause is wrapped
+    raise PointsLost(f"{grade_id}: {n_ok}/{len(result.cases)} cases, {earned:g} of {points:g} points:\n"
+                     + _every_cause(result))
+
+
+class PointsLost(AssertionError):
+    """What :func:`as_graded` raises in validate: an ``AssertionError`` that IPython shows as
+    its message alone (``_render_traceback_``, IPython's hook for exceptions that render
+    themselves), with no frame of the course's code (``normref/handback.py:... in as_graded``)."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"AssertionError: {self}"]
+
+
+def _every_cause(result) -> str:
+    """Each distinct reason ``result`` loses points, once, in order (the broken rules, then each
+    failing case's diagnosis without its case name), each wrapped to 76 columns as ``- ...``:
+    a student fixing the first learns of the others too (bfloat16's dtype after float16's overflow)."""
+    import textwrap
+
+    causes: dict[str, list[str]] = {}  # hint -> the cases it explains
+    for why in result.breaches:
+        causes.setdefault(" ".join(why.split()), [])
+    for c in result.cases:
+        if not c.passed:
+            hint = " ".join(c.message.split("': ", 1)[-1].split("; ", 1)[-1].split())
+            causes.setdefault(hint, []).append(c.name.split(" (", 1)[0])
+
+    def said(hint: str, cases: list[str]) -> str:  # "float16 row [...] and bfloat16 [2, 3, 8]: <hint>"
+        if not cases:
+            return hint
+        if len(cases) <= 2:
+            return f"{' and '.join(cases)}: {hint}"
+        return f"{cases[0]} and {len(cases) - 1} more cases: {hint}"
+
+    return "\n".join(textwrap.fill(said(hint, cases), 76, initial_indent="- ", subsequent_indent="  ",
+                                    break_long_words=False, break_on_hyphens=False)
+                      for hint, cases in causes.items() if hint)

@@ -2,7 +2,7 @@
 
 Each ``plot_*`` function returns a :class:`Plot`: the matplotlib ``Figure`` (built with
 ``matplotlib.figure.Figure``, not pyplot, so nothing is shown twice, no global state is touched
-and it renders headless on Agg), its alt text, its one-line takeaway (also drawn under the axes)
+and it renders headless on Agg), its alt text, its one-line takeaway (said once, in the caption)
 and ``data``, the exact numbers that were plotted (the tests read these). A notebook cell that
 ends in a ``Plot`` shows it as an HTML ``<figure>`` with the PNG, the alt text on the ``<img>``
 and a ``<figcaption>``; ``plot.save("/tmp/x.png")`` writes the PNG.
@@ -33,6 +33,8 @@ __all__ = [
     "plot_residual_norms",
     "plot_grad_norms",
     "plot_training",
+    "training_outcome",
+    "training_takeaway",
     "trend",
 ]
 
@@ -67,8 +69,8 @@ class Plot:
 
     Attributes:
         fig: the ``matplotlib.figure.Figure``.
-        alt: what is plotted, in words (the caption; the ``<img alt>`` adds the takeaway).
-        takeaway: the one-line lesson of the figure (drawn under the axes too).
+        alt: what is plotted, in words (the ``<img alt>`` and the caption's first sentence).
+        takeaway: the one-line lesson of the figure, said once, in the caption.
         data: the numbers that were plotted, by name (numpy arrays or floats).
     """
 
@@ -91,7 +93,7 @@ class Plot:
     def to_html(self) -> str:
         """``<figure>`` with the PNG inlined, ``alt`` on the image and a ``<figcaption>``."""
         b64 = base64.b64encode(self.png()).decode("ascii")
-        alt = html.escape(f"{self.alt} Takeaway: {self.takeaway}", quote=True)
+        alt = html.escape(self.alt, quote=True)  # the takeaway is the caption's, said once
         return (
             f'<figure style="margin:0">'
             f'<img src="data:image/png;base64,{b64}" alt="{alt}" style="max-width:100%"/>'
@@ -123,13 +125,9 @@ def _figure(w: float, h: float):
 
 
 def _takeaway(fig, text: str) -> None:
-    """Draw the takeaway under the axes, wrapped to the figure's width."""
-    import textwrap
-
-    fig.get_layout_engine().set(h_pad=0.08)
-    width = int(fig.get_figwidth() * 13)  # characters of 10 pt italic per line
-    fig.supxlabel(textwrap.fill(f"Takeaway: {text}", width), fontsize=10, style="italic",
-                  color="#333333")
+    """Nothing is drawn: a figure's takeaway is said once, in its ``<figcaption>`` (where the
+    browser wraps it between words); drawn under the axes as well, the student read it twice."""
+    return None
 
 
 # --------------------------------------------------------------------------- one token
@@ -279,9 +277,9 @@ def plot_batch_before_after(x=None, *, norm: str = "layer") -> Plot:
     """A ``[B, T, D]`` batch before and after the norm: each token is normalised on its own.
 
     Left: heat map of the input, one row per token ``(b, t)``, one column per feature.
-    Middle: the same after the norm. Right: each token's mean and std before (orange squares)
-    and after (blue circles): after LayerNorm every token has mean 0 and std 1, whatever the
-    others hold, and the array keeps its ``[B, T, D]`` shape.
+    Middle: the same after the norm. Right: each token's mean and std (RMSNorm: RMS) before
+    (orange squares) and after (blue circles): after LayerNorm every token has mean 0 and std 1,
+    after RMSNorm RMS 1, whatever the others hold, and the array keeps its ``[B, T, D]`` shape.
 
     Args:
         x: ``[B, T, D]`` array (numpy or torch); default :func:`demo_batch` (``[2, 3, 8]``).
@@ -289,7 +287,9 @@ def plot_batch_before_after(x=None, *, norm: str = "layer") -> Plot:
 
     Returns:
         :class:`Plot`; ``data`` holds ``x``, ``y`` (``[B, T, D]`` float64) and the per-token
-        ``mean_x, std_x, mean_y, std_y, rms_y`` (``[B*T]``, row order ``b`` major).
+        ``mean_x, std_x, mean_y, std_y, rms_x, rms_y`` (``[B*T]``, row order ``b`` major); the
+        right panel plots the mean and the statistic the norm fixes: the std (LayerNorm) or the
+        RMS (RMSNorm), the one the takeaway names.
 
     Raises:
         ValueError: ``x`` is not 3-D, or unknown ``norm``.
@@ -324,21 +324,25 @@ def plot_batch_before_after(x=None, *, norm: str = "layer") -> Plot:
             ax.axhline(r * T - 0.5, color="black", linewidth=1.5)
     fig.colorbar(im, ax=axes[:2], label="value (unitless)", shrink=0.9)
     st = {"mean_x": flat_x.mean(-1), "std_x": flat_x.std(-1), "mean_y": flat_y.mean(-1),
-          "std_y": flat_y.std(-1), "rms_y": np.sqrt((flat_y ** 2).mean(-1))}
+          "std_y": flat_y.std(-1), "rms_x": np.sqrt((flat_x ** 2).mean(-1)),
+          "rms_y": np.sqrt((flat_y ** 2).mean(-1))}
+    # the right panel plots the statistic the norm fixes (LayerNorm: the std; RMSNorm: the RMS)
+    spread = "std" if norm == "layer" else "rms"
+    word = "std" if norm == "layer" else "RMS"
     ax = axes[2]
     rows = np.arange(B * T)
     si, so = SERIES_STYLE["input"], SERIES_STYLE["output"]
     ax.plot(st["mean_x"], rows, si["marker"], color=si["color"], label="mean before", mfc="none", ms=8)
-    ax.plot(st["std_x"], rows, si["marker"], color=si["color"], label="std before", ms=8)
+    ax.plot(st[f"{spread}_x"], rows, si["marker"], color=si["color"], label=f"{word} before", ms=8)
     ax.plot(st["mean_y"], rows, so["marker"], color=so["color"], label="mean after", mfc="none", ms=8)
-    ax.plot(st["std_y"], rows, so["marker"], color=so["color"], label="std after", ms=8)
+    ax.plot(st[f"{spread}_y"], rows, so["marker"], color=so["color"], label=f"{word} after", ms=8)
     ax.axvline(0, color="gray", linewidth=0.6)
     ax.axvline(1, color="gray", linewidth=0.6, linestyle=":")
     ax.set_yticks(rows, labels)
     ax.invert_yaxis()
     ax.set_xlabel("statistic over the D features\n(unitless)")
     ax.set_ylabel("token (batch b, position t)")
-    ax.set_title("per-token mean and std")
+    ax.set_title(f"per-token mean and {word}")
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.24), ncols=2)
     if norm == "layer":
         take = (f"each token, on its own, ends with mean {_span(st['mean_y'])} and std "
@@ -349,7 +353,8 @@ def plot_batch_before_after(x=None, *, norm: str = "layer") -> Plot:
     _takeaway(fig, take)
     alt = (f"Two heat maps of a {list(x.shape)} batch, one row per token and one column per "
            f"feature, before and after {name}, on a blue-white-red scale; and a dot plot of "
-           f"each token's mean and standard deviation before (orange squares) and after (blue circles).")
+           f"each token's mean and {'standard deviation' if norm == 'layer' else 'RMS'} before (orange "
+           f"squares) and after (blue circles).")
     return Plot(fig, alt, take, dict(x=x, y=y, **st))
 
 
@@ -473,8 +478,11 @@ def plot_grad_norms(grads: dict, depth_sweep: dict | None = None) -> Plot:
     ratio = {k: float(np.asarray(grads[k])[-1] / np.asarray(grads[k])[0]) for k in ("pre", "post")}
     data = {"pre": np.asarray(grads["pre"], float), "post": np.asarray(grads["post"], float),
             "ratio": ratio}
-    take = (f"last/first layer: Post-LN {ratio['post']:.2f}x, Pre-LN {ratio['pre']:.2f}x; "
-            f"the output side gets {data['post'][-1] / data['pre'][-1]:.1f}x more gradient in Post-LN")
+    out_ratio = data["post"][-1] / data["pre"][-1]
+    side = (f"the output side gets {out_ratio:.1f}x more gradient in Post-LN" if out_ratio >= 1.05 else
+            f"the output side gets {1 / out_ratio:.1f}x more gradient in Pre-LN" if out_ratio <= 1 / 1.05 else
+            "the output side gets about the same gradient in both")
+    take = f"last/first layer: Post-LN {ratio['post']:.2f}x, Pre-LN {ratio['pre']:.2f}x; {side}"
     if depth_sweep:
         d = depth_sweep
         _per_layer(axes[1], {"pre": d["pre"], "post": d["post"]}, x=d["depths"], log=True,
@@ -489,8 +497,11 @@ def plot_grad_norms(grads: dict, depth_sweep: dict | None = None) -> Plot:
         axes[1].legend()
         data["post_over_pre_last"] = float(d["post"][-1] / d["pre"][-1])
         data["depth_sweep"] = {k: (np.asarray(v, float) if k != "depths" else list(v)) for k, v in d.items()}
+        post0, post1 = float(d["post"][0]), float(d["post"][-1])
+        post_says = ("Post-LN's does not shrink" if post1 >= 0.8 * post0
+                     else f"Post-LN's shrinks {post0 / post1:.1f}x")
         take += (f"; from L={d['depths'][0]} to {d['depths'][-1]} Pre-LN's last-layer gradient "
-                 f"shrinks {pre0 / pre1:.1f}x, Post-LN's does not.")
+                 f"shrinks {pre0 / pre1:.1f}x, {post_says}.")
     else:
         take += "."
     _takeaway(fig, take)
@@ -501,6 +512,54 @@ def plot_grad_norms(grads: dict, depth_sweep: dict | None = None) -> Plot:
     return Plot(fig, alt, take, data)
 
 
+#: A run "trains" when its final loss is within this many nats of the best possible, and
+#: "stalls" when it is within it of the loss of guessing from the token frequencies alone.
+TRAIN_MARGIN = 0.15
+
+
+def training_outcome(final: float, optimal: float, unigram: float | None) -> str:
+    """``"trains"``, ``"stalls"`` or ``"partway"``: what a final loss (nats) shows, against the
+    best possible loss and the loss of predicting from token frequencies alone."""
+    if final <= optimal + TRAIN_MARGIN:
+        return "trains"
+    if unigram is not None and final >= unigram - TRAIN_MARGIN:
+        return "stalls"
+    return "partway"
+
+
+def training_takeaway(final: dict, optimal: float, unigram: float | None, depth: int | None = None) -> str:
+    """The training figure's takeaway, from the final losses ``{(placement, warmup): nats}``:
+    what each run shows (:func:`training_outcome`) and, from those outcomes alone, whether
+    Post-LN needed warmup at this depth. Every branch states only what the numbers show."""
+    explained = set()  # each level is explained the first time it is named
+
+    def said(key):
+        f = final[key]
+        how = training_outcome(f, optimal, unigram)
+        why = "" if how in explained else {
+            "trains": f" (best possible {optimal:.2f})",
+            "stalls": " (no better than guessing from how often each token occurs)",
+            "partway": f", partway to the best possible {optimal:.2f}"}[how]
+        explained.add(how)
+        verb = {"trains": "trains to", "stalls": "stalls at", "partway": "gets to"}[how]
+        return f"{verb} {f:.2f} nats{why}"
+
+    parts = [f"{p.capitalize()}-LN {'with' if w else 'without'} warmup {said((p, w))}"
+             for p, w in (("pre", False), ("post", False), ("post", True)) if (p, w) in final]
+    take = "; ".join(parts) + " (each the mean loss of the last 10 steps)"
+    if ("post", False) in final and ("post", True) in final:
+        cold = training_outcome(final[("post", False)], optimal, unigram)
+        warm = training_outcome(final[("post", True)], optimal, unigram)
+        at = f" at {depth} layers" if depth else ""
+        if cold == "trains":
+            take += f". Post-LN needs no warmup{at}"
+        elif warm == "stalls":
+            take += f". Warmup of this length does not rescue Post-LN{at}"
+        elif final[("post", True)] < final[("post", False)] - TRAIN_MARGIN:
+            take += f". Warmup lets Post-LN train{at}"
+    return take + "."
+
+
 def plot_training(curves: dict) -> Plot:
     """Training loss of Pre-LN and Post-LN, with and without learning-rate warmup.
 
@@ -509,10 +568,9 @@ def plot_training(curves: dict) -> Plot:
             ``{(placement, warmup): [steps] losses, "optimal": float, "warmup": int, ...}``.
 
     Returns:
-        :class:`Plot`; ``data["final"][(placement, warmup)]`` is the mean loss of the last 10 steps.
-
-    Raises:
-        KeyError: a ``(placement, warmup)`` pair of the four is missing.
+        :class:`Plot`; ``data["final"][(placement, warmup)]`` is the mean loss of the last 10
+        steps, ``data["outcome"]`` what each shows (:func:`training_outcome`); the takeaway is
+        :func:`training_takeaway`'s.
     """
     fig = _figure(8, 4.4)
     ax = fig.add_subplot()
@@ -529,6 +587,9 @@ def plot_training(curves: dict) -> Plot:
     if "optimal" in curves:
         ax.axhline(curves["optimal"], color="black", linewidth=0.8, linestyle="-.",
                    label=f"best possible, ln 2 = {curves['optimal']:.3f}")
+    if "unigram" in curves:
+        ax.axhline(curves["unigram"], color="gray", linewidth=0.8, linestyle=(0, (1, 3)),
+                   label=f"guessing from token frequencies, {curves['unigram']:.2f}")
     if curves.get("warmup"):
         ax.axvline(curves["warmup"], color="gray", linewidth=0.8, linestyle="--",
                    label=f"end of warmup (step {curves['warmup']})")
@@ -539,10 +600,11 @@ def plot_training(curves: dict) -> Plot:
     ax.set_title(f"Tiny language model{depth}{lr}: who needs warmup?")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    take = (f"without warmup Post-LN stalls at {final[('post', False)]:.2f} nats, Pre-LN reaches "
-            f"{final[('pre', False)]:.2f}; with warmup Post-LN gets to {final[('post', True)]:.2f} "
-            f"(each the mean loss of the last 10 steps).")
+    take = training_takeaway(final, curves.get("optimal", float(np.log(2.0))), curves.get("unigram"),
+                             curves.get("depth"))
     _takeaway(fig, take)
     alt = ("Line chart of training loss against step for Pre-LN (blue circles) and Post-LN "
            "(vermillion squares), solid with learning-rate warmup and dotted without.")
-    return Plot(fig, alt, take, {"final": final})
+    outcome = {k: training_outcome(v, curves.get("optimal", float(np.log(2.0))), curves.get("unigram"))
+               for k, v in final.items()}
+    return Plot(fig, alt, take, {"final": final, "outcome": outcome})

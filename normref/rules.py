@@ -56,8 +56,9 @@ NORMREF_MODERN = ("normref.placements.peri_ln", "normref.placements.output_ln", 
 NORMREF_QK = ("normref.placements.qk_norm_logits", "normref.blocks.CausalSelfAttention.logits",
               "normref.blocks.CausalSelfAttention.forward")
 NORMREF_DYT = ("normref.functional.dyt", "normref.modules.DyT.forward")
-#: normref's reference backward passes.
-NORMREF_BACKWARD = ("normref.backward.layer_norm_backward", "normref.backward.rms_norm_backward")
+#: normref's measured LayerNorm gradients (the complex step; the analytic backward is the grader's).
+NORMREF_BACKWARD = ("normref.backward.layer_norm_grads", "normref.backward.vjp", "normref.backward._jvp_rows",
+                    "normref.backward.forward_variant")
 
 # Per question, what the recorder counts (``ReferenceRecorder(**X)``): the same in the
 # self-check (normref.checks) and in grading (grader.scoring.QUESTIONS' ``reference``).

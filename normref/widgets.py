@@ -77,6 +77,24 @@ def parse_readout(text: str) -> dict:
     return out
 
 
+#: The explorers' PNGs are drawn at twice the figure's 90 dpi, so that a chart shown ``width``
+#: CSS pixels wide has two image pixels per CSS pixel (sharp on high-density screens and
+#: when the browser zooms); at 90 dpi PlacementExplorer's 10-inch figure was 900 pixels shown at 860.
+PNG_DPI = 180
+
+
+def _indefinite(n: int) -> str:
+    """``"an 8"``, ``"an 11"``, ``"a 12"``: the article a number takes when read aloud."""
+    spoken = str(n)
+    an = spoken.startswith("8") or (len(spoken) in (2, 5) and spoken[:2] in ("11", "18"))
+    return f"{'an' if an else 'a'} {n}"
+
+
+def _layer_span(depth: int) -> str:
+    """``"from layer 1 to layer 8"``, or ``"after its one layer"`` for a 1-layer stack."""
+    return "after its one layer" if depth == 1 else f"from layer 1 to layer {depth}"
+
+
 def _output_widgets(W, width: int):
     """An explorer's readout (HTML), plot (PNG image, ``width`` pixels) and caption (HTML),
     with the CSS classes the browser test and the notebook styles look for."""
@@ -209,7 +227,7 @@ class NormExplorer:
         lim = max(5.5, 1.1 * float(np.abs(np.r_[x, y]).max()))
         drawn = draw_token_bars(self._ax, x, y, title=f"{name}: input x vs output y", ylim=lim)
         buf = io.BytesIO()
-        self._fig.savefig(buf, format="png")
+        self._fig.savefig(buf, format="png", dpi=PNG_DPI)
         self.image.value = buf.getvalue()
         self.renders += 1
         rms = lambda v: float(np.sqrt(np.mean(v ** 2)))  # noqa: E731
@@ -345,7 +363,7 @@ class PlacementExplorer:
             ax.grid(alpha=0.3)
             ax.set_xticks(layers if depth <= 8 else layers[::2])
         buf = io.BytesIO()
-        self._fig.savefig(buf, format="png")
+        self._fig.savefig(buf, format="png", dpi=PNG_DPI)
         self.image.value = buf.getvalue()
         self.renders += 1
         mine, theirs = probes[placement], probes[other]
@@ -361,10 +379,14 @@ class PlacementExplorer:
             f"grad last vs {_PLACEMENT_NAMES[other]} = {fmt_number(vs_other)}",
         ]
         self.readout.value = "<pre>" + html.escape("\n".join(lines)) + "</pre>"
-        alt = (f"Two line charts for a {depth}-layer {_PLACEMENT_NAMES[placement]} stack with "
-               f"{_NORM_NAMES[norm]} (coloured) and {_PLACEMENT_NAMES[other]} (grey): the residual "
-               f"stream's token norm {trend(mine['residual'][0], mine['residual'][-1])} from layer 1 "
-               f"to layer {depth}; the last layer's gradient is {first_last:.2f} times the first layer's.")
+        if depth == 1:
+            told = (f"the residual stream's token norm is {float(mine['residual'][0]):.2f} after its one "
+                    f"layer, and there is one layer's gradient")
+        else:
+            told = (f"the residual stream's token norm {trend(mine['residual'][0], mine['residual'][-1])} "
+                    f"{_layer_span(depth)}; the last layer's gradient is {first_last:.2f} times the first layer's")
+        alt = (f"Two line charts for {_indefinite(depth)}-layer {_PLACEMENT_NAMES[placement]} stack with "
+               f"{_NORM_NAMES[norm]} (coloured) and {_PLACEMENT_NAMES[other]} (grey): {told}.")
         self.caption.value = f'<div style="font-size:small;line-height:1.35">{html.escape(alt)}</div>'
 
     @property
@@ -496,7 +518,7 @@ class LearningRateExplorer:
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
         buf = io.BytesIO()
-        self._fig.savefig(buf, format="png")
+        self._fig.savefig(buf, format="png", dpi=PNG_DPI)
         self.image.value = buf.getvalue()
         self.renders += 1
         final = {p: final_loss(r) for p, r in runs.items()}

@@ -1,4 +1,6 @@
-"""Analytic backward passes: a hand-derived case, torch autograd, and a centred finite difference."""
+"""The grader's analytic backward passes (grader/backward.py): a hand-derived case, torch autograd,
+and a centred finite difference; and the student package's measured gradients (normref.backward,
+the complex step) against them, on the self-check's battery and on drawn graded batteries."""
 import math
 
 import numpy as np
@@ -6,7 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from normref import layer_norm, layer_norm_backward, rms_norm, rms_norm_backward
+from grader.backward import layer_norm_backward, rms_norm_backward
+from normref import layer_norm, rms_norm
 
 
 def test_layer_norm_backward_by_hand_on_1_2_3():
@@ -110,3 +113,50 @@ def test_bad_input_is_refused():
         rms_norm_backward(np.ones((2, 3)), np.ones((2, 3)), np.ones(2))
     with pytest.raises(TypeError, match="numpy array or a torch tensor"):
         rms_norm_backward([1.0, 2.0], np.ones(2))
+    from normref.backward import layer_norm_grads
+
+    with pytest.raises(ValueError, match=r"dy must have x's shape \[2, 3\]"):
+        layer_norm_grads(np.ones((3, 2)), np.ones((2, 3)))
+    with pytest.raises(ValueError, match=r"weight must have shape \[3\]"):
+        layer_norm_grads(np.ones((2, 3)), np.ones((2, 3)), np.ones(2))
+
+
+def test_the_self_checks_measured_gradients_are_the_analytic_ones():
+    """normref.backward measures through the forward what grader/backward.py derives: on the
+    self-check's own battery, on drawn graded batteries (three seeds) and at eps = 0."""
+    from grader.scoring import _gen, draw_backward_battery
+    from normref.backward import layer_norm_grads
+    from normref.checks.backward import _backward_battery
+
+    cases = list(_backward_battery())
+    for seed in (1, 2, 3):
+        cases += draw_backward_battery(_gen(seed, "layer_norm_backward_gradcheck"))
+    for c in cases:
+        measured = layer_norm_grads(c.dy, c.x, c.weight, c.eps)
+        derived = layer_norm_backward(c.dy, c.x, c.weight, c.eps)
+        for got, want in zip(measured, derived):
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-13 * np.abs(want).max())
+    s = math.sqrt(1.5)  # the hand-derived case above
+    dx, dw, db = layer_norm_grads(np.array([1.0, 0, 0]), np.array([1.0, 2, 3]), eps=0.0)
+    np.testing.assert_allclose(dx, [s / 6, -s / 3, s / 6], rtol=1e-12)
+    np.testing.assert_allclose(dw, [-s, 0, 0], atol=1e-12)
+    np.testing.assert_allclose(db, [1, 0, 0], atol=1e-15)
+
+
+def test_the_graded_battery_is_scored_against_the_analytic_backward(monkeypatch):
+    """Grading hands the grader's analytic backward to the checker as its reference (a wrong
+    reference there fails a correct answer), and the student package has no analytic one."""
+    import normref
+    from grader import backward, scoring
+    from normref.checks import check_layer_norm_backward
+
+    right = check_layer_norm_backward(layer_norm_backward)  # the self-check: measured reference
+    assert all(c.passed for c in right.cases) and right.score == 1.0, right.report()
+    assert scoring.run_check("layer_norm_backward_gradcheck", 7, layer_norm_backward).score == 1.0
+    def wrong(dy, x, w, eps):
+        return rms_norm_backward(dy, x, w, eps) + (dy.sum(0),)
+
+    monkeypatch.setattr(backward, "layer_norm_backward", wrong)
+    assert scoring.run_check("layer_norm_backward_gradcheck", 7, layer_norm_backward).score == 0.0
+    for name in ("layer_norm_backward", "rms_norm_backward"):
+        assert not hasattr(normref, name) and name not in normref.__all__ and name not in normref._LAZY

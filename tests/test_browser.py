@@ -667,3 +667,56 @@ def test_instructor_view_opens_a_lesson_source_as_a_notebook_that_runs(browser, 
         finally:
             shut_down_kernels(author)
             context.close()
+
+
+def kernel_pids(lab: Lab) -> dict[str, int]:
+    """``{notebook path: pid}`` of every running kernel of the server."""
+    out = {}
+    for s in lab.api("/api/sessions"):
+        kid = s["kernel"]["id"]
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and f"kernel-{kid}.json" in (proc / "cmdline").read_text():
+                    out[s["path"]] = int(proc.name)
+            except OSError:
+                continue
+    return out
+
+
+def _status_kib(pid: int, field: str) -> int:
+    (kib,) = re.findall(rf"{field}:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
+    return int(kib)
+
+
+def test_following_the_course_in_order_keeps_the_kernels_within_binders_memory(page, lab):
+    """Issue 23: a student who followed the course ended with every kernel open (~2.7 GB, over
+    Binder's 1-2 GB). Each lesson now ends by telling the student to close and shut down its
+    notebook; done as it says (File ▸ Close and Shut Down Notebook…, confirmed), in order, the
+    sum of the peak memory (VmHWM) of the kernels running at once stays under 1 GiB. Also
+    printed: what the same kernels would hold together, left open."""
+    peaks, held_at_once = {}, []
+    for lesson in LESSONS:
+        rel = f"notebooks/{lesson.name}"
+        source = " ".join(lesson.with_suffix(".md").read_text().split())
+        assert "**File ▸ Close and Shut Down Notebook…** and confirm, before you open the next one" in source, rel
+        open_notebook(page, lab, rel)
+        run_all(page)
+        running = kernel_pids(lab)
+        held = sum(_status_kib(pid, "VmHWM") for pid in running.values()) * 1024
+        held_at_once.append(held)
+        peaks[rel] = _status_kib(running[rel], "VmHWM") * 1024
+        shot(page, f"course-in-order-{lesson.stem}")
+        # what the lesson's last paragraph tells the student to do
+        page.locator(f"{NOTEBOOK} .jp-Cell").last.click()
+        menu(page, "File", "Close and Shut Down Notebook…")
+        page.locator(".jp-Dialog-button.jp-mod-accept").click()
+        deadline = time.perf_counter() + 30
+        while rel in kernel_pids(lab):
+            assert time.perf_counter() < deadline, f"{rel}: its kernel still runs 30 s after Close and Shut Down"
+            time.sleep(0.3)
+    worst = max(held_at_once)
+    print(f"\ncourse in order, each lesson closed as it says: at most {worst / 2**20:.0f} MiB of kernels at once "
+          f"(per lesson: {', '.join(f'{p / 2**20:.0f}' for p in peaks.values())} MiB); left open, the same "
+          f"kernels would hold {sum(peaks.values()) / 2**20:.0f} MiB together")
+    assert worst < BINDER_MEMORY_BYTES, f"{worst / 2**20:.0f} MiB of kernels at once, over Binder's 1 GiB"
+    assert not kernel_pids(lab)

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import normref
+from grader import backward as grader_backward
 from grader.demo.answer_bank import ANSWERS
 from normref import check_layer_norm, check_rms_norm
 
@@ -159,7 +160,7 @@ def test_every_reference_passes_every_case_of_its_checker_and_breaks_the_rule():
         normref.check_post_ln(normref.post_ln),
         normref.check_pre_ln_block(normref.TransformerBlock),  # (dim, n_heads), Pre-LN, RMSNorm
         normref.check_pre_ln_block(normref.TransformerBlock(8, 2, norm="layer")),  # a built module
-        normref.check_layer_norm_backward(normref.layer_norm_backward),
+        normref.check_layer_norm_backward(normref.backward.layer_norm_grads),
     ]
     for r in results:
         assert all(c.passed for c in r.cases) and r.score == 0.0 and r.faults == ["reference_call"], r.report()
@@ -553,9 +554,9 @@ def test_a_correct_answer_that_writes_to_stderr_still_leaves_stderr_empty(capsys
 @pytest.mark.parametrize("options", [{}, {"ddof": 1}, {"eps_out": True}, {"eps": 0.0},
                                      {"centered": False}, {"axis": 0}])
 def test_backward_fault_models_are_the_autograd_gradients_of_the_faulty_forwards(options):
-    # The diagnosis trusts normref.checks.backward.bwd_model; check it against torch autograd of
+    # The grader's diagnosis trusts grader.backward.bwd_model; check it against torch autograd of
     # the same faulty forward (normref.checks.norms.model_t), float64, on a [3, 4, 5] input.
-    from normref.checks.backward import bwd_model as _bwd_model
+    from grader.backward import bwd_model as _bwd_model
     from normref.checks.norms import model_t as _model_t
 
     rng = np.random.default_rng(5)
@@ -567,7 +568,7 @@ def test_backward_fault_models_are_the_autograd_gradients_of_the_faulty_forwards
     for got, want in zip(_bwd_model(dy, x, w, eps, **options), (xt.grad, wt.grad, bt.grad)):
         np.testing.assert_allclose(got, want.numpy(), rtol=1e-10, atol=1e-12)
     if not options:
-        for got, want in zip(_bwd_model(dy, x, w, eps), normref.layer_norm_backward(dy, x, w, eps)):
+        for got, want in zip(_bwd_model(dy, x, w, eps), grader_backward.layer_norm_backward(dy, x, w, eps)):
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
 
 
@@ -720,7 +721,7 @@ def test_a_variant_named_by_the_search_rides_in_metadata_too():
 @pytest.mark.parametrize("checker, student", [
     (normref.check_rms_norm_module, normref.RMSNorm), (normref.check_pre_ln, normref.pre_ln),
     (normref.check_post_ln, normref.post_ln), (normref.check_pre_ln_block, normref.TransformerBlock),
-    (normref.check_layer_norm_backward, normref.layer_norm_backward),
+    (normref.check_layer_norm_backward, normref.backward.layer_norm_grads),
 ])
 def test_quick_is_the_first_two_cases_of_every_checker(checker, student):
     full, quick = checker(student), checker(student, quick=True)
@@ -755,6 +756,14 @@ def test_problem_is_the_first_breach_or_diagnosis_without_the_raw_error():
                          "it with tensor operations")
     assert all(len("AssertionError: " + line) <= 80 for line in r.problem.splitlines())
     assert CheckResult("rms_norm", [CaseResult("a", True)]).problem == ""
+    # words are never cut, whatever whitespace the text holds (it read "t\norch.float16")
+    spaced = ("values right but dtype float32,  expected   float16;\nthe output dtype must be the input "
+              "dtype: cast back with .to(x.dtype), e.g. torch.float16 for torch.float16 input " * 2)
+    r = CheckResult("rms_norm", [CaseResult("b", False, f"case 'b': {spaced}", "wrong_dtype")])
+    words = spaced.split()
+    assert r.problem.split() == words, r.problem  # the same words, none split
+    assert all(len("AssertionError: " + line) <= 80 for line in r.problem.splitlines()[:1])
+    assert all(len(line) <= 76 for line in r.problem.splitlines()[1:])
     # on a real check: the quick check of a missing keepdim names it, in torch's and numpy's words
     assert check_rms_norm(bank("rms_norm", "missing_keepdim"), quick=True).problem.startswith("without keepdim=True")
     assert check_layer_norm(bank("layer_norm", "missing_keepdim"), quick=True).problem.startswith(
@@ -778,3 +787,125 @@ def test_the_stored_numpy_batteries_are_torchs_bit_for_bit():
                     assert (got.dtype, got.shape, got.tobytes()) == (want.dtype, want.shape, want.tobytes())
         first, again = battery(kind, "numpy")[1].x, battery(kind, "numpy")[1].x
         assert first is not again  # new arrays every call: an answer may write into its input
+
+
+def test_the_searchs_sentences_use_numpy_words_for_a_numpy_answer(monkeypatch):
+    """Issue 23: the numpy LayerNorm checker said "(torch.var(dim=-1) style)". Every sentence
+    of the LayerNorm grammar, told to a numpy answer, is in numpy's words; and the checker tells
+    a numpy answer the numpy form of what the search found, a torch answer the torch form."""
+    import normref.diagnosis as diagnosis
+    from normref.checks.norms import battery
+    from normref.diagnosis import grammar_for, numpy_words, observation_case
+
+    grammar = grammar_for("layer_norm")
+    cases = [observation_case("layer_norm", c) for c in battery("layer", "numpy")]
+    phrases = [c.phrase for dim in grammar.dims(cases) for c in dim]
+    assert any("torch.var(dim=-1)" in p for p in phrases)  # the torch form exists ...
+    for p in phrases:
+        assert not _torch_words(numpy_words(p)), (p, numpy_words(p))  # ... and never reaches numpy
+    torchvar = next(c for dim in grammar.dims(cases) for c in dim if c.value == "torchvar")
+
+    class Found:
+        best = (torchvar,)
+
+        def sentence(self):
+            return torchvar.phrase
+
+    monkeypatch.setattr(diagnosis, "search", lambda grammar, obs: Found())
+
+    def noisy(x, weight, bias, eps=1e-5):  # generic "values differ": what the search refines
+        return normref.layer_norm(x, weight, bias, eps) * 1.01 + 0.003
+
+    told = normref.check_layer_norm(noisy, backend="numpy").report()
+    assert "np.var(axis=-1) style" in told and not _torch_words(told), told
+    import torch
+
+    def noisy_t(x, weight, bias, eps=1e-5):
+        return torch.nn.functional.layer_norm(x * 1.0, x.shape[-1:], weight, bias, eps) * 1.01 + 0.003
+
+    assert "torch.var(dim=-1) style" in normref.check_layer_norm(noisy_t, backend="torch").report()
+
+
+def test_rmsnorm_is_told_in_rmsnorm_words():
+    """RMSNorm has no variance: its eps faults speak of sqrt(mean(x**2) + eps) and a row of
+    zeros, LayerNorm's of sqrt(var + eps) and a constant row (issue 23)."""
+    import torch
+
+    def no_eps(x, weight=None, eps=1e-6):
+        h = x.float()
+        return (h / torch.sqrt((h ** 2).mean(-1, keepdim=True))).to(x.dtype)
+
+    def eps_out(x, weight=None, eps=1e-6):
+        h = x.float()
+        return (h / (torch.sqrt((h ** 2).mean(-1, keepdim=True)) + eps)).to(x.dtype)
+
+    for student, fault in ((no_eps, "no_eps"), (eps_out, "eps_outside_sqrt")):
+        r = normref.check_rms_norm(student)
+        assert fault in r.faults, r.report()
+        text = r.report()
+        assert "sqrt(mean(x**2) + eps)" in text and "var" not in text and "constant row" not in text, text
+    for kind in ("no_eps", "eps_outside_sqrt", "unbiased_variance", "nan_on_constant_row"):
+        rms, layer = normref.faults.message(kind, norm="rms"), normref.faults.message(kind)
+        assert "var" not in rms.replace("variance)", "") or kind == "unbiased_variance", rms
+        assert "sqrt(var" not in rms and "constant row" not in rms and rms != layer, (kind, rms)
+
+
+def test_lesson_00s_fix_is_told_the_float16_overflow_in_torch_as_in_numpy():
+    """Lesson 00's unbiased=False LayerNorm, on the full torch battery: its float16 case names
+    the overflow (x**2 = 90000 above float16's 65504), as the numpy checker does."""
+    import torch
+
+    def lesson_00(x, weight, bias, eps=1e-5):
+        mean = x.mean(dim=-1, keepdim=True)
+        var = x.var(dim=-1, unbiased=False, keepdim=True)
+        return (x - mean) / torch.sqrt(var + eps) * weight + bias
+
+    r = check_layer_norm(lesson_00, backend="torch")
+    f16 = _case(r, "float16 rows")
+    assert not f16.passed and f16.fault == "low_precision_stats", r.report()
+    assert "x**2 up to 90000, above float16's largest 65504" in f16.message
+    assert "the values differ from the reference" not in f16.message
+
+
+def test_a_summed_away_dbias_on_a_1d_token_is_told_its_axis():
+    """dbias = dy.sum(-1) on the 1-D seed token is one number: an axis mistake (bwd_not_summed),
+    not "dbias is a float64; return numpy arrays"."""
+    def student(dy, x, w, eps=1e-5):
+        dx, dw, _ = normref.backward.layer_norm_grads(dy, x, w, eps)
+        return dx, dw, dy.sum(-1)
+
+    r = normref.check_layer_norm_backward(student, quick=True)
+    seed = r.cases[0]
+    assert not seed.passed and seed.fault == "bwd_not_summed", r.report()
+    assert "single number" in seed.message and "float64" not in seed.message and "[3]" in seed.message
+
+
+def test_validates_message_names_the_question_cases_points_and_every_cause(monkeypatch):
+    """The Validate dialog's first lines (issue 23): the question, the cases, the points, then
+    every failing cause, each naming its cases (float16's overflow and bfloat16's dtype, not
+    only the first), and IPython shows it with no traceback frame of the course's code."""
+    import torch
+
+    from normref.handback import PointsLost, as_graded
+
+    def lesson_00(x, weight, bias, eps=1e-5):
+        mean = x.mean(dim=-1, keepdim=True)
+        var = x.var(dim=-1, unbiased=False, keepdim=True)
+        return (x - mean) / torch.sqrt(var + eps) * weight + bias
+
+    r = check_layer_norm(lesson_00, backend="torch")
+    as_graded(r, "layer_norm_battery", points=4)  # outside validate: nothing
+    monkeypatch.setenv("NBGRADER_EXECUTION", "validate")
+    with pytest.raises(AssertionError) as e:
+        as_graded(r, "layer_norm_battery", points=4)
+    assert isinstance(e.value, PointsLost)
+    lines = str(e.value).splitlines()
+    n_failed = sum(not c.passed for c in r.cases)
+    assert lines[0] == f"layer_norm_battery: {len(r.cases) - n_failed}/{len(r.cases)} cases, " \
+                       f"{round(4 * r.score, 2):g} of 4 points:"
+    causes = [line for line in lines[1:] if line.startswith("- ")]
+    assert len(causes) == n_failed == 2, lines
+    assert causes[0].startswith("- float16 rows [300, -300, 300, -300]: row 0") and "overflow" in str(e.value)
+    assert causes[1].startswith("- bfloat16 [2, 3, 8]: the output dtype must be the input dtype")
+    assert all(len(line) <= 76 for line in lines[1:])
+    assert e.value._render_traceback_() == [f"AssertionError: {e.value}"]  # IPython: the message alone

@@ -138,3 +138,82 @@ def test_one_thread_restores_the_thread_count():
     with E.one_thread():
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
+
+
+# ---------------------------------------------------------------- lesson 03's claims, as invited
+
+
+def _lesson_03() -> str:
+    from pathlib import Path
+
+    return " ".join((Path(__file__).resolve().parents[1] / "notebooks" / "03_placement.md").read_text().split())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1])
+def test_lesson_03s_training_claims_hold_for_every_depth_it_invites(seed):
+    """Lesson 03 (c) on two seeds: the loss levels it names, and, at the default depth 6 and at
+    the depths it invites (2 and 10), which runs train and which stall, as its text says; and
+    each figure's takeaway says the same from its own numbers. About 30 s of CPU per seed."""
+    from normref import plots
+
+    text = _lesson_03()
+    outcome = {}
+    for depth, runs in ((2, None), (6, None), (10, [("pre", False), ("post", False), ("post", True)])):
+        c = E.train_placements(depth=depth, seed=seed, runs=runs)
+        p = plots.plot_training(c)
+        outcome[depth] = p.data["outcome"]
+        for key, how in p.data["outcome"].items():  # the takeaway states each run's measured outcome
+            if key == ("pre", True):
+                continue
+            name = f"{key[0].capitalize()}-LN {'with' if key[1] else 'without'} warmup"
+            verb = {"trains": "trains to", "stalls": "stalls at", "partway": "gets to"}[how]
+            assert f"{name} {verb} {p.data['final'][key]:.2f} nats" in p.takeaway, p.takeaway
+        if depth == 6:
+            # the levels the lesson explains, as computed from the data
+            assert f"{c['uniform']:.2f}" == "2.77" and f"{c['unigram']:.2f}" == "2.40"
+            assert "about $2.40$ nats" in text and "$\\ln 16\\approx2.77$" in text
+    # depth 2: "all four runs train, Post-LN without warmup too"
+    assert set(outcome[2].values()) == {"trains"}, outcome[2]
+    assert "At 2 layers all four runs train" in text
+    # depth 6: Pre-LN trains, Post-LN stalls (at the frequency level) without warmup and trains with it
+    assert outcome[6][("pre", False)] == "trains" and outcome[6][("post", False)] == "stalls"
+    assert outcome[6][("post", True)] in ("trains", "partway")
+    assert "Ramping the rate up first lets it train" in text
+    # depth 10: Post-LN stalls with warmup as well, Pre-LN trains
+    assert outcome[10] == {("pre", False): "trains", ("post", False): "stalls", ("post", True): "stalls"}
+    assert "At 10 layers (and 12) Post-LN stalls at 2.40 nats *with* warmup as well" in text
+
+
+@pytest.mark.parametrize("norm", ["layer", "rms"])
+def test_lesson_03s_gradient_claims_hold_across_the_explorers_range(norm):
+    """Lesson 03 (b) and the explorer (depth 1-16): on seeds 0 and 1 at depths 2, 8, 12 and 16,
+    Pre-LN's per-layer gradient falls toward the output, Post-LN's falls less, and Post-LN's
+    output layer gets more gradient than Pre-LN's, within the ranges the lesson states."""
+    text = _lesson_03()
+    assert "its last layer gets 0.34 to 1.15 times its first layer's, Pre-LN's 0.24 to 0.85 times" in text
+    for depth in (2, 8, 12, 16):
+        for seed in (0, 1):
+            pre = E.probe_stack("pre", depth=depth, norm=norm, seed=seed)["grad"]
+            post = E.probe_stack("post", depth=depth, norm=norm, seed=seed)["grad"]
+            pre_ratio, post_ratio = pre[-1] / pre[0], post[-1] / post[0]
+            assert 0.24 <= pre_ratio <= 0.85 and pre_ratio < 1, (depth, seed, pre_ratio)
+            assert 0.34 <= post_ratio <= 1.15 and post_ratio > pre_ratio, (depth, seed, post_ratio)
+            assert post[-1] > 1.15 * pre[-1], (depth, seed)
+    assert "Post-LN's gradient is about the same at every layer" not in text
+
+
+def test_the_block_assignment_labels_its_gradient_plot_as_lesson_03_does():
+    """Lesson 03 says its per-layer shapes differ from Xiong et al.'s Fig. 3: the block
+    assignment does not label the same plot "(Xiong et al. 2020, Fig. 3)" as if they matched."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    assert "Their Fig. 3 has a different shape from the left" in _lesson_03()
+    for tree in ("source", "release"):
+        nb = json.loads((root / tree / "block" / "block.ipynb").read_text())
+        text = " ".join("".join(c["source"]) for c in nb["cells"]).split()
+        text = " ".join(text)
+        assert "(Xiong et al. 2020, Fig. 3)," not in text, tree
+        assert "whose per-layer shapes differ from this small model's" in text, tree

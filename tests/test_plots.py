@@ -25,12 +25,15 @@ def assert_readable(p: plots.Plot):
             assert colourbars and "(" in colourbars[0].get_ylabel(), ax
         else:
             assert ax.get_legend() is not None, ax
-    assert " ".join(p.fig._supxlabel.get_text().split()) == f"Takeaway: {p.takeaway}"
+    # the takeaway is said once: in the caption, not drawn in the image nor repeated in the alt
+    drawn = [t.get_text() for t in [*p.fig.texts, p.fig._supxlabel, p.fig._suptitle] if t is not None]
+    assert not any("Takeaway" in t for t in drawn), drawn
     assert_text_inside_figure(p.fig)
     assert len(p.alt) > 40
     assert p.png()[:8] == b"\x89PNG\r\n\x1a\n"
     h = p.to_html()
-    assert "<figure" in h and "<figcaption>" in h and 'alt="' in h and html.escape(p.takeaway) in h
+    assert "<figure" in h and "<figcaption>" in h and 'alt="' in h and h.count(html.escape(p.takeaway)) == 1
+    assert h.count("Takeaway") == 1 and p._repr_mimebundle_()["text/plain"].count("Takeaway") == 1
     assert "text/html" in p._repr_mimebundle_()
 
 
@@ -101,6 +104,24 @@ def test_batch_plot_normalises_each_token_on_its_own():
     np.testing.assert_allclose(ims[1], want.reshape(6, 8), atol=1e-10)
 
 
+@pytest.mark.parametrize("norm, word, stat", [("layer", "std", "std_y"), ("rms", "RMS", "rms_y")])
+def test_batch_plot_plots_the_statistic_its_takeaway_names(norm, word, stat):
+    """The claim is computed from what is plotted: RMSNorm's figure says "ends with RMS ..."
+    and plots each token's RMS (not its std), LayerNorm's says and plots the std."""
+    x = plots.demo_batch()
+    p = plots.plot_batch_before_after(x, norm=norm)
+    assert_readable(p)
+    ax = p.fig.axes[2]
+    by_label = {line.get_label(): line.get_xdata() for line in ax.get_lines() if not line.get_label().startswith("_")}
+    assert set(by_label) == {"mean before", f"{word} before", "mean after", f"{word} after"}, by_label
+    y = p.data["y"].reshape(6, 8)
+    want = y.std(-1) if norm == "layer" else np.sqrt((y ** 2).mean(-1))  # independently of the plot
+    np.testing.assert_allclose(by_label[f"{word} after"], want, rtol=1e-12)
+    assert f"ends with {'mean' if norm == 'layer' else 'RMS'} " in p.takeaway and word in ax.get_title()
+    lo, hi = want.min(), want.max()
+    assert (f"{lo:.3f}" in p.takeaway) and (f"{hi:.3f}" in p.takeaway or f"{lo:.3f}" == f"{hi:.3f}"), p.takeaway
+
+
 def test_changing_one_token_changes_only_its_own_output():
     x = plots.demo_batch()
     for norm in ("layer", "rms"):
@@ -151,13 +172,45 @@ def test_placement_plots_compute_their_takeaways():
     assert_readable(r)
     assert "(5.0 -> 9.0)" in r.takeaway and "its norm stays at 5.70" in r.takeaway
     curves = {("pre", False): np.linspace(4, 2, 30), ("post", False): np.linspace(4, 3.5, 30),
-              ("pre", True): np.linspace(4, 2.2, 30), ("post", True): np.linspace(4, 2.1, 30)}
+              ("pre", True): np.linspace(4, 2.2, 30), ("post", True): np.linspace(4, 2.1, 30),
+              "optimal": 2.0, "unigram": 3.6}
     t = plots.plot_training(curves)
     assert_readable(t)
     assert t.data["final"][("post", False)] == pytest.approx(np.linspace(4, 3.5, 30)[-10:].mean())
-    # 3.5 + 0.5 * 4.5 / 29 = 3.578: what "stalls at" measures is said
-    assert "Post-LN stalls at 3.58 nats" in t.takeaway and "mean loss of the last 10 steps" in t.takeaway
-    assert len(t.fig.axes[0].get_lines()) == 4
+    # 3.5 + 0.5 * 4.5 / 29 = 3.578: within 0.15 of the frequency guess 3.6, so it "stalls"
+    assert "Post-LN without warmup stalls at 3.58 nats" in t.takeaway
+    assert "mean loss of the last 10 steps" in t.takeaway
+    assert len(t.fig.axes[0].get_lines()) == 4 + 2  # the four runs, ln 2 and the frequency guess
+
+
+@pytest.mark.parametrize("finals, says, never", [
+    # depth 6 as measured: Post-LN stalls without warmup, gets partway with it
+    ((0.75, 2.40, 1.06), ["Pre-LN without warmup trains to 0.75", "Post-LN without warmup stalls at 2.40",
+                          "Post-LN with warmup gets to 1.06 nats, partway", "Warmup lets Post-LN train"],
+     ["needs no warmup", "does not rescue"]),
+    # depth 2 as measured: everything trains
+    ((0.73, 0.75, 0.76), ["Post-LN without warmup trains to 0.75", "Post-LN needs no warmup"],
+     ["stalls", "Warmup lets", "does not rescue"]),
+    # depth 10 as measured: Post-LN stalls with warmup too
+    ((0.76, 2.40, 2.40), ["Post-LN with warmup stalls at 2.40", "Warmup of this length does not rescue Post-LN"],
+     ["Warmup lets", "needs no warmup", "gets to"]),
+])
+def test_the_training_takeaway_says_what_each_run_shows(finals, says, never):
+    """Every branch of the template: what it says is what the numbers show, and nothing else."""
+    final = dict(zip([("pre", False), ("post", False), ("post", True)], finals))
+    take = plots.training_takeaway(final, float(np.log(2)), 2.40, 6)
+    for s in says:
+        assert s in take, take
+    for s in never:
+        assert s not in take, take
+
+
+def test_grad_plot_takeaway_is_true_whichever_way_the_numbers_go():
+    more_pre = plots.plot_grad_norms({"pre": [0.2, 0.3], "post": [0.2, 0.1]},
+                                     {"depths": [1, 16], "pre": [0.2, 0.05], "post": [0.2, 0.05]})
+    assert "gets 3.0x more gradient in Pre-LN" in more_pre.takeaway and "Post-LN's shrinks 4.0x" in more_pre.takeaway
+    same = plots.plot_grad_norms({"pre": [0.2, 0.2], "post": [0.2, 0.201]})
+    assert "about the same gradient in both" in same.takeaway
 
 
 def test_grad_plot_with_the_depth_sweep_panel():

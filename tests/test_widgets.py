@@ -222,6 +222,26 @@ def test_depth_and_norm_redraw_with_the_right_numbers(placement):
     placement.depth_slider.value = 4
 
 
+def test_placement_explorer_speaks_of_every_depth_in_good_english_and_sharply(placement):
+    """"an 8-layer" (not "a 8-layer"), no "from layer 1 to layer 1" at depth 1, and a PNG of two
+    image pixels per CSS pixel of the shown width (it was 900 px shown at 860)."""
+    import struct
+
+    for depth, article in ((1, "a 1-layer"), (8, "an 8-layer"), (11, "an 11-layer"), (12, "a 12-layer"),
+                           (16, "a 16-layer")):
+        placement.depth_slider.value = depth
+        caption = placement.caption.value
+        assert f"for {article} " in caption, caption
+        assert "from layer 1 to layer 1 " not in caption and "from layer 1 to layer 1;" not in caption
+        if depth > 1:
+            assert f"from layer 1 to layer {depth};" in caption
+    png = placement.image.value
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    width_px = struct.unpack(">I", png[16:20])[0]
+    assert width_px >= 2 * int(placement.image.width), (width_px, placement.image.width)
+    placement.depth_slider.value = 4
+
+
 @pytest.mark.parametrize("kwargs, match", [({"depth": 0}, "depth"), ({"placement": "mid"}, "placement"),
                                            ({"norm": "batch"}, "norm")])
 def test_placement_explorer_refuses_bad_settings(kwargs, match):

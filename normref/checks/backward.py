@@ -1,5 +1,9 @@
 """The LayerNorm backward pass: :func:`check_layer_norm_backward` (numpy, float64), with the
-gradients of each forward fault and of each dropped term as its fault models."""
+gradients of each forward fault and of each dropped term as its fault models.
+
+Everything expected here is measured through a forward pass (:mod:`normref.backward`, the
+complex step): the analytic backward is the assignment's answer and lives with the grader
+(``grader/backward.py``), which hands it in as ``reference`` when it scores."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,7 +11,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..backward import layer_norm_backward
+from ..backward import layer_norm_grads, vjp
 from ..functional import LAYER_NORM_EPS
 from ..rules import BACKWARD_REFERENCE
 from .compare import close, diagnose_by_models, errors, fmt, tolerance
@@ -37,57 +41,29 @@ def _backward_battery() -> list[_BackwardCase]:
     ]
 
 
-def bwd_model(dy, x, w, eps, *, axis=-1, ddof=0, eps_out=False, centered=True,
-              mean_term=True, var_term=True, use_weight=True):
-    """(dx, dweight, dbias) of ``y = w * xc * f(ms) + b`` with one fault, in numpy float64.
-
-    ``xc = x - mean(x)`` (if ``centered``) and ``ms = sum(xc**2) / (n - ddof)`` along ``axis``;
-    ``f(ms) = 1/sqrt(ms + eps)``, or ``1/(sqrt(ms) + eps)`` with ``eps_out``. By the chain rule
-    ``dxc = g f + (sum(g xc) f'(ms)) 2 xc / (n - ddof)`` with ``g = dy * w``, and
-    ``dx = dxc - mean(dxc)`` when centred. ``mean_term``/``var_term``/``use_weight`` drop the
-    corresponding piece, as a student might. The defaults give :func:`normref.layer_norm_backward`.
-    """
-    n = x.shape[axis]
-    if n - ddof <= 0:
-        return None
-    xc = x - x.mean(axis, keepdims=True) if centered else x
-    ms = (xc**2).sum(axis, keepdims=True) / (n - ddof)
-    with np.errstate(all="ignore"):
-        if eps_out:
-            f = 1 / (np.sqrt(ms) + eps)
-            df = -(f**2) / (2 * np.sqrt(ms))
-        else:
-            f = 1 / np.sqrt(ms + eps)
-            df = -0.5 * f**3
-        g = dy * w if use_weight else dy
-        dxc = g * f
-        if var_term:
-            dxc = dxc + (g * xc).sum(axis, keepdims=True) * df * 2 * xc / (n - ddof)
-    dx = dxc - dxc.mean(axis, keepdims=True) if centered and mean_term else dxc
-    lead = tuple(range(x.ndim - 1))
-    return dx, (dy * xc * f).sum(lead), dy.sum(lead)
-
-
-#: forward fault -> the bwd_model options that differentiate it
+#: forward fault -> the forward variant (normref.backward.forward_variant) whose gradient it is
 _BWD_FORWARD_FAULTS = {"unbiased_variance": {"ddof": 1}, "eps_outside_sqrt": {"eps_out": True},
                        "no_eps": {"eps": 0.0}, "not_centered": {"centered": False}}
 
 
-def _backward_models(case: _BackwardCase):
+def _backward_models(case: _BackwardCase, want=None):
+    """(fault, (dx, dweight, dbias), hint) of each fault model: the gradient of a faulty forward,
+    or of the forward with a statistic held constant (the term the gradient forgot), measured
+    by the complex step (:func:`normref.backward.vjp`)."""
     dy, x, w, eps = case.dy, case.x, case.weight, case.eps
 
     def model(**kw):
-        return bwd_model(dy, x, w, kw.pop("eps", eps), **kw)
+        return vjp(dy, x, w, kw.pop("eps", eps), **kw)
 
     for fault, kw in _BWD_FORWARD_FAULTS.items():
         yield fault, model(**kw), None
     for ax in range(x.ndim - 1):
         yield "wrong_axis", model(axis=ax), None
-    yield "ignores_weight", model(use_weight=False), "dx must use g = dy * weight (the chain rule through gamma)."
-    yield "bwd_no_mean_term", model(mean_term=False), None
-    yield "bwd_no_variance_term", model(var_term=False), None
-    yield "bwd_constant_stats", model(mean_term=False, var_term=False), None
-    dx, dw, db = layer_norm_backward(dy, x, w, eps)
+    yield "ignores_weight", model(plain_weight=True), "dx must use g = dy * weight (the chain rule through gamma)."
+    yield "bwd_no_mean_term", model(hold_mean=True), None
+    yield "bwd_no_variance_term", model(hold_scale=True), None
+    yield "bwd_constant_stats", model(hold_mean=True, hold_scale=True), None
+    dx, dw, db = want if want is not None else layer_norm_grads(dy, x, w, eps)
     yield "bwd_dweight_dbias_swapped", (dx, db, dw), None
 
 
@@ -101,6 +77,10 @@ def _shape_fault(case: _BackwardCase, got, want) -> CaseResult | None:
         return fail(case.name, f"returned a {type(got).__name__}{size}; return the tuple "
                     "(dx, dweight, dbias).", "wrong_type")
     for label, a, w in zip(_BWD_NAMES, got, want):
+        if label != "dx" and isinstance(a, (np.generic, float, int)) and not isinstance(a, bool):
+            # dy.sum(-1) of a 1-D token is one number: an axis mistake, not a type mistake
+            return fail(case.name, f"{label} is a single number; it has one entry per feature, shape "
+                        f"{list(w.shape)}: {msg('bwd_not_summed', 'numpy')}", "bwd_not_summed")
         if not isinstance(a, np.ndarray):
             return fail(case.name, f"{label} is a {type(a).__name__}; return numpy arrays. "
                         f"{msg('wrong_type', 'numpy')}", "wrong_type")
@@ -112,7 +92,8 @@ def _shape_fault(case: _BackwardCase, got, want) -> CaseResult | None:
 
 
 @single_threaded
-def check_layer_norm_backward(fn: Callable, quick: bool = False) -> CheckResult:
+def check_layer_norm_backward(fn: Callable, quick: bool = False, *, reference: Callable | None = None
+                              ) -> CheckResult:
     """Check a student's ``layer_norm_backward(dy, x, weight, eps)`` -> ``(dx, dweight, dbias)``.
 
     Args:
@@ -121,10 +102,13 @@ def check_layer_norm_backward(fn: Callable, quick: bool = False) -> CheckResult:
             shape ``[D]``; must return numpy ``(dx [..., D], dweight [D], dbias [D])``.
         quick: run only the first two cases (the seed token, ``[2, 3, 8]``), the assignment's
             visible check.
+        reference: ``reference(dy, x, weight, eps) -> (dx, dweight, dbias)``, the expected
+            gradients (the grader passes its analytic backward); default
+            :func:`normref.backward.layer_norm_grads`, measured through the forward.
 
     Returns:
         :class:`CheckResult` with four cases, each passed when all three gradients agree with
-        :func:`normref.layer_norm_backward` (rtol 1e-5). Diagnoses bwd_no_mean_term,
+        the expected ones (rtol 1e-5). Diagnoses bwd_no_mean_term,
         bwd_no_variance_term, bwd_constant_stats, bwd_dweight_dbias_swapped, bwd_not_summed,
         ignores_weight, and the gradients of the forward faults (unbiased_variance,
         eps_outside_sqrt, no_eps, wrong_axis, not_centered), plus mutates_input and the generic
@@ -134,11 +118,12 @@ def check_layer_norm_backward(fn: Callable, quick: bool = False) -> CheckResult:
         Nothing: whatever the student's code does (raising, looping, odd return values)
         becomes a failing case with a message.
 
-    Source: Ba et al. 2016, eq. (3)-(4) differentiated; :mod:`normref.backward`.
+    Source: Ba et al. 2016, eq. (3)-(4); :mod:`normref.backward` (the complex step).
     """
 
     def run_case(case: _BackwardCase) -> CaseResult:
-        want = layer_norm_backward(case.dy, case.x, case.weight, case.eps)
+        want = tuple(np.asarray(a, np.float64) for a in
+                     (reference or layer_norm_grads)(case.dy, case.x, case.weight, case.eps))
         got, failed = student_call(case.name, fn, (case.dy, case.x, case.weight, case.eps),
                                    watch=(case.dy, case.x, case.weight), keepdim_hint=True,
                                    backend="numpy")
@@ -163,7 +148,7 @@ def check_layer_norm_backward(fn: Callable, quick: bool = False) -> CheckResult:
         where = "; ".join(f"{label} max abs error {fmt(errs[label][0])} (rel {fmt(errs[label][1])})"
                           for label in bad)
 
-        models = ((fault, flat(out), hint) for fault, out, hint in _backward_models(case)
+        models = ((fault, flat(out), hint) for fault, out, hint in _backward_models(case, want)
                   if out is not None and all(o.shape == w.shape for o, w in zip(out, want)))
         fault, hint = diagnose_by_models(flat(g), flat(want), models, rtol, atol, backend="numpy")
         failed = fail(case.name, f"{where}; {hint}", fault, max_abs, max_rel)

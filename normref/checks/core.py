@@ -27,9 +27,9 @@ from ..rules import reference_calls_in, rule_message
 CALL_TIMEOUT_S = 5.0
 
 
-def msg(kind: str, backend: str = "torch") -> str:
-    """The registry's sentence for fault ``kind`` in ``backend``'s words."""
-    return _faults.message(kind, backend)
+def msg(kind: str, backend: str = "torch", norm: str = "layer") -> str:
+    """The registry's sentence for fault ``kind`` in ``backend``'s (and ``norm``'s) words."""
+    return _faults.message(kind, backend, norm)
 
 
 def backend_of(x) -> str:
@@ -135,9 +135,12 @@ class CheckResult:
                 if not c.passed:
                     why = c.message.split("': ", 1)[-1].split("; ", 1)[-1]
                     break
-        first = textwrap.wrap(why, 60)[:1]
-        rest = why[len(first[0]):].strip() if first else ""
-        return "\n".join(first + textwrap.wrap(rest, 76))
+        # one wrap of the whole text, the first line 16 columns shorter: words are never cut
+        # (cutting the text after a first wrap, whose whitespace it had collapsed, broke
+        # "torch.float16" into "t" / "orch.float16")
+        pad = " " * 16
+        lines = textwrap.wrap(why, 76, initial_indent=pad, break_long_words=False, break_on_hyphens=False)
+        return "\n".join([lines[0][len(pad):], *lines[1:]] if lines else [])
 
     def report(self) -> str:
         """The human summary shown in self-check and grader cells (no internal tags)."""

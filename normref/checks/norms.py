@@ -101,16 +101,34 @@ def fault_models(kind: str, x, weight, bias, eps):
         yield fault, model(kind, x, weight, bias, e, **kw), None
 
 
-def _norm_hint(fault: str, d: int, backend: str, g=None, want=None, bias=None) -> str:
-    """The fault's sentence; for n-1, with the factor when the output shows it (it does
-    unless eps dominates the variance)."""
-    hint = msg(fault, backend)
+def _norm_hint(fault: str, d: int, backend: str, g=None, want=None, bias=None, kind: str = "layer") -> str:
+    """The fault's sentence (in ``kind``'s words: RMSNorm has no variance); for n-1, with the
+    factor when the output shows it (it does unless eps dominates the variance)."""
+    hint = msg(fault, backend, kind)
     if fault == "unbiased_variance" and g is not None:
         b = 0.0 if bias is None else to_f64(bias)
         c, k = constant_ratio(g - b, want - b), math.sqrt((d - 1) / d)
         if c is not None and abs(c - k) < 1e-2 * k:
             hint = f"your normalised values are the reference's times {k:.3f} = sqrt({d - 1}/{d}): " + hint
     return hint
+
+
+def _overflowing_row(x, g, want, rtol, atol, bias=None) -> str | None:
+    """``"row r (x**2 up to 90000, above float16's largest 65504) is wrong: "`` when a wrong
+    row of a float16 input is one whose squares overflow float16 and whose output shows the
+    overflow: an infinite statistic, so every output is ``bias`` (x / inf = 0) or not finite
+    (torch's ``x.var`` of a float16 tensor and ``(x**2).mean()`` both give inf there); else None."""
+    if dtype_name(x) != "float16":
+        return None
+    x64 = to_f64(x).reshape(-1, x.shape[-1])
+    rows_g, rows_w = g.reshape(x64.shape), want.reshape(x64.shape)
+    b = np.zeros(x64.shape[-1]) if bias is None else np.broadcast_to(to_f64(bias), x64.shape[-1:])
+    for r, (xr, gr, wr) in enumerate(zip(x64, rows_g, rows_w)):
+        sq = float(np.max(xr**2))
+        shows = bool(np.all(~np.isfinite(gr)) or np.allclose(gr, b, rtol=rtol, atol=atol))
+        if sq > 65504.0 and shows and not np.allclose(gr, wr, rtol=rtol, atol=atol):
+            return f"row {r} (x**2 up to {sq:g}, above float16's largest {65504}) is wrong: "
+    return None
 
 
 def diagnose_norm(kind: str, x, weight, bias, eps, g, want, rtol, atol) -> tuple[str, str]:
@@ -125,10 +143,13 @@ def diagnose_norm(kind: str, x, weight, bias, eps, g, want, rtol, atol) -> tuple
         if np.any(bad_rows & constant):
             row = int(np.argmax(bad_rows & constant))
             return "nan_on_constant_row", (f"NaN/inf on the constant row {row}: "
-                                           + msg("nan_on_constant_row", backend))
+                                           + msg("nan_on_constant_row", backend, kind))
     found = best_model(g, want, fault_models(kind, x, weight, bias, eps), rtol, atol)
     if found is not None:
-        return found[0], _norm_hint(found[0], d, backend, g, want, bias)
+        return found[0], _norm_hint(found[0], d, backend, g, want, bias, kind)
+    overflow = _overflowing_row(x, g, want, rtol, atol, bias)
+    if overflow is not None:
+        return "low_precision_stats", overflow + msg("low_precision_stats", backend)
     if not np.all(np.isfinite(g)):
         return "returns_nan", msg("returns_nan", backend)
     c = constant_ratio(g, want)

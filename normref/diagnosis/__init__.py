@@ -1,7 +1,8 @@
 """Diagnosis by search: name mistakes nobody listed.
 
-Each checker has a *grammar* (:mod:`.norms`, :mod:`.wiring`, :mod:`.gradients`) that
-generates implementation variants of its reference along the reference's natural dimensions,
+Each checker has a *grammar* (:mod:`.norms`, :mod:`.wiring`; the backward's is the grader's,
+``grader/backward.py``) that generates implementation variants of its reference along the
+reference's natural dimensions,
 single changes and pairs. :func:`refine` is what a checker calls once its cases are run: for
 the cases that only got the generic diagnosis ("the values differ from the reference"), it
 looks for variants that reproduce the student's output on every failing case of the battery
@@ -18,7 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .gradients import BackwardCase, backward_grammar
+from .gradients import BackwardCase
 from .measure import describe
 from .norms import NormCase, norm_case, norm_grammar
 from .search import Choice, Finding, Grammar, Observation, close, count_variants, reproduces, search, variant_id
@@ -26,7 +27,7 @@ from .wiring import BlockCase, PlacementCase, block_grammar, placement_grammar
 
 __all__ = ["BackwardCase", "BlockCase", "NormCase", "PlacementCase", "DIAGNOSIS_FAULTS",
            "GENERIC_FAULTS", "Choice", "Finding", "Grammar", "Observation", "close",
-           "count_variants", "describe", "grammar_for", "observation_case", "refine",
+           "count_variants", "describe", "grammar_for", "observation_case", "refine", "register_grammar",
            "reproduces", "search", "variant_id", "VARIANT_TAG"]
 
 #: The fault kind of a mistake found by the search, with its generic description.
@@ -47,8 +48,26 @@ _GRAMMARS = {
     "pre_ln": lambda: placement_grammar("pre_ln"),
     "post_ln": lambda: placement_grammar("post_ln"),
     "pre-LN block": block_grammar,
-    "layer_norm_backward": backward_grammar,
 }
+
+
+#: torch's words in the grammars' sentences -> numpy's, for a numpy checker's student
+_NUMPY_WORDS = (("keepdim=True", "keepdims=True"), ("keepdim lost", "keepdims lost"),
+                ("torch.var(dim=-1) style", "np.var(axis=-1) style"), ("(dim=-1)", "(axis=-1)"),
+                ("whole tensor", "whole array"))
+
+
+def numpy_words(sentence: str) -> str:
+    """A search sentence in numpy's vocabulary (``keepdims=True``, ``np.var(axis=-1)``)."""
+    for torch_word, numpy_word in _NUMPY_WORDS:
+        sentence = sentence.replace(torch_word, numpy_word)
+    return sentence
+
+
+def register_grammar(checker: str, make) -> None:
+    """Give the checker named ``checker`` a grammar: ``make()`` returns a :class:`Grammar`.
+    The grader registers the backward's (``grader/backward.py``), which is not in this package."""
+    _GRAMMARS[checker] = make
 
 
 def grammar_for(checker: str) -> Grammar | None:
@@ -120,13 +139,15 @@ def refine(checker: str, battery: Sequence[object], results: Sequence[object]) -
         got, want, rtol, atol = seen
         obs.append(Observation(gcase, got, want, rtol, atol, r.passed))
     found = search(grammar, obs)
+    numpy = all(isinstance(getattr(c, "x", None), np.ndarray) for c in battery)
     for case, r in zip(battery, results):
         if r not in generic:
             continue
         head = r.message.rsplit("; ", 1)[0] if "; " in r.message else r.message.split(" [fault:")[0]
         if found is not None:
             r.fault = "found_variant"
-            r.message = (f"{head}; {found.sentence()} [fault: found_variant] "
+            sentence = numpy_words(found.sentence()) if numpy else found.sentence()
+            r.message = (f"{head}; {sentence} [fault: found_variant] "
                          f"[variant: {variant_id(found.best)}]")
         else:
             got, want = r.observed[0], r.observed[1]
