@@ -274,3 +274,107 @@ def test_the_leak_detectors_let_principles_through():
     assert _given_away("pair", (3.0, 1.0), "did you divide by n-1 (unbiased variance) instead of n?", {2, 4}) is None
     assert _given_away("yes/no shift", True, A.check_rms_subtracts_mean(False, ask="shift_changes_output")
                        .messages[0], set()) is None
+
+
+# --------------------------------------------------------------------------- item 3: one Pre-LN block
+# The quiz's forms, each with what it is in the course's own terms. The block checker
+# (normref.checks.block) is the authority on the whole block: the sequential form is its
+# reference, the parallel form its mlp_reads_x. The single-sublayer forms are checked against
+# normref.checks.placement's check_pre_ln (the Pre-LN sublayer, x + F(Norm(x))).
+QUIZ_FORMS = [  # (formula, what the quiz must say: None = correct, else its fault kind and words)
+    ("Y = X + Attention(Norm(X))", None, None),
+    ("Attention(LN(X)) + X", None, None),
+    ("X + Attention(Norm(X)) + MLP(Norm(X + Attention(Norm(X))))", "whole_block", "the whole Pre-LN block"),
+    ("X + Attention(Norm(X)) + MLP(Norm(Attention(Norm(X)) + X))", "whole_block", "the whole Pre-LN block"),
+    ("X + Attention(Norm(X)) + MLP(Norm(X))", "mlp_reads_x", "parallel block"),
+    ("MLP(Norm(X)) + X + Attention(Norm(X))", "mlp_reads_x", "parallel block"),
+    ("Norm(X + Attention(X))", "pre_post_swapped", "Post-LN"),
+    ("X + MLP(Norm(X))", "wrong_values", "this question's sublayer is attention"),
+]
+
+
+def _block_class(canon: str):
+    """A MiniMind-style block whose forward computes ``canon`` (X the input, A self_attn, W mlp,
+    the norm inside A(...) input_layernorm, inside W(...) post_attention_layernorm), built from
+    the course's handed-out sublayers and a hand-written RMSNorm."""
+    import torch
+    from torch import nn
+
+    from normref import CausalSelfAttention, FeedForward
+
+    expr = canon.replace("A(N(", "A(N1(").replace("W(N(", "W(N2(")
+    assert "N(" not in expr, canon  # every norm sits right inside a sublayer in these forms
+    wiring = eval("lambda X, A, W, N1, N2: " + expr)  # noqa: S307 - the test's own canonical string
+
+    class Norm(nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(dim))
+
+        def forward(self, x):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+    class Block(nn.Module):
+        def __init__(self, dim, n_heads):
+            super().__init__()
+            self.input_layernorm, self.post_attention_layernorm = Norm(dim), Norm(dim)
+            self.self_attn, self.mlp = CausalSelfAttention(dim, n_heads), FeedForward(dim)
+
+        def forward(self, x):
+            return wiring(x, self.self_attn, self.mlp, self.input_layernorm, self.post_attention_layernorm)
+
+    return Block
+
+
+def _sublayer_fn(canon: str):
+    """``fn(x, sublayer, norm)`` computing a one-sublayer ``canon`` (for check_pre_ln)."""
+    wiring = eval("lambda X, A, N: " + canon)  # noqa: S307
+    return lambda x, sublayer, norm: wiring(x, sublayer, norm)
+
+
+@pytest.mark.parametrize("formula, fault, words", QUIZ_FORMS, ids=[f for f, _, _ in QUIZ_FORMS])
+def test_the_quiz_the_api_and_the_block_checker_agree_on_each_form(formula, fault, words):
+    from normref import check_pre_ln, check_pre_ln_block
+
+    P.reset()
+    api = P.check("ps_pre_ln_formula", formula)
+    quiz = P.quiz("ps_pre_ln_formula")
+    quiz.answer.value = formula
+    quiz.check_button.click()  # the widget's own Check button handler
+    shown = quiz.feedback.value
+    assert api.correct is (fault is None), api
+    assert ("✔ correct" in shown) is (fault is None) and ("✘ not yet" in shown) is (fault is not None), shown
+    if fault is not None:
+        assert api.faults == (fault,) and words in api.message, api
+        assert html_text(shown).endswith(api.message), (shown, api.message)
+    canon = A.parse_formula(formula)
+    if "W" in canon and "A" in canon:  # both sublayers: the block checker's verdict on that wiring
+        block = check_pre_ln_block(_block_class(canon))
+        if fault == "whole_block":  # the whole Pre-LN block: exactly the block checker's block
+            assert block.passed, block.report()
+        else:  # the parallel block: the block checker's mlp_reads_x
+            assert not block.passed and "mlp_reads_x" in block.faults, block.report()
+    elif "W" not in canon:  # one sublayer: the placement checker's Pre-LN
+        placement = check_pre_ln(_sublayer_fn(canon))
+        assert placement.passed is (fault is None), placement.report()
+
+
+def html_text(markup: str) -> str:
+    import html as _html
+
+    return _html.unescape(re.sub(r"<[^>]+>", "", markup))
+
+
+def test_the_widget_checks_the_text_it_shows_and_clears_stale_feedback():
+    """The browser once showed "✔ correct" under the parallel form: the widget's feedback now
+    names the answer it judged, so feedback left from an earlier attempt cannot pass for it."""
+    P.reset()
+    quiz = P.quiz("ps_pre_ln_formula")
+    quiz.answer.value = "X + Attention(Norm(X))"
+    quiz.check_button.click()
+    assert "✔ correct" in quiz.feedback.value
+    quiz.answer.value = "X + Attention(Norm(X)) + MLP(Norm(X))"
+    quiz.check_button.click()
+    text = html_text(quiz.feedback.value)
+    assert "✘ not yet" in text and "✔" not in text and "parallel block" in text
+    assert "X + Attention(Norm(X)) + MLP(Norm(X))" in text  # the answer judged, as typed
