@@ -622,48 +622,74 @@ def check_rms_subtracts_mean(answer, ask: str = "subtracts_mean") -> CheckResult
             return _result(name, _format_case(name, e))
         if says:
             return _result(name, _case(name, True))
-        return _result(name, _fault_case(name, "subtracts_mean", "an output that a constant "
-                                         "shift leaves unchanged is LayerNorm's: subtracting "
-                                         "the mean removes the shift. ",
-                                         _msg("subtracts_mean") + " Nothing removes the "
-                                         "shift, so RMSNorm's output changes."))
+        return _result(name, _fault_case(name, "subtracts_mean", hint=_SHIFT_HINT))
     name = "rms_subtracts_mean"
     try:
         says = parse_yes_no(answer, what=name)
     except AnswerFormatError as e:
         return _result(name, _format_case(name, e))
     if says:
-        return _result(name, _fault_case(name, "subtracts_mean", "look again at "
-                                         "RMS(x) = sqrt(mean(x^2) + eps): ",
-                                         _msg("subtracts_mean")
-                                         + " Its output's mean is not forced to zero."))
+        return _result(name, _fault_case(name, "subtracts_mean", hint=_CENTER_HINT))
     return _result(name, _case(name, True))
 
 
-_PRE_LN = {"X+A(N(X))", "A(N(X))+X"}
-#: canonical formula -> fault; the kinds are the placement checkers' (normref.checks.placement)
+#: What a wrong yes/no about centering is told: the principle to reason from, never the
+#: verdict (tests/test_practice.py checks every wrong answer's message for the right one).
+_SHIFT_HINT = ("reason from what RMSNorm computes, weight * x / RMS(x) with RMS(x) = "
+               "sqrt(mean(x^2)): work it out for x and for x + 5 and compare the two outputs "
+               "entry by entry. A norm's output ignores a constant shift only if one of its "
+               "steps removes the shift.")
+_CENTER_HINT = ("reason from RMSNorm's formula, weight * x / RMS(x) with RMS(x) = "
+                "sqrt(mean(x^2) + eps): go through it step by step and look for a step that "
+                "subtracts a mean from x (LayerNorm's first step, x - mean, is one such step).")
+
+
+#: the wiring a formula computes (normref.formula_forms.classify) -> fault; the kinds are the
+#: placement and block checkers' (normref.checks.placement, normref.checks.block)
 _FORMULA_FAULTS = {
-    "N(X+A(X))": "pre_post_swapped", "N(A(X)+X)": "pre_post_swapped",
-    "X+N(A(X))": "norm_on_sublayer_output", "N(A(X))+X": "norm_on_sublayer_output",
-    "A(N(X))": "missing_residual", "N(A(X))": "missing_residual",
-    "N(X)+A(N(X))": "residual_from_normed", "A(N(X))+N(X)": "residual_from_normed",
-    "X+A(X)": "missing_norm", "A(X)+X": "missing_norm",
+    "pre_post_swapped": "pre_post_swapped", "norm_on_sublayer_output": "norm_on_sublayer_output",
+    "is_peri_ln": "is_peri_ln", "residual_from_normed": "residual_from_normed",
+    "missing_norm": "missing_norm", "missing_residual": "missing_residual",
+    "missing_residual_post": "missing_residual",
+    "pre_ln_block": "whole_block", "post_ln_block": "whole_block", "two_sublayers": "whole_block",
+    "parallel_block": "mlp_reads_x",
 }
-#: what a formula answer is told (the code checkers' sentences quote the Pre-LN formula, which
-#: is this question's answer)
+#: what a formula answer is told: the principle, never the formula asked for (the code
+#: checkers' sentences quote the Pre-LN formula, which is this question's answer)
 _FORMULA_HINTS = {
     "pre_post_swapped": "that is the original Post-LN, Norm applied after the residual "
-    "addition; Pre-LN normalizes the sublayer's input and adds the original X.",
-    "norm_on_sublayer_output": "the norm is applied to the sublayer's output; Pre-LN "
-    "normalizes before the sublayer (normalize, then attend).",
-    "missing_residual": "the original X is not added back: the residual path is missing.",
-    "residual_from_normed": "the residual adds Norm(X); Pre-LN adds the original X, "
+    "addition; Pre-LN normalizes the sublayer's input and adds the original {x}.",
+    "norm_on_sublayer_output": "the norm is applied to the sublayer's output (Output-LN); "
+    "Pre-LN normalizes before the sublayer.",
+    "is_peri_ln": "that is Peri-LN, a norm on both sides of the sublayer; Pre-LN normalizes "
+    "only the sublayer's input.",
+    "missing_residual": "the original {x} is not added back: the residual path is missing.",
+    "missing_residual_post": "the original {x} is not added back: the residual path is missing.",
+    "residual_from_normed": "the residual adds Norm({x}); Pre-LN adds the original {x}, "
     "unnormalized (\"add the original\").",
     "missing_norm": "there is no normalization in the formula.",
+    "pre_ln_block": "that is the whole Pre-LN block, both residual sublayers: attention, then "
+    "the feed-forward network on the stream that attention's residual add produced. {one}",
+    "post_ln_block": "that is a whole Post-LN block, both residual sublayers, each normalized "
+    "after its residual add. {one}",
+    "two_sublayers": "that formula has both of the block's residual sublayers, attention and "
+    "the feed-forward network. {one}",
+    "parallel_block": "that is a parallel block (GPT-J's and PaLM's wiring): the feed-forward "
+    "network reads Norm({x}) of the block's input, beside attention, not the stream after "
+    "attention's residual add as in the course's Pre-LN block. It has two sublayers. {one}",
 }
+_ONE_SUBLAYER = {"attention": "The question asks for one sublayer, attention alone: one norm, "
+                 "one sublayer, one residual add.",
+                 "ffn": "The question asks for one sublayer, the feed-forward half alone: one "
+                 "norm, one sublayer, one residual add."}
 
 
 _SUBLAYER_WORDS = {"attention": "attention", "ffn": "the feed-forward network (FFN, the MLP)"}
+
+
+def _formula_hint(kind: str, sublayer: str) -> str:
+    x = "X" if sublayer == "attention" else "H"
+    return _FORMULA_HINTS[kind].format(x=x, one=_ONE_SUBLAYER[sublayer])
 
 
 def check_pre_ln_formula(formula, sublayer: str = "attention") -> CheckResult:
@@ -673,20 +699,26 @@ def check_pre_ln_formula(formula, sublayer: str = "attention") -> CheckResult:
         formula: a string, e.g. ``"Y = X + Attention(Norm(X))"``; any of the names listed in
             :func:`parse_formula` and LaTeX are accepted, as is the residual written second.
         sublayer: the block's sublayer, ``"attention"`` (the seed's) or ``"ffn"`` (the
-            feed-forward half: ``"Y = H + FFN(Norm(H))"``). Naming the other sublayer is
+            feed-forward half: ``"Y = H + FFN(Norm(H))"``). Naming only the other sublayer is
             wrong (``wrong_values``), whatever the placement.
 
     Returns:
-        :class:`CheckResult` with one case. Post-LN (pre_post_swapped), the norm after the
-        sublayer (norm_on_sublayer_output), a missing residual, a residual from Norm(X) and a
-        missing norm are each named, with the placement checkers' fault kinds. Never raises
-        on a student's answer.
+        :class:`CheckResult` with one case. What the formula computes decides
+        (:func:`normref.formula_forms.classify`: any order of the sums): Post-LN
+        (pre_post_swapped), the norm after the sublayer (norm_on_sublayer_output), Peri-LN, a
+        missing residual, a residual from Norm(X) and a missing norm are each named, with the
+        placement checkers' fault kinds; a formula with both of the block's sublayers is told
+        it answers for the whole block (whole_block) or that it is the parallel block
+        (mlp_reads_x, the block checker's kind for that wiring). No message states the
+        answer. Never raises on a student's answer.
 
     Raises:
         ValueError: an unknown ``sublayer`` (an author's mistake).
 
     Source: the seed, "Placement is a separate choice"; Xiong et al. 2020, Figure 1.
     """
+    from .formula_forms import classify
+
     name = "pre_ln formula"
     if sublayer not in _SUBLAYER_KINDS:
         raise ValueError(f"sublayer is 'attention' or 'ffn', got {sublayer!r}")
@@ -694,26 +726,27 @@ def check_pre_ln_formula(formula, sublayer: str = "attention") -> CheckResult:
         canon = parse_formula(formula, what="pre_ln_formula", sublayer=sublayer)
     except AnswerFormatError as e:
         return _result(name, _format_case(name, e))
-    if "W" in canon:
+    if canon.count("(") != canon.count(")"):
+        return _result(name, _case(name, False, "the parentheses do not balance.", "bad_format"))
+    kind = classify(canon, sublayer)
+    if "W" in canon and "A" not in canon:
         other = "ffn" if sublayer == "attention" else "attention"
-        placed = canon.replace("W", "A")
+        placed = classify(canon.replace("W", "A"), sublayer)
         also = ""
-        if placed not in _PRE_LN and placed in _FORMULA_FAULTS:
-            also = " The placement is off too: " + _FORMULA_HINTS[_FORMULA_FAULTS[placed]]
-        return _result(name, _case(name, False, f"this block's sublayer is "
+        if placed in _FORMULA_FAULTS:
+            also = " The placement is off too: " + _formula_hint(placed, sublayer)
+        return _result(name, _case(name, False, f"this question's sublayer is "
                                    f"{_SUBLAYER_WORDS[sublayer]}, not {_SUBLAYER_WORDS[other]}: "
                                    "name the sublayer the question describes." + also,
                                    "wrong_values"))
-    if canon in _PRE_LN:
+    if kind == "pre_ln":
         return _result(name, _case(name, True))
-    if canon in _FORMULA_FAULTS:
-        fault = _FORMULA_FAULTS[canon]
-        return _result(name, _fault_case(name, fault, hint=_FORMULA_HINTS[fault]))
-    if canon.count("(") != canon.count(")"):
-        return _result(name, _case(name, False, "the parentheses do not balance.", "bad_format"))
-    return _result(name, _case(name, False, "this is not a Pre-LN block: the sublayer should "
-                               "see the normalized X, and the block's output should be the "
-                               "original X plus the sublayer's output.", "wrong_values"))
+    if kind in _FORMULA_FAULTS:
+        return _result(name, _fault_case(name, _FORMULA_FAULTS[kind],
+                                         hint=_formula_hint(kind, sublayer)))
+    return _result(name, _case(name, False, "this is not a Pre-LN sublayer: the sublayer should "
+                               "see the normalized input, and the output should be the "
+                               "original input plus the sublayer's output.", "wrong_values"))
 
 
 def check_norm_changes_shape(answer, ask: str = "changes") -> CheckResult:

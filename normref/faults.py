@@ -241,6 +241,9 @@ _TABLE = [
           numpy="the answer calls a library normalization instead of implementing it: grading "
           "gives this question 0; implement it with array operations."),
     # ------------------------------------------------------------ short answers only
+    Fault("whole_block", "that formula has both of the block's residual sublayers, attention and "
+          "the feed-forward network: it answers for the whole block, and the question asks for one "
+          "sublayer.", "wrote the whole block, not one sublayer", source="answer"),
     Fault("not_answered", "not answered yet.", "left a question unanswered", source="answer"),
     Fault("bad_format", "the answer could not be read.", "wrote an answer that could not be read",
           source="answer"),
@@ -263,8 +266,9 @@ _TABLE = [
           "centered but did not divide by the std", source="answer"),
     Fault("divided_by_variance", "divide by the standard deviation sqrt(variance), not by the "
           "variance.", "divided by the variance, not the std", source="answer"),
-    Fault("says_shape_changes", "normalization changes values, not the layout: think about what "
-          "mean(dim=-1, keepdim=True) broadcasts back to.",
+    Fault("says_shape_changes", "follow the shapes: work out the shape of the per-token "
+          "statistic, mean(dim=-1, keepdim=True), then the shape that broadcasting it against x "
+          "gives in x - mean or x / rms.",
           "thought normalization changes the shape", source="answer"),
     Fault("output_shape_not_statistic", "that is the shape of x (and of the output); rms is the "
           "per-token statistic, one number per token.",

@@ -311,11 +311,15 @@ class _Quiz:
                               W.HBox([self.check_button, self.reveal_button]), self.feedback])
 
     def _on_check(self, _=None) -> Feedback:
-        value = self.answer.value
+        self.feedback.value = ""  # no earlier verdict stays up while this answer is judged
+        value = shown = self.answer.value
         if self.answer.__class__.__name__ == "RadioButtons" and value is not None:
             value = list(_question(self.qid).options).index(value)
         fb = check(self.qid, value)
-        self.feedback.value = fb._repr_html_()
+        judged = html.escape(str(shown)) if shown not in (None, "") else "(no answer)"
+        # the answer judged, as the kernel received it, above its verdict
+        self.feedback.value = (f'<div class="normref-judged" style="color:#555555">your answer: '
+                               f"<code>{judged}</code></div>" + fb._repr_html_())
         self.reveal_button.disabled = not attempted(self.qid)
         return fb
 

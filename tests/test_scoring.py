@@ -279,7 +279,8 @@ def test_practice_checks_are_scored_with_the_visible_checks_settings():
     for c in nb.cells:
         gid = c.metadata.get("nbgrader", {}).get("grade_id")
         if gid in scoring.PRACTICE:
-            call = ast.parse(c.source.split("\n### BEGIN HIDDEN TESTS")[0]).body[-1].value.args[0]
+            call = next(n.value for n in ast.parse(c.source.split("\n### BEGIN HIDDEN TESTS")[0]).body
+                        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call))
             seen[gid] = (call.func.id, {k.arg: ast.literal_eval(k.value) for k in call.keywords},
                          ", ".join(a.id for a in call.args))
     assert seen == {g: (*scoring.PRACTICE[g], QUESTION_FN[g][1]) for g in scoring.PRACTICE}

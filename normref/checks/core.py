@@ -132,8 +132,9 @@ class CheckResult:
             why = self.breaches[0]
         else:
             for c in self.cases:
-                if not c.passed:
-                    why = c.message.split("': ", 1)[-1].split("; ", 1)[-1]
+                if not c.passed:  # a code case's "case '<name>': raised ...; <hint>": the hint
+                    why = (c.message.split("': ", 1)[-1].split("; ", 1)[-1]
+                           if c.message.startswith("case '") else c.message)
                     break
         # one wrap of the whole text, the first line 16 columns shorter: words are never cut
         # (cutting the text after a first wrap, whose whitespace it had collapsed, broke
