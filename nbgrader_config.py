@@ -11,8 +11,9 @@ import secrets
 import string
 
 import nbformat
+from nbconvert.exporters import NotebookExporter
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor, TagRemovePreprocessor
-from nbgrader.converters import Autograde, GenerateAssignment
+from nbgrader.converters import Autograde, GenerateAssignment, NbGraderException
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.preprocessors import ClearHiddenTests, Execute, GetGrades, NbGraderPreprocessor
 
@@ -68,6 +69,86 @@ _RESOURCE = "normref_handback"
 TORCH_FREE_ASSIGNMENTS = frozenset({"layernorm", "layernorm_backward", "practice"})
 
 
+def _keys_file() -> str | None:
+    """This run's keys file (``$NORMREF_HANDBACK_DIR/../scoring/handback-keys.json``), or None
+    outside ``make grade``."""
+    folder = os.environ.get("NORMREF_HANDBACK_DIR")
+    path = os.path.join(folder, HANDBACK_KEYS) if folder else None
+    return path if path and os.path.isfile(path) else None
+
+
+def _hand_back_call(grade_id: str) -> re.Pattern:
+    """A hidden test's ``hand_back("<grade_id>"`` (either quote)."""
+    return re.compile(r"\bhand_back\(\s*([\"'])" + re.escape(grade_id) + r"\1")
+
+
+def handed_back(path: str) -> list[str]:
+    """The grade ids of the test cells of notebook ``path`` that hand their outputs back to
+    the grader (``hand_back("<grade_id>", ...)``): graded only by ``make grade``."""
+    out = []
+    for cell in nbformat.read(path, as_version=4).cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if cell.cell_type == "code" and gid and _hand_back_call(gid).search(cell.source):
+            out.append(gid)
+    return out
+
+
+#: What a keyless ``nbgrader autograde`` says (formgrader's Autograde button shows it in its log).
+KEYLESS = ("nbgrader autograde cannot grade {what}: {questions} graded by `make grade` (python -m grader), "
+           "which draws each run's inputs and keys, runs the students' code in its sandbox and scores what "
+           "it hands back; nbgrader autograde on its own (formgrader's Autograde button included) would run "
+           "that code unsandboxed and score it 0. Nothing was run, graded or changed: grade with "
+           "`make grade SUBMISSIONS=submitted` (nbgrader's submitted/, in place) or SUBMISSIONS=<an LMS download>.")
+
+
+def _few(names: list[str], most: int = 5) -> str:
+    return ", ".join(names) if len(names) <= most else f"{', '.join(names[:most])} and {len(names) - most} more"
+
+
+class GradedByMakeGrade(NotebookExporter):
+    """Autograde's exporter (``Autograde.exporter_class``): refuses, before anything is
+    touched, an ``nbgrader autograde`` without this run's keys (formgrader's Autograde button, a
+    bare ``nbgrader autograde``) of an assignment whose hidden tests hand back to the grader.
+
+    Such a run would execute the students' code unsandboxed, as the instructor, and save 0 for
+    every handed-back test over the grader's scores. nbgrader builds the exporter once per
+    ``Autograde.start()``, after finding the submissions and before it removes an earlier
+    autograded copy (``--force``, which formgrader always passes) or writes to the gradebook:
+    the one configurable point where refusing leaves everything as it was.
+
+    Raises:
+        NbGraderException: keys missing for such an assignment (the message, :data:`KEYLESS`,
+            is logged first: ``nbgrader autograde`` exits 1 and formgrader shows the log).
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        converter = kwargs.get("parent")
+        if not isinstance(converter, Autograde) or _keys_file():
+            return
+        cd = converter.coursedir
+        pattern = converter._format_source("(?P<assignment_id>.*)", "(?P<student_id>.*)", escape=True)
+        who: dict[str, list[str]] = {}
+        for folder in converter.assignments:
+            m = re.match(pattern, folder)
+            if m:
+                who.setdefault(m["assignment_id"], []).append(m["student_id"])
+        questions = []
+        for a in sorted(who):
+            source = cd.format_path(cd.source_directory, ".", a)
+            found = [g for nb in sorted(os.listdir(source)) if nb.endswith(".ipynb")
+                     for g in handed_back(os.path.join(source, nb))] if os.path.isdir(source) else []
+            if found:
+                questions.append((a, found))
+        if questions:
+            what = "; ".join(f"{a} ({_few(sorted(who[a]))})" for a, _ in questions)
+            n = sum(len(gs) for _, gs in questions)
+            msg = KEYLESS.format(what=what, questions=f"{'its' if len(questions) == 1 else 'their'} {n} "
+                                                      f"hidden test{'s are' if n != 1 else ' is'}")
+            converter.log.error(msg)
+            raise NbGraderException(msg)
+
+
 class HandbackKeys(NbGraderPreprocessor):
     """Autograde only, just before ``Execute``: give each hidden test the key to its question's
     inputs, and the hand-back it is to use.
@@ -86,9 +167,8 @@ class HandbackKeys(NbGraderPreprocessor):
     """
 
     def preprocess(self, nb, resources):
-        folder = os.environ.get("NORMREF_HANDBACK_DIR")
-        path = os.path.join(folder, HANDBACK_KEYS) if folder else None
-        if not path or not os.path.isfile(path):
+        path = _keys_file()
+        if path is None:
             return nb, resources
         with open(path) as f:
             keys = json.load(f)
@@ -98,8 +178,7 @@ class HandbackKeys(NbGraderPreprocessor):
             gid = cell.metadata.get("nbgrader", {}).get("grade_id")
             if cell.cell_type != "code" or gid not in keys:
                 continue
-            call = re.compile(r"\bhand_back\(\s*([\"'])" + re.escape(gid) + r"\1")
-            new = call.sub(lambda m: f'{name}("{gid}", "{keys[gid]}"', cell.source)
+            new = _hand_back_call(gid).sub(lambda m: f'{name}("{gid}", "{keys[gid]}"', cell.source)
             if new != cell.source:
                 originals[cell.get("id") or str(i)] = cell.source
                 cell.source = new
@@ -157,6 +236,9 @@ _autograde = list(Autograde.class_traits()["autograde_preprocessors"].default())
 _at = _autograde.index(Execute)
 c.Autograde.autograde_preprocessors = [*_autograde[:_at], HandbackKeys, Execute, HandbackKeysRemoved,
                                        *_autograde[_at + 1:]]
+# Without this run's keys (formgrader's Autograde, a bare `nbgrader autograde`) nothing is run:
+# those hidden tests are graded by `make grade` only (GradedByMakeGrade).
+c.Autograde.exporter_class = GradedByMakeGrade
 c.Execute.extra_arguments = ["--HistoryManager.hist_file=:memory:", "--InteractiveShell.xmode=Plain"]
 # After its last cell a kernel is killed at once (jupyter_client's shutdown_kernel(now=True)), not
 # asked to shut down and waited for: a graceful exit (torch's teardown, the sandbox's) was 27-33%

@@ -27,6 +27,8 @@ from .demo import apply_due_dates, demo_class, fill_answers, write_demo_submissi
 from .parallel import default_jobs
 from .course import nbgrader_env
 from .pipeline import REPO_ROOT, grade_class, list_assignments
+from .scoring import prepare_inputs
+from normref.handback import ENV
 
 
 def _course_copy(dst: Path) -> Path:
@@ -37,9 +39,9 @@ def _course_copy(dst: Path) -> Path:
     return dst
 
 
-def _nbg(root: Path, *args: str) -> None:
+def _nbg(root: Path, *args: str, env: dict | None = None) -> None:
     subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=ERROR"], cwd=root,
-                   check=False, capture_output=True, env=nbgrader_env())
+                   check=False, capture_output=True, env={**nbgrader_env(), **(env or {})})
 
 
 def sequential_nbgrader(root: Path, limit: int | None = None) -> tuple[float, float]:
@@ -50,8 +52,10 @@ def sequential_nbgrader(root: Path, limit: int | None = None) -> tuple[float, fl
         _nbg(root, "generate_assignment", a, "--force")
     write_demo_submissions(root, root / "submitted", limit)
     apply_due_dates(root, lambda a, due: _nbg(root, "db", "assignment", "add", a, f"--duedate={due}"))
+    # the hidden tests' keys (nbgrader autograde without them refuses: GradedByMakeGrade)
+    _, inputs = prepare_inputs(root, log=lambda *_: None, set_env=False)
     t1 = time.perf_counter()
-    _nbg(root, "autograde", "*", "--force")
+    _nbg(root, "autograde", "*", "--force", env={ENV: str(inputs)})
     auto = time.perf_counter() - t1
     for a in assignments:
         _nbg(root, "generate_feedback", a, "--force")

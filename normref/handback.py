@@ -954,17 +954,21 @@ def hand_back(grade_id: str, fn, *more) -> float | None:
     preprocessor (``HandbackKeys`` in ``nbgrader_config.py``) replaces it, just before autograde
     executes the cell, with a call of the hand-back :func:`seal` captured when the kernel started,
     given the question's key (its inputs are locked with it, :func:`lock`). Called as written, in
-    autograde, it finds locked inputs it cannot read, says so and scores 0.
+    autograde, it has no key to the inputs: the cell fails, naming ``make grade`` (an
+    ``nbgrader autograde`` without the keys is refused before it runs anything:
+    ``GradedByMakeGrade`` in ``nbgrader_config.py``).
 
     Returns:
-        In autograde, 0.0 (the cell's nbgrader score until the grader's scoring stage writes the
-        real one into the gradebook); elsewhere None (no output: Validate judges the visible part
-        of the cell).
+        None outside autograde (no output: Validate judges the visible part of the cell).
+
+    Raises:
+        RuntimeError: in autograde (as written, without its key), e.g. ``practice_rms: this
+            hidden test ran without its key: it is graded by `make grade` ...``.
     """
     if os.environ.get("NBGRADER_EXECUTION") != "autograde":
         return None  # nothing to hand back; and validate must not read a score of 0 here
-    print(f"{grade_id}: this hidden test ran without its key (grade with make grade): 0 points for now")
-    return 0.0
+    raise RuntimeError(f"{grade_id}: this hidden test ran without its key: it is graded by `make grade` "
+                       "(python -m grader), not by nbgrader autograde alone; its score here is not a grade")
 
 
 def _hand_back_keyed(grade_id: str, key: bytes, fn, more: tuple, sealed: dict | None, display) -> float | None:

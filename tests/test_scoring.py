@@ -444,7 +444,9 @@ def test_the_sealed_hand_back_reports_a_patched_module_and_a_thread_started_befo
     assert sealed(gid, key, ns["rms_norm"]) == 0.0 and "changed" not in shown[-1]
     s = _scored_bundle(gid, shown[-1], seed)
     assert (s.fraction, s.flags) == (1.0, [])
-    assert handback.hand_back(gid, ns["rms_norm"]) == 0.0 and len(shown) == 1  # as written: no key, nothing
+    with pytest.raises(RuntimeError, match=r"ran without its key: it is graded by `make grade`"):
+        handback.hand_back(gid, ns["rms_norm"])  # as written: no key, the cell fails
+    assert len(shown) == 1  # and nothing was handed back
 
     cheat = f"def rms_norm(x, weight, eps=1e-6):\n    return {REFERENCE_SPELLINGS['getattr'].split('return ')[1]}"
     ns = {"torch": torch, "F": torch.nn.functional}
