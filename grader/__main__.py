@@ -142,6 +142,7 @@ def _os_error_line(e: OSError) -> str:
 def grade(argv: list[str]) -> int:
     p = _grade_parser()
     args = p.parse_args(argv)  # --help and a usage error end here, before the pipeline is loaded
+    from .canary import CanaryFailed
     from .pipeline import GradingError, format_table, grade_class, parse_duedates, summary_text
     from .state import CourseStateError
 
@@ -166,7 +167,7 @@ def grade(argv: list[str]) -> int:
                           demo_students=args.demo_students, lms_gradebook=args.lms_gradebook, groups=args.groups,
                           scheduler=args.scheduler, db_url=args.db, engine=args.engine,
                           use_sandbox=False if args.no_sandbox else None)
-    except (GradingError, FileNotFoundError, ValueError, CourseStateError) as e:
+    except (GradingError, CanaryFailed, FileNotFoundError, ValueError, CourseStateError) as e:
         print(f"error: {_short(str(e))}", file=sys.stderr)
         return 1
     except OSError as e:

@@ -501,7 +501,8 @@ class ClusterOutcome(AutogradeOutcome):
 def autograde(course: CourseTree | Path, assignments: list[str], *, jobs: int | None = None, progress=None,
               log=print, extra_args: list[str] | None = None, only: list[str] | None = None,
               pairs: list[tuple[str, str]] | None = None, client=None, scheduler: str | None = None,
-              use_sandbox: bool = True, course_id: str | None = None, task=grade_submission) -> ClusterOutcome:
+              use_sandbox: bool = True, course_id: str | None = None, task=grade_submission,
+              workers: list[str] | None = None) -> ClusterOutcome:
     """Autograde the submissions in ``submitted/`` as Dask tasks, one per (assignment, student).
 
     Args:
@@ -522,6 +523,7 @@ def autograde(course: CourseTree | Path, assignments: list[str], *, jobs: int | 
         use_sandbox: run every kernel in the bubblewrap sandbox on the workers.
         course_id: nbgrader's ``CourseDirectory.course_id`` (default: read from the config).
         task: the function each task runs (default :func:`grade_submission`; the tests wrap it).
+        workers: run the tasks only on these workers (addresses; default: any).
 
     Returns:
         :class:`ClusterOutcome` (``logs`` is empty: each task's nbgrader log comes back in its
@@ -572,8 +574,8 @@ def autograde(course: CourseTree | Path, assignments: list[str], *, jobs: int | 
         for a, s in pairs:
             if a == name:
                 sub = {"student": s, "files": _files(tree.submitted(s, a))}
-                fut = client.submit(task, payload, sub, options, pure=False,
-                                    key=f"autograde-{a}-{s}-{os.urandom(4).hex()}")
+                fut = client.submit(task, payload, sub, options, pure=False, workers=workers,
+                                    allow_other_workers=False, key=f"autograde-{a}-{s}-{os.urandom(4).hex()}")
                 futures[fut] = (a, s)
     done = 0
     if progress is not None:

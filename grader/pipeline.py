@@ -20,7 +20,7 @@ from pathlib import Path
 
 import nbformat
 
-from . import database, sandbox, state, warm
+from . import canary, database, sandbox, state, warm
 from . import scoring
 from .apps import AppError, Course, generate_feedback_parallel
 from .collect import Collected, check_input, collect, lms_late, write_roster
@@ -201,8 +201,9 @@ class Batch:
 
 
 def prepare(b: Batch) -> None:
-    """Refuse bad input and an untrustworthy gradebook before anything is touched; back the
-    gradebook up; start over (``fresh``) if asked, carefully (:func:`start_over`)."""
+    """Refuse bad input and an untrustworthy gradebook before anything is touched; grade the
+    instructor's solutions (:mod:`grader.canary`, stops the run when they do not score full); back
+    the gradebook up; start over (``fresh``) if asked, carefully (:func:`start_over`)."""
     tree = b.tree
     parse_duedates([f"{k}={v}" for k, v in b.duedates.items()])  # each date readable
     unknown = sorted(set(b.duedates) - set(b.run.assignments) - {"*"})
@@ -223,10 +224,12 @@ def prepare(b: Batch) -> None:
     if not b.fresh and demo_state:
         b.fresh = True
         b.log("the grading state here was the demo class's: removed before grading your submissions")
+    if not b.fresh:
+        state.check_gradebook(tree)
+    canary.stage(b)  # the instructor's solutions first (grader/canary.py): nothing is written before
     if b.fresh:
         start_over(tree, yes=b.yes, tag=b.run_id, log=b.log)
     else:
-        state.check_gradebook(tree)
         state.backup_gradebook(tree, f"{b.run_id}-before", log=b.log)
 
 
@@ -808,7 +811,7 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
             raise
         finally:
             run.seconds = time.perf_counter() - t0
-            if status == "ok" or run.stage_seconds.get("prepare") is not None:
+            if status == "ok" or "prepare" in run.stage_seconds or str(error).startswith(canary.FAILED):
                 state.record_run(tree, _run_record(b, command, status, error))
     return run
 

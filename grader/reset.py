@@ -34,7 +34,7 @@ def _state_names(root: Path) -> list[str]:
     return list(GRADING_STATE) + found
 #: What :func:`clean` keeps of ``logs/``: the backups, the run history, and the note of how long
 #: that history was when the course was last cleaned (:data:`grader.state.CLEANED`).
-KEPT_LOGS = ("backups", "runs.jsonl", "cleaned.json")
+KEPT_LOGS = ("backups", "runs.jsonl", "cleaned.json", "canary.json")  # canary.json: not grading state
 
 
 def clean(course_root: Path) -> None:

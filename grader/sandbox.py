@@ -3,8 +3,12 @@
 ``python grader/sandbox.py -f CONNECTION_FILE [ipykernel args]`` (run by path) is the ``argv`` of
 the ``normref-sandbox`` kernelspec that ``make grade`` hands nbgrader. It
 
-* sets per-kernel limits: address space ``NORMREF_KERNEL_MEM_MB`` (default 3072 MiB), so a
-  memory bomb raises ``MemoryError`` in the student's cell instead of taking the machine down;
+* sets per-kernel limits: memory ``NORMREF_KERNEL_MEM_MB`` (default 3072 MiB), by a cgroup v1
+  ``memory`` controller per kernel when this machine lets us create one (any torch build
+  imports: only what the kernel touches counts; a kernel past the cap is killed by the kernel's
+  out-of-memory killer and the run says so), else by ``RLIMIT_AS``: the address space the
+  kernel's imports map, measured once per environment (:func:`address_space_mb`), plus
+  ``NORMREF_KERNEL_MEM_MB`` (a memory bomb then raises ``MemoryError`` in the student's cell);
   at most :data:`MAX_PROCS` processes (a cgroup v1 ``pids`` controller when this machine lets
   us create one, else ``RLIMIT_NPROC``, which the kernel counts per user namespace, i.e. per
   sandbox, but does not apply to root); everything the kernel writes (its folder, ``/tmp``,
@@ -49,6 +53,11 @@ MAX_PROCS = 64
 MAX_WRITE_BYTES = 256 * 2**20
 #: cgroup v1 ``pids`` hierarchy (``make grade`` makes one child per kernel when it may).
 PIDS_CGROUP_ROOT = Path("/sys/fs/cgroup/pids")
+#: cgroup v1 ``memory`` hierarchy (the same: one child per kernel, capped at its memory).
+MEMORY_CGROUP_ROOT = Path("/sys/fs/cgroup/memory")
+#: Environment variables naming each hierarchy's root (tests point them elsewhere).
+_CGROUP_ROOTS = {"pids": ("NORMREF_PIDS_CGROUP_ROOT", PIDS_CGROUP_ROOT),
+                 "memory": ("NORMREF_MEMORY_CGROUP_ROOT", MEMORY_CGROUP_ROOT)}
 #: Inside the sandbox: the tmpfs, the student's folder in it, and the cgroup's event counter.
 SANDBOX_WORK = "/tmp/work"
 SANDBOX_PIDS_EVENTS = "/run/normref/pids.events"
@@ -68,10 +77,30 @@ def available() -> bool:
     return probe.returncode == 0
 
 
-def write_kernelspec(dest: Path, mem_mb: int = DEFAULT_MEM_MB, provisioner: str | None = None) -> Path:
+def default_mem_mb() -> int:
+    """A grading kernel's memory cap in MiB: ``$NORMREF_KERNEL_MEM_MB``, else :data:`DEFAULT_MEM_MB`."""
+    return int(os.environ.get("NORMREF_KERNEL_MEM_MB") or DEFAULT_MEM_MB)
+
+
+def hierarchy(kind: str) -> Path:
+    """The cgroup v1 hierarchy ``kind`` (``"pids"`` or ``"memory"``): its usual mount point, or
+    ``$NORMREF_PIDS_CGROUP_ROOT`` / ``$NORMREF_MEMORY_CGROUP_ROOT``."""
+    var, default = _CGROUP_ROOTS[kind]
+    return Path(os.environ.get(var) or default)
+
+
+def memory_cgroups_work() -> bool:
+    """True if kernels' memory is capped by a cgroup here (a writable v1 ``memory`` hierarchy)."""
+    root = hierarchy("memory")
+    return (root / "cgroup.procs").exists() and (root / "memory.limit_in_bytes").exists() and os.access(root, os.W_OK)
+
+
+def write_kernelspec(dest: Path, mem_mb: int = DEFAULT_MEM_MB, provisioner: str | None = None,
+                     as_mb: int | None = None) -> Path:
     """Write ``dest/kernels/normref-sandbox/kernel.json``; put ``dest`` on ``JUPYTER_PATH``.
     ``provisioner``: the jupyter_client kernel provisioner that starts its kernels (default:
-    jupyter_client's own, which runs the ``argv``; :mod:`grader.warm` names its own)."""
+    jupyter_client's own, which runs the ``argv``; :mod:`grader.warm` names its own).
+    ``as_mb``: the ``RLIMIT_AS`` cap in MiB for kernels without a memory cgroup (None: none)."""
     kdir = dest / "kernels" / KERNEL_NAME
     kdir.mkdir(parents=True, exist_ok=True)
     # Run by path, not with -m: `-m grader.sandbox` would import the normref package
@@ -80,7 +109,7 @@ def write_kernelspec(dest: Path, mem_mb: int = DEFAULT_MEM_MB, provisioner: str 
         "argv": [sys.executable, str(Path(__file__).resolve()), "-f", "{connection_file}"],
         "display_name": "Python 3 (normref grading sandbox)",
         "language": "python",
-        "env": {"NORMREF_KERNEL_MEM_MB": str(mem_mb)},
+        "env": {"NORMREF_KERNEL_MEM_MB": str(mem_mb), **({"NORMREF_KERNEL_AS_MB": str(as_mb)} if as_mb else {})},
         "interrupt_mode": "message",  # signals do not cross into bwrap's PID namespace
         "metadata": {"debugger": False},
     }
@@ -98,12 +127,15 @@ class SandboxSession:
     from outside the kernels, which ones ran into the process cap.
     """
 
-    def __init__(self, course_root: Path, mem_mb: int = DEFAULT_MEM_MB):
+    def __init__(self, course_root: Path, mem_mb: int | None = None):
         self.course_root = Path(course_root)
-        self.mem_mb = mem_mb
+        self.mem_mb = mem_mb or default_mem_mb()
         self.jupyter_dir = self.course_root / "logs" / "jupyter"
         self.records = self.course_root / "logs" / "scratch"
         self.pids_cgroup: Path | None = None
+        self.memory_cgroup: Path | None = None
+        #: the RLIMIT_AS cap (MiB) of kernels without a memory cgroup; None while they have one
+        self.as_mb: int | None = None
         self._tmp: list[str] = []
         self._mounts: list[str] = []
         #: what :func:`sweep_stale` removed when the session started
@@ -115,9 +147,12 @@ class SandboxSession:
         from . import warm
 
         self.warm_off = warm.unavailable()
-        write_kernelspec(self.jupyter_dir, self.mem_mb, None if self.warm_off else warm.PROVISIONER)
         self.swept = sweep_stale()  # what killed runs left (never one in use)
-        self.pids_cgroup = _make_pids_cgroup(f"normref-{os.getpid()}-{os.urandom(3).hex()}")
+        name = f"normref-{os.getpid()}-{os.urandom(3).hex()}"
+        self.pids_cgroup = _make_cgroup("pids", name)
+        self.memory_cgroup = _make_cgroup("memory", name)
+        self.as_mb = None if self.memory_cgroup else address_space_mb(self.mem_mb)
+        write_kernelspec(self.jupyter_dir, self.mem_mb, None if self.warm_off else warm.PROVISIONER, self.as_mb)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -127,12 +162,13 @@ class SandboxSession:
             subprocess.run(["umount", "-l", m], capture_output=True)
         for d in self._tmp:
             shutil.rmtree(d, ignore_errors=True)
-        if self.pids_cgroup is not None:
-            for child in sorted(self.pids_cgroup.glob("*/"), reverse=True):
+        for cg in (self.pids_cgroup, self.memory_cgroup):
+            if cg is not None:
+                for child in sorted(cg.glob("*/"), reverse=True):
+                    with contextlib.suppress(OSError):
+                        child.rmdir()
                 with contextlib.suppress(OSError):
-                    child.rmdir()
-            with contextlib.suppress(OSError):
-                self.pids_cgroup.rmdir()
+                    cg.rmdir()
         shutil.rmtree(self.records, ignore_errors=True)
 
     def worker(self, i: int) -> tuple[list[str], dict[str, str]]:
@@ -153,29 +189,62 @@ class SandboxSession:
                "NORMREF_SCRATCH_ROOT": str(self.records / f"w{i}")}
         if self.pids_cgroup is not None:
             env["NORMREF_PIDS_CGROUP"] = str(self.pids_cgroup)
+        if self.memory_cgroup is not None:
+            env["NORMREF_MEMORY_CGROUP"] = str(self.memory_cgroup)
         return args, env
 
     def limits_hit(self) -> dict[Path, list[str]]:
         """``{kernel working directory: [what it ran into]}``, read outside the sandbox.
 
-        The process cap is read from each kernel's cgroup (``pids.events``), which the
-        student's code cannot change; kernels without a cgroup (no ``pids`` controller here)
-        are not listed. The write cap is reported by the kernel itself (see
-        :mod:`grader.kernel_guard`), in the cell that hit it.
+        The process cap is read from each kernel's cgroup (``pids.events``) and the memory cap
+        from its memory cgroup (``memory.oom_control``: kernels killed for memory), which the
+        student's code cannot change; kernels without a cgroup (no controller here) are not
+        listed. The write cap is reported by the kernel itself (see :mod:`grader.kernel_guard`),
+        in the cell that hit it.
         """
         out: dict[Path, list[str]] = {}
         for rec in sorted(self.records.glob("w*/kernel-*/record.json")):
             try:
                 info = json.loads(rec.read_text())
-                events = Path(info["cgroup"], "pids.events").read_text() if info.get("cgroup") else ""
-            except (OSError, ValueError, KeyError):
+            except (OSError, ValueError):
                 continue
-            fields = dict(line.split() for line in events.splitlines() if len(line.split()) == 2)
-            if int(fields.get("max", 0)) > 0:
+            events = _counters(info.get("cgroup"), "pids.events")
+            if events.get("max", 0) > 0:
                 out.setdefault(Path(info["cwd"]), []).append(
                     f"hit the grading sandbox's process cap ({info.get('max_procs', MAX_PROCS)} per kernel): "
-                    f"{fields['max']} process starts were refused")
+                    f"{events['max']} process starts were refused")
+            if _counters(info.get("memory_cgroup"), "memory.oom_control").get("oom_kill", 0) > 0:
+                out.setdefault(Path(info["cwd"]), []).append(
+                    f"hit the grading sandbox's memory cap ({info.get('mem_mb', DEFAULT_MEM_MB)} MiB per kernel): "
+                    "the kernel was killed by the out-of-memory killer while that cell ran")
         return out
+
+    def peak_memory_mb(self) -> dict[Path, float]:
+        """``{kernel working directory: peak memory in MiB}`` of the kernels run so far that had a
+        memory cgroup (``memory.max_usage_in_bytes``: what the kernel itself touched, page cache
+        included; a warm kernel's pages shared with its zygote are not counted)."""
+        out: dict[Path, float] = {}
+        for rec in sorted(self.records.glob("w*/kernel-*/record.json")):
+            try:
+                info = json.loads(rec.read_text())
+                peak = int(Path(info["memory_cgroup"], "memory.max_usage_in_bytes").read_text())
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            out[Path(info["cwd"])] = max(out.get(Path(info["cwd"]), 0.0), peak / 2**20)
+        return out
+
+
+def _counters(cgroup: str | None, name: str) -> dict[str, int]:
+    """The ``key value`` lines of a cgroup file (``pids.events``, ``memory.oom_control``) as
+    ``{key: int}``; ``{}`` without the cgroup or the file."""
+    if not cgroup:
+        return {}
+    try:
+        text = Path(cgroup, name).read_text()
+    except OSError:
+        return {}
+    return {k: int(v) for k, v in (ln.split() for ln in text.splitlines() if len(ln.split()) == 2)
+            if v.lstrip("-").isdigit()}
 
 
 def limit_flags(course_root: Path, session: "SandboxSession | None", pairs) -> dict[tuple[str, str], list[str]]:
@@ -211,12 +280,15 @@ def limit_flags(course_root: Path, session: "SandboxSession | None", pairs) -> d
     return flags
 
 
-def _make_pids_cgroup(name: str) -> Path | None:
-    """A new child of the cgroup v1 ``pids`` hierarchy for this grading run, or None when this
-    machine has none or will not let us write to it (then :data:`MAX_PROCS` is enforced with
-    ``RLIMIT_NPROC``, which holds for a non-root instructor only)."""
-    root = Path(os.environ.get("NORMREF_PIDS_CGROUP_ROOT", PIDS_CGROUP_ROOT))
+def _make_cgroup(kind: str, name: str) -> Path | None:
+    """A new child of the cgroup v1 hierarchy ``kind`` (``"pids"``, ``"memory"``) for this grading
+    run, or None when this machine has none or will not let us write to it (then
+    :data:`MAX_PROCS` is enforced with ``RLIMIT_NPROC``, which holds for a non-root instructor
+    only, and memory with ``RLIMIT_AS``)."""
+    root = hierarchy(kind)
     if not (root / "cgroup.procs").exists() or not os.access(root, os.W_OK):
+        return None
+    if kind == "memory" and not memory_cgroups_work():
         return None
     try:
         (root / name).mkdir()
@@ -281,7 +353,7 @@ def _named_by_a_live_process(path: str) -> bool:
 
 def sweep_stale(cgroup_root: Path | None = None, tmp: Path = Path("/tmp")) -> dict[str, int]:
     """Remove what grading runs killed with ``kill -9`` left behind on this machine: their
-    ``normref-<pid>-<hex>`` cgroups in the ``pids`` hierarchy and their ``nr-ipc-*`` kernel-socket
+    ``normref-<pid>-<hex>`` cgroups in the ``pids`` and ``memory`` hierarchies and their ``nr-ipc-*`` kernel-socket
     folders under ``/tmp`` (tmpfs mounts, as root).
 
     Never one in use: a cgroup is removed only when the process that made it (the ``<pid>`` in
@@ -300,8 +372,10 @@ def sweep_stale(cgroup_root: Path | None = None, tmp: Path = Path("/tmp")) -> di
     import subprocess
 
     out = {"cgroups": 0, "ipc": 0, "killed": 0, "in_use": 0}
-    root = Path(cgroup_root or os.environ.get("NORMREF_PIDS_CGROUP_ROOT", PIDS_CGROUP_ROOT))
-    if (root / "cgroup.procs").exists() and os.access(root, os.W_OK):
+    roots = [Path(cgroup_root)] if cgroup_root else [hierarchy(k) for k in _CGROUP_ROOTS]
+    for root in roots:
+        if not ((root / "cgroup.procs").exists() and os.access(root, os.W_OK)):
+            continue
         for cg in sorted(root.glob("normref-*")):
             m = re.fullmatch(r"normref-(\d+)-[0-9a-f]+", cg.name)
             if not m or not cg.is_dir() or _alive(int(m.group(1))):
@@ -350,6 +424,115 @@ def _join_pids_cgroup(parent: Path, kernel: str, max_procs: int) -> Path | None:
             cg.rmdir()
         return None
     return cg
+
+
+def _join_memory_cgroup(parent: Path, kernel: str, mem_mb: int) -> Path | None:
+    """Move this process (and so the sandbox it becomes) into a new ``parent/kernel`` memory
+    cgroup capped at ``mem_mb`` MiB (memory and swap together where swap is accounted); None
+    if that fails."""
+    cg = parent / kernel
+    limit = str(mem_mb * 2**20)
+    try:
+        cg.mkdir()
+        (cg / "memory.limit_in_bytes").write_text(limit)
+        if (cg / "memory.memsw.limit_in_bytes").exists():  # no swapping past the cap either
+            (cg / "memory.memsw.limit_in_bytes").write_text(limit)
+        (cg / "cgroup.procs").write_text(str(os.getpid()))
+    except OSError:
+        with contextlib.suppress(OSError):
+            cg.rmdir()
+        return None
+    return cg
+
+
+def shared_cache_dir() -> Path | None:
+    """This user's cache of what depends only on the installed environment (a kernel's measured
+    address space; :mod:`grader.canary`'s passes, by content hash): ``$NORMREF_CANARY_CACHE``,
+    else ``$XDG_CACHE_HOME/normref`` (``~/.cache/normref``); None when that variable is ``0``."""
+    var = os.environ.get("NORMREF_CANARY_CACHE")
+    if var == "0":
+        return None
+    if var:
+        return Path(var)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "normref"
+
+
+#: What a grading kernel imports before the student's first cell (the zygote's :data:`PRELOAD`).
+_KERNEL_IMPORTS = ("ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.zmqshell", "numpy", "torch",
+                   "normref", "normref.handback")
+_AS_PROBE = """
+import importlib, os, shutil, sys, tempfile
+for m in sys.argv[1:]:
+    importlib.import_module(m)
+import torch
+torch.ones(64, 64) @ torch.ones(64, 64)
+out, d = os.dup(1), tempfile.mkdtemp(prefix="nr-probe-")
+from ipykernel.kernelapp import IPKernelApp
+app = IPKernelApp.instance()  # a kernel's sockets and threads, as a grading kernel has them when idle
+app.initialize(["-f", d + "/c.json", "--transport=ipc", "--ip=" + d + "/k", "--HistoryManager.hist_file=:memory:"])
+app.kernel.shell.run_cell("x = 1")
+peak = [ln.split()[1] for ln in open("/proc/self/status") if ln.startswith("VmPeak:")][0]
+shutil.rmtree(d, ignore_errors=True)
+os.write(out, peak.encode() + b"\\n")
+os._exit(0)
+"""
+_as_measured: dict[str, int] = {}
+
+
+def kernel_address_space_mb() -> int:
+    """The address space (MiB, ``VmPeak``) an idle grading kernel maps: a Python process that
+    imports what a grading kernel imports (:data:`_KERNEL_IMPORTS`: ipykernel, numpy, the
+    installed torch, normref), runs one torch op single-threaded as the kernels do, and sets up an
+    ipykernel (its sockets and threads, each thread's stack and malloc arena counting in the
+    address space), without serving it. Measured in a subprocess once per
+    environment (the interpreter and torch's installed version and build), kept in memory and
+    in :func:`shared_cache_dir`: ~2 CPU-s the first time.
+
+    Raises:
+        RuntimeError: the probe could not import them (its error's last line)."""
+    import importlib.metadata
+    import subprocess
+
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch_version = "none"
+    key = f"{sys.executable}|{torch_version}"
+    if key in _as_measured:
+        return _as_measured[key]
+    shared = shared_cache_dir()
+    cache = shared / "address-space.json" if shared else None
+    known = {}
+    if cache is not None and cache.is_file():
+        with contextlib.suppress(OSError, ValueError):
+            known = json.loads(cache.read_text())
+    if key not in known:
+        env = {**os.environ, **{v: "1" for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}}
+        out = subprocess.run([sys.executable, "-c", _AS_PROBE, *_KERNEL_IMPORTS], capture_output=True,
+                             text=True, env=env, cwd="/", timeout=300)
+        last = (out.stdout.strip().splitlines() or [""])[-1]  # after ipykernel's own notes
+        if out.returncode != 0 or not last.isdigit():
+            raise RuntimeError("measuring a grading kernel's address space failed: "
+                               + (out.stderr.strip().splitlines() or ["no output"])[-1])
+        known[key] = -(-int(last) // 1024)  # kB -> MiB, rounded up
+        if cache is not None:
+            with contextlib.suppress(OSError):
+                cache.parent.mkdir(parents=True, exist_ok=True)
+                tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_text(json.dumps(known, indent=1))
+                tmp.replace(cache)
+    _as_measured[key] = int(known[key])
+    return _as_measured[key]
+
+
+def address_space_mb(mem_mb: int) -> int:
+    """The ``RLIMIT_AS`` cap (MiB) of a kernel without a memory cgroup: what its imports map
+    (:func:`kernel_address_space_mb`) plus ``mem_mb`` for its cells, unless
+    ``$NORMREF_KERNEL_AS_MB`` sets it. A CUDA build of torch maps several GiB of libraries it
+    never touches on a CPU-only grader: a fixed cap would refuse to import it."""
+    if os.environ.get("NORMREF_KERNEL_AS_MB"):
+        return int(os.environ["NORMREF_KERNEL_AS_MB"])
+    return kernel_address_space_mb() + mem_mb
 
 
 def _normref_dir() -> str:
@@ -474,9 +657,12 @@ def bwrap_argv(connection_file: str, cwd: str, kernel_args: list[str], *,
     return argv
 
 
-def _set_limits(mem_mb: int) -> None:
-    as_bytes = mem_mb * 2**20
-    resource.setrlimit(resource.RLIMIT_AS, (as_bytes, as_bytes))
+def _set_limits(as_mb: int | None) -> None:
+    """The rlimits of a kernel: ``RLIMIT_AS`` of ``as_mb`` MiB (None: memory is capped by its
+    cgroup instead), the largest file, no core dumps."""
+    if as_mb:
+        as_bytes = as_mb * 2**20
+        resource.setrlimit(resource.RLIMIT_AS, (as_bytes, as_bytes))
     resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE_BYTES, MAX_FILE_BYTES))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a too-large write fails instead of killing
@@ -498,8 +684,10 @@ def prepare(args: list[str], extra_procs: int = 0) -> tuple[list[str], list[int]
     """What :func:`main` does before it runs bubblewrap, done to the calling process (which
     must be in the kernel's working directory, with the kernel's environment): this kernel's
     record, its pids cgroup (joined; ``extra_procs`` more processes allowed than
-    ``NORMREF_MAX_PROCS``, for a caller that stays in it beside bubblewrap), the rlimits, the
-    student's files opened.
+    ``NORMREF_MAX_PROCS``, for a caller that stays in it beside bubblewrap) and its memory cgroup
+    (joined, capped at ``NORMREF_KERNEL_MEM_MB``), the rlimits (``RLIMIT_AS`` only without a
+    memory cgroup: ``NORMREF_KERNEL_AS_MB``, else :func:`address_space_mb`), the student's files
+    opened.
 
     Args:
         args: ``-f CONNECTION_FILE [ipykernel args]``.
@@ -518,11 +706,15 @@ def prepare(args: list[str], extra_procs: int = 0) -> tuple[list[str], list[int]
     root = os.environ.get("NORMREF_SCRATCH_ROOT") or tempfile.gettempdir()
     os.makedirs(root, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="kernel-", dir=root))
-    cgroup = None
+    cgroup = memory = None
+    mem_mb = default_mem_mb()
     if os.environ.get("NORMREF_PIDS_CGROUP"):
         cgroup = _join_pids_cgroup(Path(os.environ["NORMREF_PIDS_CGROUP"]), work.name, max_procs + extra_procs)
+    if os.environ.get("NORMREF_MEMORY_CGROUP"):
+        memory = _join_memory_cgroup(Path(os.environ["NORMREF_MEMORY_CGROUP"]), work.name, mem_mb)
     (work / "record.json").write_text(json.dumps({"cwd": cwd, "cgroup": str(cgroup) if cgroup else None,
-                                                  "max_procs": max_procs}))
+                                                  "max_procs": max_procs, "mem_mb": mem_mb,
+                                                  "memory_cgroup": str(memory) if memory else None}))
     if cgroup is None and os.geteuid() == 0:
         print(f"grading sandbox: no pids cgroup here, and RLIMIT_NPROC does not bind root: this kernel "
               f"is not limited to {max_procs} processes", file=sys.stderr)
@@ -536,7 +728,7 @@ def prepare(args: list[str], extra_procs: int = 0) -> tuple[list[str], list[int]
         files.append((rel, fd))
     connection_fd = os.open(connection_file, os.O_RDONLY)
     os.set_inheritable(connection_fd, True)
-    _set_limits(int(os.environ.get("NORMREF_KERNEL_MEM_MB", DEFAULT_MEM_MB)))
+    _set_limits(None if memory else address_space_mb(mem_mb))
     cmd = bwrap_argv(connection_file, cwd, kernel_args, files=files, connection_fd=connection_fd,
                      pids_events=str(cgroup / "pids.events") if cgroup else None,
                      max_write_bytes=max_write, max_procs=max_procs)

@@ -194,18 +194,27 @@ CLEANED = "cleaned.json"
 
 def has_grading_state(tree: CourseTree) -> bool:
     """True if a class has been graded here: student folders, or runs logged since the course
-    was last cleaned (``clean`` keeps the run log, and notes its length in :data:`CLEANED`)."""
+    was last cleaned (``clean`` keeps the run log, and notes its length in :data:`CLEANED`),
+    other than runs stopped by the canary, which wrote nothing (:mod:`grader.canary`)."""
     if any(tree.students(step) for step in _STATE_DIRS):
         return True
     runs = tree.logs / "runs.jsonl"
     if not runs.is_file():
         return False
-    n = sum(1 for ln in runs.read_text(encoding="utf-8").splitlines() if ln.strip())
+    lines = [ln for ln in runs.read_text(encoding="utf-8").splitlines() if ln.strip()]
     try:
         cleaned_at = int(json.loads((tree.logs / CLEANED).read_text()).get("runs", -1))
     except (OSError, ValueError, AttributeError, TypeError):
         cleaned_at = -1
-    return n > cleaned_at
+    return any(not _stopped_by_canary(ln) for ln in lines[max(cleaned_at, 0):])
+
+
+def _stopped_by_canary(line: str) -> bool:
+    try:
+        rec = json.loads(line)
+        return str(rec.get("error", "")).startswith("CanaryFailed:") and "prepare" not in rec.get("stage_seconds", {})
+    except (ValueError, AttributeError, TypeError):
+        return False
 
 
 def gradebook_problem(tree: CourseTree) -> str | None:

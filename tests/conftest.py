@@ -1,6 +1,7 @@
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 # nbgrader runs `alembic` from PATH: make the venv's bin/ visible even when pytest is run directly.
 os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+# The canary's passes (grader/canary.py) are shared by this session's course copies, by content hash,
+# and never read from (or left in) the user's own cache; a test that counts canaries sets its own.
+os.environ.setdefault("NORMREF_CANARY_CACHE", tempfile.mkdtemp(prefix="normref-canary-cache-"))
 
 
 @pytest.fixture

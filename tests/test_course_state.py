@@ -351,7 +351,7 @@ def test_a_resubmission_regrades_only_its_assignment_and_keeps_an_unchanged_hand
     assert [tuple(p) for p in runs[1]["replaced"]] == [("practice", "ada"), ("practice", "bo")]
     from grader.pipeline import STAGES
 
-    assert set(runs[1]["stage_seconds"]) == {name for name, _ in STAGES}
+    assert set(runs[1]["stage_seconds"]) == {name for name, _ in STAGES} | {"canary"}  # the canary: in prepare
     kept = course_copy / "logs" / "batches" / runs[1]["run_id"] / "received" / "b2" / "ada" / "practice"
     assert (kept / "practice.ipynb").read_bytes() == sent.read_bytes()  # as received, per batch
     assert (course_copy / "logs" / "batches" / runs[0]["run_id"] / "received" / "b1").is_dir()
@@ -538,8 +538,9 @@ def test_a_failed_generate_leaves_release_as_it_was(course_copy, tmp_path):
     assert not (course_copy / ".release-staging").exists()
     (run,) = [json.loads(ln) for ln in (course_copy / "logs" / "runs.jsonl").read_text().splitlines()]
     assert run["status"] == "failed", run  # not "ok"
-    assert run["error"].startswith("GradingError: `nbgrader generate_assignment layernorm` failed")
-    assert "\n" not in run["error"] and set(run["stage_seconds"]) == {"prepare"}
+    # the canary (grader/canary.py) generates source/ first, in a scratch course: it stops the run there
+    assert run["error"].startswith("CanaryFailed: `nbgrader generate_assignment layernorm` failed")
+    assert "\n" not in run["error"] and set(run["stage_seconds"]) == {"canary"}
 
 
 def test_an_interrupted_run_is_logged_as_interrupted_with_its_signal(course_copy, tmp_path, monkeypatch):
@@ -556,7 +557,7 @@ def test_an_interrupted_run_is_logged_as_interrupted_with_its_signal(course_copy
         pipeline.grade_class(course_root=course_copy, submissions=submitted_tree(tmp_path / "in", {"ada": "correct"}),
                              engine="processes", log=lambda *_: None)
     (run,) = [json.loads(ln) for ln in (course_copy / "logs" / "runs.jsonl").read_text().splitlines()]
-    assert (run["status"], run["error"], set(run["stage_seconds"])) == ("interrupted", "SIGTERM", {"prepare"})
+    assert (run["status"], run["error"], set(run["stage_seconds"])) == ("interrupted", "SIGTERM", {"prepare", "canary"})
     assert (course_copy / ".grader.lock").read_text() == ""  # the lock is free again
 
 

@@ -1,0 +1,331 @@
+"""The canary: before any student is graded, the instructor's own solutions are.
+
+Each run first grades ``source/``'s solutions as a student's submission (the released notebook
+with every answer cell holding the solution, its ``### BEGIN/END SOLUTION`` lines removed) in a
+scratch course folder, through what the students get: nbgrader's generate and autograde, the
+run's engine (its Dask cluster, or ``nbgrader autograde`` processes), the bubblewrap sandbox,
+the hand-back and the scoring outside the kernel (:mod:`grader.scoring`). If any automatic
+question (an autograder test cell; written answers are graded by hand) scores below full, the
+run stops before the course's gradebook is touched (:class:`CanaryFailed`, one line naming the
+assignment, the question and the kernel's first error, e.g. that the sandboxed kernel could not
+import torch), and ``logs/runs.jsonl`` records it as ``failed``.
+
+It is skipped while nothing it depends on changed since the last passing canary: ``source/``
+and ``nbgrader_config.py``, the installed packages (every distribution's name and version, and
+the ``normref`` and ``grader`` packages' files), the sandbox settings, this host, and over an
+existing Dask cluster every worker's packages and sandbox (:func:`facts`). A pass is kept by
+the hash of those in ``logs/canary.json`` (kept by ``make clean``), and in the user's cache
+(:func:`grader.sandbox.shared_cache_dir`, ``$NORMREF_CANARY_CACHE``; ``0`` turns it off) so a
+second course folder with the same ``source/`` on the same machine and environment skips it too.
+Over an existing cluster, the canary runs once per distinct worker environment, on a worker
+that has it: a worker whose environment differs is caught as well.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.metadata
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+
+from . import sandbox, warm
+from .course import CourseTree
+
+CACHE = "canary.json"
+STUDENT = "canary"
+_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
+
+
+class CanaryFailed(RuntimeError):
+    """The instructor's own solutions did not score full (the message is one line)."""
+
+
+#: How a failed canary's error starts in the run log (``grade_class`` records that run as failed).
+FAILED = CanaryFailed.__name__ + ":"
+
+
+# -- what the result depends on -------------------------------------------------------------------
+
+def _digest_files(files) -> str:
+    h = hashlib.sha256()
+    for base, p in files:
+        h.update(str(p.relative_to(base)).encode() + b"\0")
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def _tree_files(folder: Path, pattern: str = "*"):
+    return [(folder, p) for p in sorted(folder.rglob(pattern)) if p.is_file() and "__pycache__" not in p.parts]
+
+
+def environment_digest() -> str:
+    """SHA-256 of this interpreter's installed packages: every distribution's name and version,
+    the Python version, and the files of the ``normref`` and ``grader`` packages (an editable
+    install keeps its version when its code changes)."""
+    dists = sorted({f"{(d.metadata['Name'] or '').lower()}=={d.version}" for d in importlib.metadata.distributions()})
+    here = Path(__file__).resolve().parent
+    normref = Path(sandbox._normref_dir())
+    h = hashlib.sha256("\n".join([sys.version, sys.executable, *dists]).encode())
+    h.update(_digest_files(_tree_files(here, "*.py") + _tree_files(normref, "*.py")).encode())
+    return h.hexdigest()
+
+
+def facts() -> dict:
+    """What a canary's result depends on in the process that grades (this one, or a Dask
+    worker, where it is run with ``client.run``): the packages, the sandbox, the host."""
+    return {"environment": environment_digest(), "host": os.uname().nodename,
+            "sandbox": sandbox.available(), "memory_cgroup": sandbox.memory_cgroups_work(),
+            "mem_mb": sandbox.default_mem_mb(), "as_mb": os.environ.get("NORMREF_KERNEL_AS_MB"),
+            "max_procs": sandbox.MAX_PROCS, "max_write_bytes": sandbox.MAX_WRITE_BYTES,
+            "warm": os.environ.get(warm.SWITCH, "1") != "0"}
+
+
+def _course_digest(tree: CourseTree, assignments: list[str]) -> str:
+    files = [(tree.root, tree.root / "nbgrader_config.py")]
+    for a in assignments:
+        files += [(tree.root, p) for _, p in _tree_files(tree.source(a))]
+    return _digest_files(files)
+
+
+def _key(parts: dict) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def _worker_groups(b) -> dict[str, list[str]]:
+    """``{key of a worker's facts: [worker addresses]}`` of an existing Dask cluster; ``{"": []}``
+    without one (the embedded cluster's workers are forked from this process)."""
+    if b.dask is None or b.dask.address is None:
+        return {"": []}
+    client = b.dask.client(use_sandbox=b.use_sandbox is not False)
+    groups: dict[str, list[str]] = {}
+    for addr, f in client.run(facts).items():
+        groups.setdefault(_key(f), []).append(addr)
+    return groups
+
+
+# -- the cache -----------------------------------------------------------------------------------
+
+def _shared(key: str) -> Path | None:
+    d = sandbox.shared_cache_dir()
+    return d / "canary" / f"{key}.json" if d else None
+
+
+def cached(tree: CourseTree, key: str) -> dict | None:
+    """The passing canary recorded for ``key`` (this course's ``logs/canary.json``, else the
+    user's cache), or None."""
+    for path in (tree.logs / CACHE, _shared(key)):
+        with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
+            rec = json.loads(path.read_text())
+            if rec.get("key") == key and rec.get("status") == "passed":
+                return rec
+    return None
+
+
+def _remember(tree: CourseTree, rec: dict) -> None:
+    for path in (tree.logs / CACHE, _shared(rec["key"])):
+        if path is None:
+            continue
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            part = path.with_name(f"{path.name}.{os.getpid()}.part")
+            part.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
+            os.replace(part, path)
+
+
+# -- the instructor's submission -------------------------------------------------------------------
+
+def solution_text(source: str) -> str:
+    """A solution cell's source as the instructor's answer: the solution markers' lines removed."""
+    return "\n".join(ln for ln in source.splitlines() if ln.strip() not in _MARKERS)
+
+
+def write_submission(scratch: CourseTree, assignment: str) -> list[str]:
+    """``submitted/canary/<assignment>/``: each released notebook with its answer cells holding
+    ``source/``'s solutions. Returns the automatic questions' grade ids (autograder tests)."""
+    auto = []
+    dest = scratch.submitted(STUDENT, assignment)
+    dest.mkdir(parents=True, exist_ok=True)
+    for rel in sorted(scratch.release(assignment).glob("*.ipynb")):
+        src = nbformat.read(scratch.source(assignment) / rel.name, as_version=4)
+        meta = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in src.cells}
+        nb = nbformat.read(rel, as_version=4)
+        for c in nb.cells:
+            nbg = c.metadata.get("nbgrader", {})
+            if nbg.get("solution") and nbg.get("grade_id") in meta:
+                c.source = solution_text(meta[nbg["grade_id"]].source)
+            if nbg.get("grade") and not nbg.get("solution"):
+                auto.append(nbg["grade_id"])
+        nbformat.write(nb, dest / rel.name)
+    return auto
+
+
+# -- what went wrong, in one line -----------------------------------------------------------------
+
+def kernel_error(nb_path: Path) -> str | None:
+    """The first error a cell of the autograded notebook ``nb_path`` raised, in words: "the
+    sandboxed kernel could not import torch: OSError: ...; see README: Install" for an import,
+    else "the kernel's first error, in cell <id>: <type>: <message>"."""
+    try:
+        nb = nbformat.read(nb_path, as_version=4)
+    except Exception:  # noqa: BLE001 - said as "no autograded notebook" by the caller
+        return None
+    for i, c in enumerate(nb.cells):
+        for out in c.get("outputs", []) if c.cell_type == "code" else []:
+            if out.get("output_type") != "error":
+                continue
+            ename, evalue = out.get("ename", ""), " ".join(str(out.get("evalue", "")).split())[:240]
+            trace = "\n".join(out.get("traceback", []))
+            if ename in ("ImportError", "ModuleNotFoundError", "OSError") and "import" in (c.source + trace):
+                module = getattr(out, "name", None) or next(
+                    (m for m in ("torch", "numpy", "normref") if m in evalue + trace), "a module")
+                return f"the sandboxed kernel could not import {module}: {ename}: {evalue}; see README: Install"
+            where = c.metadata.get("nbgrader", {}).get("grade_id") or f"#{i}"
+            return f"the kernel's first error, in cell {where}: {ename}: {evalue}"
+    return None
+
+
+def _why(scratch: CourseTree, a: str, outcome, flags: dict) -> str:
+    if (a, STUDENT) in outcome.failed:
+        why = f"nbgrader could not grade it: {' '.join(str(outcome.failed[(a, STUDENT)]).split())[:240]}"
+    else:
+        nbs = sorted(scratch.autograded(STUDENT, a).glob("*.ipynb"))
+        why = next((e for e in map(kernel_error, nbs) if e), None) or \
+            "no cell raised an error: the grader's scoring of the handed-back outputs gave less than full"
+    notes = flags.get((a, STUDENT), [])
+    return why + (f" ({'; '.join(dict.fromkeys(notes))})" if notes else "")
+
+
+# -- the run --------------------------------------------------------------------------------------
+
+def grade_solutions(b, scratch_root: Path, workers: list[str] | None = None) -> dict:
+    """Grade ``source/``'s solutions in ``scratch_root`` with the run ``b``'s engine and sandbox.
+
+    Returns:
+        ``{"failures": [one line each], "questions": automatic questions graded,
+        "peak_mb": {assignment: a kernel's peak memory in MiB (processes engine, memory cgroup)}}``.
+
+    Raises:
+        CanaryFailed: generate failed for ``source/`` (nbgrader's log quoted).
+    """
+    from . import cluster, parallel, pipeline, scoring
+    from .apps import AppError, Course
+
+    tree, assignments = b.tree, b.run.assignments
+    shutil.copy2(tree.root / "nbgrader_config.py", scratch_root / "nbgrader_config.py")
+    for a in assignments:
+        shutil.copytree(tree.source(a), scratch_root / "source" / a)
+    scratch = CourseTree(scratch_root)
+    course = Course(scratch)
+    auto = {}
+    for a in assignments:
+        try:
+            course.generate_assignment(a)
+        except AppError as e:  # source/ itself is broken: said as nbgrader said it, the run recorded failed
+            raise CanaryFailed(str(e)) from e
+        auto[a] = write_submission(scratch, a)
+    quiet = lambda *_: None  # noqa: E731 - the canary's own lines are said by stage()
+    sb_b = pipeline.Batch(tree=scratch, run=pipeline.GradeRun(course_root=scratch_root, assignments=assignments),
+                          submissions=None, jobs=max(1, min(b.jobs, len(assignments))), fresh=True,
+                          progress=False, use_sandbox=b.use_sandbox, cell_timeout=b.cell_timeout, duedates={},
+                          log=quiet)
+    scoring.inputs_stage(sb_b)
+    sandboxed = sandbox.available() if b.use_sandbox is None else bool(b.use_sandbox)
+    extra = [f"--Execute.timeout={b.cell_timeout}"] if b.cell_timeout else []
+    peak: dict[str, float] = {}
+    with (sandbox.SandboxSession(scratch_root) if sandboxed else contextlib.nullcontext()) as sb:
+        if b.dask is not None:
+            out = cluster.autograde(scratch, assignments, client=b.dask.client(use_sandbox=sandboxed), log=quiet,
+                                    extra_args=extra, use_sandbox=sandboxed, workers=workers,
+                                    course_id=course.api.coursedir.course_id)
+            flags = dict(out.limit_flags)
+        else:
+            out = parallel.autograde(scratch, assignments, jobs=sb_b.jobs, log=quiet, extra_args=extra,
+                                     worker_setup=sb.worker if sandboxed else None)
+            flags = {}
+        if sandboxed:
+            for pr, notes in sandbox.limit_flags(scratch_root, sb, list(out.graded) + list(out.failed)).items():
+                flags.setdefault(pr, []).extend(notes)
+            for cwd, mb in sb.peak_memory_mb().items():  # autograded/canary/<assignment>
+                peak[cwd.name] = round(mb, 1)
+    sb_b.run.autograde = out
+    scoring.scoring_stage(sb_b)
+    scores, max_points = pipeline.read_gradebook(scratch, assignments)
+    failures = []
+    for a in assignments:
+        got = scores.get((a, STUDENT), {})
+        short = [(gid, got.get(gid, 0.0), max_points[a].get(gid, 0.0)) for gid in auto[a]
+                 if got.get(gid, 0.0) < max_points[a].get(gid, 0.0)]
+        if short:
+            gid, pts, mx = short[0]
+            more = f", {len(short) - 1} more below full" if len(short) > 1 else ""
+            failures.append(f"{a}, question {gid}: {pts:g}/{mx:g}{more}: {_why(scratch, a, out, flags)}")
+    return {"failures": failures, "questions": sum(map(len, auto.values())), "peak_mb": peak}
+
+
+def stage(b) -> None:
+    """Part of ``grade_class``'s first stage, before anything is written: the canary (the module
+    docstring), or its cached pass. Sets ``b.run.stage_seconds["canary"]``.
+
+    Raises:
+        CanaryFailed: an automatic question of the instructor's solutions scored below full, or
+            generate failed for ``source/`` (nbgrader's log quoted).
+    """
+    t0 = time.perf_counter()
+    try:
+        _stage(b)
+    finally:
+        b.run.stage_seconds["canary"] = time.perf_counter() - t0
+
+
+def _stage(b) -> None:
+    from . import scoring
+
+    tree, assignments = b.tree, b.run.assignments
+    groups = _worker_groups(b)
+    local = facts()
+    base = {"course": _course_digest(tree, assignments), "assignments": assignments, "here": local,
+            "sandbox_asked": b.use_sandbox, "cell_timeout": b.cell_timeout,
+            "engine": "dask" if b.dask is not None else "processes"}
+    todo = []
+    for group, workers in groups.items():
+        key = _key({**base, "workers": group})
+        hit = cached(tree, key)
+        if hit:
+            b.log(f"canary: skipped: source/, the installed packages and the sandbox settings are those of the "
+                  f"passing canary of {hit.get('time')} ({hit.get('course')})")
+        else:
+            todo.append((key, workers))
+    saved = os.environ.get(scoring.ENV)  # the canary's graded inputs are its own: the run's are drawn later
+    for key, workers in todo:
+        t = time.perf_counter()
+        where = f" on Dask worker {workers[0]}" if workers else ""
+        b.log(f"canary: grading the instructor's solutions of {len(assignments)} assignments{where} first")
+        try:
+            with tempfile.TemporaryDirectory(prefix="normref-canary-") as td:
+                got = grade_solutions(b, Path(td), workers[:1] or None)
+        finally:
+            if saved is None:
+                os.environ.pop(scoring.ENV, None)
+            else:
+                os.environ[scoring.ENV] = saved
+        if got["failures"]:
+            others = f" ({len(got['failures']) - 1} more assignments too)" if len(got["failures"]) > 1 else ""
+            raise CanaryFailed(f"canary{where}: the instructor's own solutions did not score full, nothing was graded: "
+                               f"{got['failures'][0]}{others}")
+        seconds = round(time.perf_counter() - t, 2)
+        b.log(f"canary: the instructor's solutions scored full on all {got['questions']} automatic questions "
+              f"({seconds:.1f} s)")
+        _remember(tree, {"key": key, "status": "passed", "time": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                         "run_id": b.run_id, "course": str(tree.root), "seconds": seconds,
+                         "kernel_peak_mb": got["peak_mb"], "workers": workers, "facts": local})
+
+
+__all__ = ["stage", "CanaryFailed", "facts", "environment_digest", "grade_solutions", "kernel_error",
+           "write_submission", "solution_text", "cached", "CACHE"]
