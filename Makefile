@@ -1,6 +1,13 @@
 # Lesson 16 course: normalization in the transformer block.
 # `make lab` (students), `make lab-instructor` and `make grade` (instructors), `make test` (everyone).
-PYTHON ?= $(shell command -v python3.11 || command -v python3)
+# The interpreter the venvs link to: the first python3.11 (on PATH, then /usr/local/bin, /usr/bin)
+# that every user can run, i.e. whose real file and each folder above it others may enter (a pyenv
+# shim under a private home is skipped: a shared student environment, `make hub-env`, links to
+# this interpreter); if none is, python3.11 or python3 from PATH.
+PYTHON ?= $(shell for p in $$(command -v python3.11) /usr/local/bin/python3.11 /usr/bin/python3.11; do f=$$(readlink -f "$$p" 2>/dev/null) || continue; test -x "$$f" || continue; \
+	ok=1; d="$$f"; while [ "$$d" != / ]; do case $$(stat -Lc %A "$$d") in (*x|*t) ;; (*) ok=;; esac; \
+	d=$$(dirname "$$d"); done; [ -n "$$ok" ] && { echo "$$f"; exit 0; }; done; \
+	command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -18,7 +25,7 @@ LMS_GRADEBOOK ?=
 # GROUPS=0: the class report without its groups of wrong answers (--no-groups)
 GROUPS ?= 1
 
-.PHONY: install lab lab-instructor test grade release bench clean student-repo screenshots notebooks
+.PHONY: install lab lab-instructor test grade release bench clean student-repo screenshots notebooks hub-env
 
 install: $(STAMP)
 
@@ -88,3 +95,18 @@ screenshots: $(STAMP)
 # logs/runs.jsonl); with real students graded here it asks first, or needs YES=1.
 clean: $(STAMP)
 	$(BIN)/python -m grader clean $(if $(YES),--yes)
+
+
+# A JupyterHub's shared student environment (README "Deploy on JupyterHub"), apart from the course
+# folder: a venv in PREFIX with this course installed non-editable plus the [hub] extra
+# (jupyterhub-singleuser, nbgitpuller), the hub student view (PREFIX/etc/jupyter-hub-student),
+# the exchange in PREFIX/etc/jupyter/nbgrader_config.py, readable and runnable by every user.
+# Run as root (or the owner of PREFIX): sudo make hub-env PREFIX=/opt/normref-env
+PREFIX ?= /opt/normref-env
+EXCHANGE ?= /srv/nbgrader/exchange
+hub-env:
+	@test -x "$(PREFIX)/bin/python" || $(PYTHON) -m venv "$(PREFIX)"
+	"$(PREFIX)/bin/python" -m pip install --quiet --upgrade pip
+	"$(PREFIX)/bin/python" -m pip install --quiet ".[hub]"
+	"$(PREFIX)/bin/python" -m pip install --quiet --no-deps --force-reinstall .
+	"$(PREFIX)/bin/python" tools/hub_env.py "$(PREFIX)" --exchange "$(EXCHANGE)"

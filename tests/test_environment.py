@@ -237,3 +237,26 @@ def test_readme_screenshots_exist_and_are_small_pngs():
         data = (REPO / rel).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n", rel
         assert len(data) < 300_000, f"{rel} is {len(data) // 1000} KB: keep screenshots under 300 KB"
+
+
+def test_hub_student_view_keeps_the_exchange_and_hides_the_instructor_panels():
+    """jupyter-hub-student/ (the hub's student view): the Assignment List (its server extension,
+    its lab plugin, nbgrader's menu, which alone adds its command) and Validate stay on;
+    formgrader, Create Assignment and the course list are off; no landing page of its own (the
+    hub sets it); the same hidden lesson sources as the Binder view."""
+    hub = REPO / "jupyter-hub-student"
+    server = json.loads((hub / "jupyter_server_config.json").read_text())
+    page = json.loads((hub / "labconfig" / "page_config.json").read_text())
+    exts = server["ServerApp"]["jpserver_extensions"]
+    assert exts == {"nbgrader.server_extensions.formgrader": False,
+                    "nbgrader.server_extensions.course_list": False,
+                    "nbgrader.server_extensions.assignment_list": True}
+    off = {k for k, v in page["disabledExtensions"].items() if v}
+    assert {f"@jupyter/nbgrader:{p}" for p in ("formgrader", "create-assignment", "course-list")} <= off
+    assert not off & {f"@jupyter/nbgrader:{p}" for p in ("assignment-list", "menu", "validate-assignment")}
+    assert off - {"@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
+                  "@jupyter/nbgrader:course-list"} == set(PAGE_CONFIG["disabledExtensions"]) - {
+        "@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment", "@jupyter/nbgrader:course-list",
+        "@jupyter/nbgrader:assignment-list", "@jupyter/nbgrader:menu"}
+    assert "LabApp" not in server
+    assert server["ContentsManager"] == SERVER_CONFIG["ContentsManager"]

@@ -1,0 +1,274 @@
+"""A course on a real JupyterHub, end to end: README "Deploy on JupyterHub", as a class lives it.
+
+Real processes only (tests/hubkit.py): three new unix users (an instructor, ada and bob; homes
+mode 700; removed afterwards), the shared student environment from ``make hub-env``, a ``git
+daemon`` serving the student tree (``make student-repo``) for nbgitpuller, JupyterHub 6.1.1 with
+configurable-http-proxy, PAMAuthenticator and LocalProcessSpawner on 127.0.0.1 (the repository's
+tools/hub/jupyterhub_config.py), the exchange in a temporary folder, Debian's Chromium through
+Playwright. The grading part is one small assignment, ``practice``.
+
+Each step's screenshot goes to build/hub/ (numbered in order), with the hub's log.
+"""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hubkit import as_user, git_server, jupyterhub, lessons_repository, scratch, unix_users
+from playwright.sync_api import sync_playwright
+
+pytestmark = [pytest.mark.slow, pytest.mark.hub]
+
+REPO = Path(__file__).resolve().parents[1]
+ARTEFACTS = REPO / "build" / "hub"
+ASSIGNMENT = "practice"
+INSTRUCTOR, ADA, BOB = "nrhub-instr", "nrhub-ada", "nrhub-bob"
+COURSE = "lesson16-normalization"
+NB = ".jp-NotebookPanel:not(.lm-mod-hidden)"
+PAGE_MS = 180_000
+# The eight short answers, by hand: mean (1+3+5+7)/4 = 4, variance (9+1+1+9)/4 = 5, LayerNorm
+# (-3, -1, 1, 3)/sqrt(5), RMS sqrt((25+144)/2) = 9.192, a shift changes RMSNorm, Pre-LN's FFN half
+# H + FFN(Norm(H)), Norm keeps [3, 7, 16], rms of [4, 5, 6] is [4, 5, 1], Conv1d's features are axis 1.
+RIGHT = ["mean_1357 = 4\nvar_1357 = 5", "ln_1357 = (-1.342, -0.447, 0.447, 1.342)", "rms_5_12 = 9.192",
+         "rms_shift_changes = True", 'pre_ln_formula = "Y = H + FFN(Norm(H))"', "norm_keeps_shape = True",
+         "rms_shape = (4, 5, 1)", "stats_axis = 1"]
+# bob: the unbiased variance 20/3 (the mean right: 0.5 of question 1's point) and the last axis
+# (time, not features: 0 of question 8's) -> 6.5 of the 8 automatic points; ada: all 8.
+BOB_ANSWERS = ["mean_1357 = 4\nvar_1357 = 6.667", *RIGHT[1:7], "stats_axis = -1"]
+WRITTEN = {ADA: "Yes: the per-token statistic has shape [3, 7, 1] and broadcasts back, so Norm(x) is [3, 7, 16].",
+           BOB: "Yes, it stays the same."}
+AUTO_POINTS = {ADA: 8.0, BOB: 6.5}
+HAND_POINTS = {ADA: 1.0}  # typed into formgrader for ada's written answer; bob's stays ungraded (0)
+MAX_POINTS = 9.0
+
+
+def _export_student_tree(dest: Path) -> None:
+    spec = importlib.util.spec_from_file_location("student_repo", REPO / "tools" / "student_repo.py")
+    mod = sys.modules.setdefault("student_repo", importlib.util.module_from_spec(spec))
+    spec.loader.exec_module(mod)
+    mod.export_student_repo(dest)
+
+
+class Shots:
+    """Numbered screenshots of each step in build/hub/."""
+
+    def __init__(self):
+        shutil.rmtree(ARTEFACTS, ignore_errors=True)
+        ARTEFACTS.mkdir(parents=True)
+        self.n = 0
+
+    def __call__(self, page, name: str) -> None:
+        self.n += 1
+        page.wait_for_timeout(400)
+        page.screenshot(path=str(ARTEFACTS / f"{self.n:02d}-{name}.png"))
+
+
+def login(browser, hub, user: str, password: str):
+    """A new browser context logged in as ``user`` through the hub's login form; returns its page
+    once the user's server has opened its landing page."""
+    ctx = browser.new_context(viewport={"width": 1360, "height": 860})
+    page = ctx.new_page()
+    page.set_default_timeout(PAGE_MS)
+    page.goto(f"{hub.url}/hub/login")
+    page.fill("#username_input", user)
+    page.fill("#password_input", password)
+    page.click("#login_submit")
+    page.wait_for_url(re.compile(rf".*/user/{user}/lab.*"), timeout=PAGE_MS)
+    return page
+
+
+def open_assignment_list(page):
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^Nbgrader$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Assignment List$")).click()
+    listing = page.locator("#nbgrader-assignment-list")
+    listing.wait_for()
+    return listing
+
+
+def set_code(page, cell, code: str) -> None:
+    cell.scroll_into_view_if_needed()
+    cell.locator(".cm-content").click()
+    page.keyboard.press("Control+a")
+    page.keyboard.insert_text(code)
+    page.keyboard.press("Escape")
+
+
+def student_works(page, user: str, answers: list[str], shot) -> str:
+    """Fetch, answer, save, Validate and submit, all in the browser; returns Validate's text."""
+    shot(page, f"{user}-lessons-pulled")
+    listing = open_assignment_list(page)
+    listing.get_by_role("button", name="Fetch").click()
+    listing.locator("#fetched_assignments_list .assignment-notebooks-link").wait_for()
+    shot(page, f"{user}-fetched")
+    listing.locator("#fetched_assignments_list .assignment-notebooks-link").click()
+    listing.locator("#fetched_assignments_list .nested_list_item a").first.click()
+    page.wait_for_selector(f"{NB} .jp-Cell")
+    page.wait_for_selector(f"{NB} .jp-Notebook-ExecutionIndicator[data-status='idle']")
+    for code in answers:
+        set_code(page, page.locator(f"{NB} .jp-CodeCell", has_text="YOUR CODE HERE").first, code)
+    written = page.locator(f"{NB} .jp-MarkdownCell", has_text="YOUR ANSWER HERE")
+    written.scroll_into_view_if_needed()
+    written.dblclick()
+    written.locator(".cm-content").click()
+    page.keyboard.press("Control+a")
+    page.keyboard.insert_text(WRITTEN[user])
+    page.keyboard.press("Shift+Enter")
+    page.keyboard.press("Escape")
+    page.keyboard.press("Control+s")
+    page.wait_for_function("() => !document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) "
+                           ".jp-mod-dirty') && !document.title.startsWith('●')", timeout=30_000)
+    page.wait_for_timeout(1000)
+    shot(page, f"{user}-answered")
+    page.locator(f"{NB} .jp-NotebookPanel-toolbar").get_by_text("Validate", exact=True).click()
+    dialog = page.locator(".jp-Dialog-content")
+    dialog.wait_for()
+    page.wait_for_function("el => !/Validating/.test(el.innerText)", arg=dialog.element_handle(), timeout=PAGE_MS)
+    text = dialog.inner_text()
+    shot(page, f"{user}-validated")
+    page.locator(".jp-Dialog-button").last.click()
+    page.locator(".lm-TabBar-tabLabel", has_text="Assignments").click()
+    listing.get_by_role("button", name="Submit").click()
+    listing.get_by_role("button", name="Fetch Feedback").wait_for()
+    shot(page, f"{user}-submitted")
+    return text
+
+
+def test_a_class_on_a_real_jupyterhub(chromium, bubblewrap):
+    started, cpu0 = time.monotonic(), _children_cpu()
+    shot = Shots()
+    with scratch("normref-hub-") as tmp, unix_users([INSTRUCTOR, ADA, BOB]) as passwords:
+        exchange = tmp / "exchange"
+        exchange.mkdir()
+        exchange.chmod(0o777)
+        from hubkit import ensure_hub_env
+
+        env = ensure_hub_env(exchange)
+        # The course folder: this repository's files in the instructor's home, mode 700.
+        course = Path(f"/home/{INSTRUCTOR}") / COURSE
+        files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                               capture_output=True, check=True).stdout.decode().split("\0")
+        for rel in filter(None, files):
+            if (REPO / rel).is_file():
+                (course / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(REPO / rel, course / rel)
+        subprocess.run(["chown", "-R", f"{INSTRUCTOR}:{INSTRUCTOR}", str(course)], check=True)
+        course.chmod(0o700)
+        for user in (ADA, BOB):  # students cannot read the solutions (or anything of the course)
+            out = as_user(user, ["cat", course / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"], tmp, check=False)
+            assert out.returncode != 0 and "Permission denied" in out.stderr, out
+
+        def instructor(*cmd, **kw):
+            return as_user(INSTRUCTOR, [*cmd], course, env={"PATH": f"{env}/bin:/usr/bin:/bin"}, **kw)
+
+        instructor(env / "bin" / "nbgrader", "release_assignment", ASSIGNMENT)
+        (tmp / "git").mkdir()
+        lessons_repository(tmp / "git" / COURSE, _export_student_tree)
+        (tmp / "hub").mkdir()
+        with git_server(tmp / "git", ARTEFACTS / "git-daemon.log") as git_url, \
+                jupyterhub(env, tmp / "hub", ARTEFACTS / "jupyterhub.log",
+                           {"NORMREF_INSTRUCTORS": INSTRUCTOR, "NORMREF_HUB_USERS": f"{ADA},{BOB}",
+                            "NORMREF_LESSONS_REPO": f"{git_url}/{COURSE}"}) as hub, \
+                sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=str(chromium), headless=True,
+                                         args=["--no-sandbox", "--disable-gpu", "--no-first-run"])
+            try:
+                pages, validated = {}, {}
+                for user, answers in ((ADA, RIGHT), (BOB, BOB_ANSWERS)):
+                    page = pages[user] = login(browser, hub, user, passwords[user])
+                    # The landing page: nbgitpuller pulled the lessons, 00_start opened, hub student view.
+                    page.wait_for_url(re.compile(rf".*/lab/tree/{COURSE}/notebooks/00_start\.ipynb"))
+                    page.wait_for_selector(f"{NB} .jp-Cell")
+                    assert (Path(f"/home/{user}") / COURSE / "notebooks" / "00_start.ipynb").is_file()
+                    assert "Nbgrader" in page.locator(".lm-MenuBar-itemLabel").all_inner_texts()
+                    validated[user] = student_works(page, user, answers, shot)
+                    assert page.request.get(f"{hub.url}/user/{user}/formgrader").status == 404
+                # Validate runs the notebook: both run clean (practice's visible checks name a wrong
+                # answer without failing the cell; the points are decided at grading).
+                for user in (ADA, BOB):
+                    assert "Success! Your notebook passes all the tests." in validated[user], validated[user]
+                # bob cannot read ada's work, neither on disk nor through the hub.
+                out = as_user(BOB, ["cat", f"/home/{ADA}/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"], tmp, check=False)
+                assert out.returncode != 0, out
+                assert pages[BOB].request.get(f"{hub.url}/user/{ADA}/api/contents/{ASSIGNMENT}").status in (403, 404)
+
+                # The instructor: collect, grade, hand-grade through formgrader's URL.
+                instructor(env / "bin" / "nbgrader", "collect", "--update", ASSIGNMENT)
+                assert sorted(p.name for p in (course / "submitted").iterdir()) == [ADA, BOB]
+                grade = [env / "bin" / "python", "-m", "grader", "--submissions", "submitted"]
+                first = instructor(*grade, timeout=900)
+                assert _totals(course) == AUTO_POINTS, first.stdout[-3000:]
+                page = login(browser, hub, INSTRUCTOR, passwords[INSTRUCTOR])
+                page.goto(f"{hub.url}/user/{INSTRUCTOR}/formgrader/gradebook/{ASSIGNMENT}/{ASSIGNMENT}")
+                page.wait_for_selector("#main-table tr td.name")
+                page.click("#toggle_names")
+                page.locator("a.name-shown", has_text=ADA).wait_for(state="attached")
+                shot(page, "formgrader-manual-grading")
+                page.goto(hub.url + page.locator("a.name-shown", has_text=ADA).get_attribute("href"))
+                score = page.locator("#practice_shape_why")
+                score.fill(str(HAND_POINTS[ADA]))
+                score.press("Tab")
+                page.wait_for_timeout(2000)
+                shot(page, "formgrader-hand-grade")
+                assert _hand_grade(course, ADA) == HAND_POINTS[ADA]
+                second = instructor(*grade, timeout=900)
+                want = {u: AUTO_POINTS[u] + HAND_POINTS.get(u, 0.0) for u in AUTO_POINTS}
+                assert _totals(course) == want, second.stdout[-3000:]
+                instructor(env / "bin" / "nbgrader", "release_feedback", ASSIGNMENT)
+
+                # Each student fetches their own feedback and sees their own score.
+                for user in (ADA, BOB):
+                    page = pages[user]
+                    listing = open_assignment_list(page)
+                    listing.get_by_role("button", name="Fetch Feedback").click()
+                    deadline = time.monotonic() + 120
+                    while not list(Path(f"/home/{user}/{ASSIGNMENT}/feedback").glob("*/*.html")):
+                        assert time.monotonic() < deadline, f"{user}: no feedback fetched"
+                        time.sleep(1)
+                    (html,) = Path(f"/home/{user}/{ASSIGNMENT}/feedback").glob("*/*.html")
+                    text = html.read_text()
+                    got = re.findall(r"Score:\s*([\d.]+)\s*/\s*([\d.]+)", text)
+                    assert got and float(got[0][0]) == want[user] and float(got[0][1]) == MAX_POINTS, got
+                    assert WRITTEN[user] in text and all(WRITTEN[o] not in text for o in WRITTEN if o != user)
+                    rel = html.relative_to(f"/home/{user}")
+                    page.goto(f"{hub.url}/user/{user}/files/{rel}")
+                    shot(page, f"{user}-feedback")
+                    other = ADA if user == BOB else BOB
+                    assert page.request.get(f"{hub.url}/user/{other}/files/{rel}").status in (403, 404)
+            finally:
+                browser.close()
+    wall, cpu = time.monotonic() - started, _children_cpu() - cpu0
+    print(f"\nhub test: {wall:.0f} s wall, {cpu:.0f} CPU-s of the processes it waited for "
+          f"(hub, servers and kernels not included); load {open('/proc/loadavg').read().split()[:3]}")
+
+
+def _children_cpu() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _totals(course: Path) -> dict[str, float]:
+    """Each student's points for the assignment, from grades.csv (nbgrader export)."""
+    with open(course / "grades.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r["assignment"] == ASSIGNMENT]
+    return {r["student_id"]: float(r["score"]) for r in rows}
+
+
+def _hand_grade(course: Path, student: str) -> float | None:
+    """The manual score of the written answer in the gradebook (as formgrader saved it)."""
+    with sqlite3.connect(course / "gradebook.db") as db:
+        row = db.execute(
+            "SELECT g.manual_score FROM grade g JOIN base_cell bc ON g.cell_id = bc.id "
+            "JOIN submitted_notebook sn ON g.notebook_id = sn.id JOIN submitted_assignment sa ON "
+            "sn.assignment_id = sa.id WHERE bc.name = 'practice_shape_why' AND sa.student_id = ?",
+            (student,)).fetchone()
+    return row and row[0]
