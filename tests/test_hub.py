@@ -190,10 +190,13 @@ def test_a_class_on_a_real_jupyterhub(chromium, bubblewrap):
                     assert "Nbgrader" in page.locator(".lm-MenuBar-itemLabel").all_inner_texts()
                     validated[user] = student_works(page, user, answers, shot)
                     assert page.request.get(f"{hub.url}/user/{user}/formgrader").status == 404
-                # Validate runs the notebook: both run clean (practice's visible checks name a wrong
-                # answer without failing the cell; the points are decided at grading).
-                for user in (ADA, BOB):
-                    assert "Success! Your notebook passes all the tests." in validated[user], validated[user]
+                # Validate: ada's right answers pass; bob's two wrong ones fail it, each named with the
+                # points grading gives (question 1: the mean right, 0.5 of 1; question 8: 0 of 1).
+                assert "Success! Your notebook passes all the tests." in validated[ADA], validated[ADA]
+                assert "Success!" not in validated[BOB], validated[BOB]
+                assert "practice_mean_var: 1/2 cases, 0.5 of 1 points" in validated[BOB], validated[BOB]
+                assert "retrieval_stats_axis: 0/1 cases, 0 of 1 points" in validated[BOB], validated[BOB]
+                assert validated[BOB].count("The following cell failed") == 2, validated[BOB]
                 # bob cannot read ada's work, neither on disk nor through the hub.
                 out = as_user(BOB, ["cat", f"/home/{ADA}/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"], tmp, check=False)
                 assert out.returncode != 0, out
