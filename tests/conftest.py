@@ -76,6 +76,37 @@ def postgres():
         yield server
 
 
+@pytest.fixture(scope="session")
+def recording(tmp_path_factory, bubblewrap):
+    """Real kernel outputs for the notebooks the course-state tests hand in (tests/replay.py:
+    ``RECORDED`` and the instructor's solutions), from one real sandboxed ``grade_class`` run of
+    this session, with the seed every replayed run then uses."""
+    from grader.sandbox import available
+    from replay import RECORDED, record
+
+    if not available():
+        pytest.fail(f"{bubblewrap} is installed but cannot create namespaces on this machine")
+    base = tmp_path_factory.mktemp("recording")
+    root = base / "course"
+    root.mkdir()
+    shutil.copy(REPO / "nbgrader_config.py", root)
+    for sub in ("source", "release"):
+        for a in sorted({a for a, _ in RECORDED.values()}):
+            shutil.copytree(REPO / sub / a, root / sub / a)
+    return record(root, base)
+
+
+@pytest.fixture
+def replayed(recording, monkeypatch, tmp_path_factory):
+    """Grading runs in this test replay real kernel outputs instead of starting kernels
+    (tests/replay.py): for tests of what a run records, not of what a kernel computes."""
+    from replay import stand_in
+
+    cache = tmp_path_factory.getbasetemp() / "replayed-canary-cache"
+    with stand_in(recording, monkeypatch, cache) as rec:
+        yield rec
+
+
 @pytest.fixture
 def dask_cluster():
     """A real ``dask scheduler`` and two ``dask worker ADDRESS`` processes (tests/services.py),

@@ -1,9 +1,15 @@
-"""The course folder is the system of record (issue 13), through `python -m grader` on real
-subprocesses: the demo never touches a real course, clean and --fresh back up and ask, an
-untrusted gradebook stops a run before it writes, one run at a time, nothing outlives a killed
-run, resubmissions touch only what changed, and every run is logged.
+"""The course folder is the system of record (issue 13), through `python -m grader`: the demo
+never touches a real course, clean and --fresh back up and ask, an untrusted gradebook stops a
+run before it writes, one run at a time, nothing outlives a killed run, resubmissions touch only
+what changed, and every run is logged.
 
-Each test grades at most 3 students in 1-2 assignments of a throwaway course root.
+Where the process itself is under test (the demo, signals and the lock, a pipe closed by its
+reader, a full disk) `python -m grader` runs as a real subprocess with real, sandboxed kernels.
+The tests of what a run records run `python -m grader`'s ``main`` in this process
+(:func:`replay.run_grader`) with the ``replayed`` fixture: nbgrader's own autograde, with each
+notebook's kernel outputs replayed from a real sandboxed run of this session (tests/replay.py).
+
+Each test grades at most 4 students in 1-2 assignments of a throwaway course root.
 """
 import csv
 import hashlib
@@ -25,6 +31,7 @@ import pytest
 from grader.apps import Course
 from grader.demo import fill_answers
 from grader.demo.answer_bank import ANSWERS
+from replay import run_grader
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -105,18 +112,18 @@ def test_the_demo_is_graded_in_its_own_folder_and_never_touches_a_real_course(co
     assert snapshot(course_copy) == before
 
 
-def test_clean_backs_up_asks_and_restore_brings_the_gradebook_back(course_copy):
+def test_clean_backs_up_asks_and_restore_brings_the_gradebook_back(course_copy, replayed):
     before = real_class(course_copy)
-    refused = grader("clean", course=course_copy)  # no terminal, no --yes: nothing removed
+    refused = run_grader("clean", course=course_copy)  # no terminal, no --yes: nothing removed
     assert refused.returncode == 1 and "needs --yes" in refused.stderr, refused.stderr
-    fresh = grader("--fresh", "--engine", "processes", "--submissions",
+    fresh = run_grader("--fresh", "--engine", "processes", "--submissions",
                    submitted_tree(course_copy.parent / "in", {"ada": "correct"}), course=course_copy)
     assert fresh.returncode == 1 and "needs --yes" in fresh.stderr, fresh.stderr
     # a refusal writes nothing, not even a backup (refusals pushed real backups out of the last 10)
     assert not (course_copy / "logs" / "backups").exists()
     assert {k: v for k, v in snapshot(course_copy).items() if not k.startswith("logs/")} == before
 
-    done = grader("clean", "--yes", course=course_copy)
+    done = run_grader("clean", "--yes", course=course_copy)
     assert done.returncode == 0, done.stderr
     assert not (course_copy / "gradebook.db").exists() and not (course_copy / "submitted").exists()
     (gb_backup,) = (course_copy / "logs" / "backups").glob("gradebook-*.db")  # written as it went ahead
@@ -127,7 +134,7 @@ def test_clean_backs_up_asks_and_restore_brings_the_gradebook_back(course_copy):
         member = tf.extractfile("submitted/realstudent/rmsnorm/rmsnorm.ipynb").read()
     assert member == before["submitted/realstudent/rmsnorm/rmsnorm.ipynb"]
 
-    back = grader("restore", course=course_copy)
+    back = run_grader("restore", course=course_copy)
     assert back.returncode == 0, back.stderr
     with sqlite3.connect(course_copy / "gradebook.db") as db:
         assert db.execute("select id from student").fetchall() == [("realstudent",)]
@@ -141,7 +148,7 @@ def test_clean_backs_up_asks_and_restore_brings_the_gradebook_back(course_copy):
     before = snapshot(course_copy)
     for archive, why in [(junk, "is not a readable state backup (file could not be opened successfully);"),
                          (evil, "holds 'source/rmsnorm/rmsnorm.ipynb', which is not grading state:")]:
-        out = grader("restore", "--state", archive, "--yes", course=course_copy)
+        out = run_grader("restore", "--state", archive, "--yes", course=course_copy)
         assert out.returncode == 1 and out.stderr == f"error: {archive} {why} nothing was changed\n", out.stderr
     assert snapshot(course_copy) == before
 
@@ -153,7 +160,8 @@ def test_clean_backs_up_asks_and_restore_brings_the_gradebook_back(course_copy):
     ("truncated", "gradebook.db is", True),
     ("missing", "is missing, but this course has been graded before", False),
 ])
-def test_an_untrusted_gradebook_stops_the_run_before_it_writes(course_copy, tmp_path, damage, problem, lms):
+def test_an_untrusted_gradebook_stops_the_run_before_it_writes(course_copy, tmp_path, damage, problem, lms,
+                                                               replayed):
     real_class(course_copy)
     backup = course_copy / "logs" / "backups" / "gradebook-20261130T090000Z-1.db"
     backup.parent.mkdir(parents=True)
@@ -176,14 +184,14 @@ def test_an_untrusted_gradebook_stops_the_run_before_it_writes(course_copy, tmp_
         shutil.copy(course_copy / "release" / "rmsnorm" / "rmsnorm.ipynb", src / "lovelaceada_1001_2001_rmsnorm.ipynb")
     else:
         src = submitted_tree(tmp_path / "in", {"ada": "correct"})
-    out = grader("--submissions", src, course=course_copy)
+    out = run_grader("--submissions", src, course=course_copy)
     assert out.returncode == 1
     assert problem in out.stderr and "nothing was written" in out.stderr, out.stderr
     assert "Traceback" not in out.stderr
     assert f"the newest good backup is {backup}" in out.stderr and "python -m grader restore" in out.stderr
     assert snapshot(course_copy) == before
 
-    back = grader("restore", course=course_copy)  # picks the newest *readable* backup
+    back = run_grader("restore", course=course_copy)  # picks the newest *readable* backup
     assert back.returncode == 0, back.stderr
     with sqlite3.connect(course_copy / "gradebook.db") as db:
         assert db.execute("select id from student").fetchall() == [("realstudent",)]
@@ -301,7 +309,8 @@ def _practice(variant_changes: dict[str, str]) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_a_resubmission_regrades_only_its_assignment_and_keeps_an_unchanged_hand_grade(course_copy, tmp_path):
+def test_a_resubmission_regrades_only_its_assignment_and_keeps_an_unchanged_hand_grade(course_copy, tmp_path,
+                                                                                       replayed):
     from nbgrader.api import Gradebook
 
     only_assignments(course_copy, {"rmsnorm", "practice"})
@@ -317,7 +326,7 @@ def test_a_resubmission_regrades_only_its_assignment_and_keeps_an_unchanged_hand
         return root
 
     first = batch("b1", {"ada": _practice({}), "bo": _practice({})}, rmsnorm=("ada",))
-    out = grader("--submissions", first, "--jobs", 2, course=course_copy)
+    out = run_grader("--submissions", first, "--jobs", 2, course=course_copy)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     url = f"sqlite:///{course_copy / 'gradebook.db'}"
     with Gradebook(url) as gb:  # what formgrader does when a person grades the written answers
@@ -331,7 +340,7 @@ def test_a_resubmission_regrades_only_its_assignment_and_keeps_an_unchanged_hand
     # ada resubmits practice with a changed code answer and the same written answer; bo rewrites it
     second = batch("b2", {"ada": _practice({"practice_rms_answer": "rms_34 = 5.0"}),
                           "bo": _practice({"practice_shape_why": "It keeps the shape, I think."})})
-    out = grader("--submissions", second, course=course_copy)
+    out = run_grader("--submissions", second, course=course_copy)
     text = out.stdout + out.stderr
     assert out.returncode == 0, text[-3000:]
     assert "hand grade kept: ada (practice) practice_shape_why = 1" in text
@@ -358,7 +367,7 @@ def test_a_resubmission_regrades_only_its_assignment_and_keeps_an_unchanged_hand
 
 
 @pytest.mark.slow
-def test_students_are_who_the_lms_says(course_copy, tmp_path):
+def test_students_are_who_the_lms_says(course_copy, tmp_path, replayed):
     """Canvas names from the issue: two leejohns with different user ids, letters outside ASCII,
     an apostrophe, a LATE mark; then a second batch keeps every id."""
     only_assignments(course_copy, {"rmsnorm"})
@@ -377,9 +386,10 @@ def test_students_are_who_the_lms_says(course_copy, tmp_path):
                       "    Points Possible,,,,,5\n"
                       "John Lee,10011,,,S1,\nJohn Lee,10012,,,S1,\nZoë Müller,10013,,,S1,\n"
                       "José Muñoz,10014,,,S1,\nPat O'Brien,10015,,,S1,\nSam Absent,10099,,,S1,\n", encoding="utf-8")
-    out = grader("--submissions", folder, "--jobs", 2, "--lms-gradebook", export, course=course_copy)
+    out = run_grader("--submissions", folder, "--jobs", 2, "--lms-gradebook", export, course=course_copy)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert not [ln for ln in out.stdout.splitlines() if "skipped" in ln and not ln.startswith("canary:")]  # no file left out
+    # no file left out (the canary's cached-pass line may say skipped)
+    assert not [ln for ln in out.stdout.splitlines() if "skipped" in ln and not ln.startswith("canary:")]
     assert "left blank (no submission here): Sam Absent (10099)" in out.stdout
     back = (course_copy / "lms-import-canvas.csv").read_text(encoding="utf-8").splitlines()
     assert back == ["Student,ID,SIS User ID,SIS Login ID,Section,rmsnorm (5001)", "    Points Possible,,,,,5",
@@ -400,7 +410,7 @@ def test_students_are_who_the_lms_says(course_copy, tmp_path):
     for name, variant in {"leejohn_10012_20024_rmsnorm.ipynb": "correct",
                           "leejohn_10016_20025_rmsnorm.ipynb": "correct"}.items():
         nbformat.write(fill_answers(release, ANSWERS["rmsnorm"][variant]), again / name)
-    out = grader("--submissions", again, course=course_copy)
+    out = run_grader("--submissions", again, course=course_copy)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "leejohn-10012 (rmsnorm) replaces that student's earlier submission" in out.stdout
     with (course_copy / "grades.csv").open() as f:
@@ -409,7 +419,7 @@ def test_students_are_who_the_lms_says(course_copy, tmp_path):
 
 
 @pytest.mark.slow
-def test_lms_batches_fill_the_import_from_the_gradebook_and_zip_the_feedback(course_copy, tmp_path):
+def test_lms_batches_fill_the_import_from_the_gradebook_and_zip_the_feedback(course_copy, tmp_path, replayed):
     """Batch 1: a zip written as Linux `zip` writes one (UTF-8 names, no UTF-8 flag) with the
     issue's non-ASCII Canvas names; batch 2: one more student, with Canvas's gradebook export.
     The import file holds both batches' points (from the gradebook), and the feedback zip each
@@ -422,9 +432,10 @@ def test_lms_batches_fill_the_import_from_the_gradebook_and_zip_the_feedback(cou
     first = zip_without_utf8_flag(tmp_path / "canvas-1.zip", {
         name: nbformat.writes(fill_answers(release, ANSWERS["rmsnorm"][variants[sid]])).encode()
         for name, (sid, _, _) in NON_ASCII_CANVAS.items()})
-    out = grader("--submissions", first, "--jobs", 2, course=course_copy)
+    out = run_grader("--submissions", first, "--jobs", 2, course=course_copy)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert not [ln for ln in out.stdout.splitlines() if "skipped" in ln and not ln.startswith("canary:")]  # no file left out
+    # no file left out (the canary's cached-pass line may say skipped)
+    assert not [ln for ln in out.stdout.splitlines() if "skipped" in ln and not ln.startswith("canary:")]
     with (course_copy / "grades.csv").open() as f:
         grades = {r["student_id"]: (float(r["score"]), r["late"]) for r in csv.DictReader(f)}
     assert grades == {"mullerzoe": (5.0, ""), "munozjose": (0.0, "yes"), "obrienpat": (5.0, "")}
@@ -438,7 +449,7 @@ def test_lms_batches_fill_the_import_from_the_gradebook_and_zip_the_feedback(cou
     export.write_text("Student,ID,SIS User ID,SIS Login ID,Section,rmsnorm (5001)\n"
                       "John Lee,10011,,,S1,\nZoë Müller,10013,,,S1,\nJosé Muñoz,10014,,,S1,\n"
                       "Pat O'Brien,10015,,,S1,\nSam Absent,10099,,,S1,\n", encoding="utf-8")
-    out = grader("--submissions", second, "--lms-gradebook", export, course=course_copy)
+    out = run_grader("--submissions", second, "--lms-gradebook", export, course=course_copy)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert (course_copy / "lms-import-canvas.csv").read_text(encoding="utf-8").splitlines() == [
         "Student,ID,SIS User ID,SIS Login ID,Section,rmsnorm (5001)", "John Lee,10011,,,S1,5",
@@ -459,7 +470,7 @@ def test_lms_batches_fill_the_import_from_the_gradebook_and_zip_the_feedback(cou
 
 
 @pytest.mark.slow
-def test_restore_state_brings_back_a_cleaned_class_with_hand_grades_and_late_marks(course_copy, tmp_path):
+def test_restore_state_brings_back_a_cleaned_class_with_hand_grades_and_late_marks(course_copy, tmp_path, replayed):
     from nbgrader.api import Gradebook
 
     only_assignments(course_copy, {"practice"})
@@ -469,7 +480,7 @@ def test_restore_state_brings_back_a_cleaned_class_with_hand_grades_and_late_mar
     nbformat.write(fill_answers(rel, _practice({})), folder / "lovelaceada_1001_2001_practice.ipynb")
     nbformat.write(fill_answers(rel, _practice({"practice_rms_answer": "rms_34 = 5.0"})),
                    folder / "bo_LATE_1002_2002_practice.ipynb")
-    out = grader("--submissions", folder, "--jobs", 2, course=course_copy)
+    out = run_grader("--submissions", folder, "--jobs", 2, course=course_copy)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     url = f"sqlite:///{course_copy / 'gradebook.db'}"
 
@@ -493,11 +504,11 @@ def test_restore_state_brings_back_a_cleaned_class_with_hand_grades_and_late_mar
 
     before = state_files()
     assert "logs/lms_late.json" in before and "feedback/bo/practice/practice.html" in before
-    assert grader("clean", "--yes", course=course_copy).returncode == 0
+    assert run_grader("clean", "--yes", course=course_copy).returncode == 0
     assert not (course_copy / "gradebook.db").exists() and state_files() == {}
     (archive,) = (course_copy / "logs" / "backups").glob("state-*.tar.gz")
 
-    back = grader("restore", "--state", archive, course=course_copy)
+    back = run_grader("restore", "--state", archive, course=course_copy)
     assert back.returncode == 0, back.stderr
     assert f"is now the state of {archive.name}: gradebook.db (2 students, 2 submissions), " in back.stdout
     for part in ("autograded/ (2 students)", "feedback/ (2 students)", "submitted/ (2 students)", "grades.csv",
@@ -507,16 +518,16 @@ def test_restore_state_brings_back_a_cleaned_class_with_hand_grades_and_late_mar
     assert state_files() == before  # every file, byte for byte
 
     # state here now: replaced only with --yes, after a backup of it
-    refused = grader("restore", "--state", archive, course=course_copy)
+    refused = run_grader("restore", "--state", archive, course=course_copy)
     assert refused.returncode == 1 and "would replace it; run again with --yes" in refused.stderr, refused.stderr
     assert state_files() == before and scores() == graded
-    again = grader("restore", "--state", "--yes", course=course_copy)  # the newest state backup
+    again = run_grader("restore", "--state", "--yes", course=course_copy)  # the newest state backup
     assert again.returncode == 0, again.stderr
     assert len(list((course_copy / "logs" / "backups").glob("state-*.tar.gz"))) == 2  # the replaced state
     assert state_files() == before and scores() == graded
 
     # the restored course grades on: the same download again is no resubmission, the LATE mark holds
-    rerun = grader("--submissions", folder, course=course_copy)
+    rerun = run_grader("--submissions", folder, course=course_copy)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     assert "is unchanged since it was last received" in rerun.stdout and "replaces" not in rerun.stdout
     with (course_copy / "grades.csv").open() as f:
@@ -524,14 +535,14 @@ def test_restore_state_brings_back_a_cleaned_class_with_hand_grades_and_late_mar
     assert rows == {"bo": (graded[0]["bo"], "yes"), "lovelaceada": (graded[0]["lovelaceada"], "")}
 
 
-def test_a_failed_generate_leaves_release_as_it_was(course_copy, tmp_path):
+def test_a_failed_generate_leaves_release_as_it_was(course_copy, tmp_path, replayed):
     only_assignments(course_copy, {"rmsnorm", "layernorm"})
     before = {k: v for k, v in snapshot(course_copy).items() if k.startswith("release/")}
     src = course_copy / "source" / "layernorm" / "layernorm.ipynb"
     nb = nbformat.read(src, as_version=4)
     nb.cells[2].metadata["nbgrader"]["grade_id"] = nb.cells[3].metadata["nbgrader"]["grade_id"]  # duplicate id
     nbformat.write(nb, src)
-    out = grader("--submissions", submitted_tree(tmp_path / "in", {"ada": "correct"}), course=course_copy)
+    out = run_grader("--submissions", submitted_tree(tmp_path / "in", {"ada": "correct"}), course=course_copy)
     assert out.returncode == 1 and "error: `nbgrader generate_assignment layernorm` failed" in out.stderr, out.stderr
     after = {k: v for k, v in snapshot(course_copy).items() if k.startswith("release/")}
     assert after == before  # the committed release/ notebooks are all there, unchanged
@@ -543,7 +554,7 @@ def test_a_failed_generate_leaves_release_as_it_was(course_copy, tmp_path):
     assert "\n" not in run["error"] and set(run["stage_seconds"]) == {"canary"}
 
 
-def test_an_interrupted_run_is_logged_as_interrupted_with_its_signal(course_copy, tmp_path, monkeypatch):
+def test_an_interrupted_run_is_logged_as_interrupted_with_its_signal(course_copy, tmp_path, monkeypatch, replayed):
     """What grader.__main__'s handler raises on SIGTERM, in the middle of a run (in process, the
     generate stage replaced: the killed-run tests above send the real signals)."""
     import grader.pipeline as pipeline
@@ -552,10 +563,11 @@ def test_an_interrupted_run_is_logged_as_interrupted_with_its_signal(course_copy
         raise KeyboardInterrupt("SIGTERM")
 
     only_assignments(course_copy, {"rmsnorm"})
-    monkeypatch.setattr(pipeline, "STAGES", (pipeline.STAGES[0], ("generate", stopped)))
-    with pytest.raises(KeyboardInterrupt):
-        pipeline.grade_class(course_root=course_copy, submissions=submitted_tree(tmp_path / "in", {"ada": "correct"}),
-                             engine="processes", log=lambda *_: None)
+    with monkeypatch.context() as m:
+        m.setattr(pipeline, "STAGES", (pipeline.STAGES[0], ("generate", stopped)))
+        with pytest.raises(KeyboardInterrupt):
+            pipeline.grade_class(course_root=course_copy, engine="processes", log=lambda *_: None,
+                                 submissions=submitted_tree(tmp_path / "in", {"ada": "correct"}))
     (run,) = [json.loads(ln) for ln in (course_copy / "logs" / "runs.jsonl").read_text().splitlines()]
     assert (run["status"], run["error"], set(run["stage_seconds"])) == ("interrupted", "SIGTERM", {"prepare", "canary"})
     assert (course_copy / ".grader.lock").read_text() == ""  # the lock is free again
@@ -626,7 +638,7 @@ def test_a_cleaned_course_grades_a_new_class_without_being_told_to_restore_the_o
 
 @pytest.mark.slow
 def test_a_run_stopped_between_autograde_and_scoring_leaves_the_submission_to_the_rerun(
-        course_copy, tmp_path, monkeypatch):
+        course_copy, tmp_path, monkeypatch, replayed):
     """The submission is recorded as graded only once its trusted score is written (red team:
     Ctrl-C right after autograde left a correct submission at the kernel's 0 for good)."""
     from grader import pipeline, scoring
@@ -638,12 +650,12 @@ def test_a_run_stopped_between_autograde_and_scoring_leaves_the_submission_to_th
     def stopped(b):
         raise KeyboardInterrupt("SIGINT")
 
-    monkeypatch.setattr(scoring, "scoring_stage", stopped)
-    with pytest.raises(KeyboardInterrupt):
-        grade_class(course_root=course_copy, submissions=tree, jobs=1, log=lambda *_: None)
+    with monkeypatch.context() as m:
+        m.setattr(scoring, "scoring_stage", stopped)
+        with pytest.raises(KeyboardInterrupt):
+            grade_class(course_root=course_copy, submissions=tree, jobs=1, log=lambda *_: None)
     assert not (course_copy / "logs" / pipeline.GRADED).is_file() or "ada" not in (
         course_copy / "logs" / pipeline.GRADED).read_text()
-    monkeypatch.undo()
     rerun = grade_class(course_root=course_copy, submissions=tree, jobs=1, log=lambda *_: None)
     assert ("rmsnorm", "ada") in rerun.autograde.graded  # graded again, not skipped as done
     assert rerun.scores[("rmsnorm", "ada")] == {"rms_norm_shape": 1.0, "rms_norm_battery": 4.0}
@@ -651,7 +663,7 @@ def test_a_run_stopped_between_autograde_and_scoring_leaves_the_submission_to_th
 
 @pytest.mark.slow
 def test_hand_grades_comments_and_test_overrides_survive_a_resubmission_run_stopped_after_collect(
-        course_copy, tmp_path, monkeypatch):
+        course_copy, tmp_path, monkeypatch, replayed):
     """Red team: hand grades captured from a replaced submission lived only in memory (Ctrl-C after
     collect lost them, and the rerun called the notebook unchanged); an override of an autograded
     test was kept though the answer it tests changed; formgrader comments were never carried over;
@@ -668,7 +680,7 @@ def test_hand_grades_comments_and_test_overrides_survive_a_resubmission_run_stop
         nbformat.write(fill_answers(rel, answers), tmp_path / name / "ada" / "practice" / "practice.ipynb")
         return tmp_path / name
 
-    out = grader("--submissions", batch("b1", _practice({})), "--engine", "processes", course=course_copy)
+    out = run_grader("--submissions", batch("b1", _practice({})), "--engine", "processes", course=course_copy)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     url = f"sqlite:///{course_copy / 'gradebook.db'}"
     with Gradebook(url) as gb:  # formgrader: a hand grade and comments, overrides of two tests
@@ -687,7 +699,7 @@ def test_hand_grades_comments_and_test_overrides_survive_a_resubmission_run_stop
         ("practice_shape_why", 1.0, "Clear, well put."), ("practice_mean_var", 0.0, None),
         ("practice_shape", 0.0, None), ("practice_rms_answer", None, "Use eps.")}
 
-    out = grader("--submissions", second, "--engine", "processes", course=course_copy)
+    out = run_grader("--submissions", second, "--engine", "processes", course=course_copy)
     text = out.stdout + out.stderr
     assert out.returncode == 0, text[-3000:]
     assert "ada (practice) is unchanged since it was last received" in text
@@ -715,14 +727,14 @@ def test_hand_grades_comments_and_test_overrides_survive_a_resubmission_run_stop
 
 
 @pytest.mark.slow
-def test_restoring_an_older_gradebook_regrades_what_it_rolls_back(course_copy, tmp_path):
+def test_restoring_an_older_gradebook_regrades_what_it_rolls_back(course_copy, tmp_path, replayed):
     """Red team: `restore` put back the backup from before the last run, whose students then
     vanished from the gradebook while logs/graded.json still listed them; every later run failed
     in generate_feedback. Now each successful run also backs up the gradebook it leaves (what a
     plain `restore` puts back), and restoring an older one names the runs it rolls back and has
     the next run grade their submissions again."""
     only_assignments(course_copy, {"rmsnorm"})
-    run = lambda tree: grader("--submissions", tree, "--engine", "processes", course=course_copy)  # noqa: E731
+    run = lambda tree: run_grader("--submissions", tree, "--engine", "processes", course=course_copy)  # noqa: E731
     from nbgrader.api import Gradebook
 
     out = run(submitted_tree(tmp_path / "b1", {"ada": "correct"}))
@@ -748,7 +760,7 @@ def test_restoring_an_older_gradebook_regrades_what_it_rolls_back(course_copy, t
                      (tmp_path / "gone.db", "does not exist"), (tmp_path / "empty.db", "is empty (0 bytes)")]:
         if bad.name == "empty.db":
             bad.touch()
-        out = grader("restore", "--backup", bad, course=course_copy)
+        out = run_grader("restore", "--backup", bad, course=course_copy)
         assert out.returncode == 1 and why in out.stderr and "nothing was restored" in out.stderr, out.stderr
         assert (course_copy / "gradebook.db").read_bytes() == live and "replaced" not in out.stdout
     assert not list((course_copy / "logs" / "backups").glob("replaced-*.db"))
@@ -758,7 +770,7 @@ def test_restoring_an_older_gradebook_regrades_what_it_rolls_back(course_copy, t
     with Gradebook(f"sqlite:///{course_copy / 'gradebook.db'}") as gb:
         gb.find_grade("rms_norm_battery", "rmsnorm", "rmsnorm", "bo").manual_score = 3.0
         gb.db.commit()
-    plain = grader("restore", course=course_copy)  # the newest: as the last run left it, nothing lost
+    plain = run_grader("restore", course=course_copy)  # the newest: as the last run left it, nothing lost
     assert plain.returncode == 0 and f"is now {course_copy / 'logs' / 'backups'}/gradebook-{ids[1]}-after.db" \
         in plain.stdout and "rolled back" not in plain.stdout, plain.stdout + plain.stderr
     assert "kept the hand grade typed after that backup: bo (rmsnorm) rms_norm_battery" \
@@ -766,7 +778,7 @@ def test_restoring_an_older_gradebook_regrades_what_it_rolls_back(course_copy, t
     with Gradebook(f"sqlite:///{course_copy / 'gradebook.db'}") as gb:
         assert gb.find_grade("rms_norm_battery", "rmsnorm", "rmsnorm", "bo").manual_score == 3.0
     older = course_copy / "logs" / "backups" / f"gradebook-{ids[1]}-before.db"
-    back = grader("restore", "--backup", older, course=course_copy)
+    back = run_grader("restore", "--backup", older, course=course_copy)
     assert back.returncode == 0, back.stderr
     assert f"rolled back 1 run(s) after that backup ({ids[1]}; students ada, bo)" in back.stdout, back.stdout
     assert "2 submission(s) will be graded again by the next run (kept in submitted/): ada (rmsnorm), " \
@@ -810,11 +822,11 @@ def test_a_reader_that_stops_reading_does_not_stop_the_run(course_copy, tmp_path
 
 @pytest.mark.slow
 def test_an_unreadable_notebook_is_reported_as_not_graded_by_every_run_until_a_readable_one_comes(
-        course_copy, tmp_path):
+        course_copy, tmp_path, replayed):
     """Red team: the run that repaired an unreadable notebook reported it as could not be graded;
     every later run counted it as a graded blank (0 points) without a word about why."""
     only_assignments(course_copy, {"rmsnorm"})
-    run = lambda tree: grader("--submissions", tree, "--engine", "processes", "--jobs", 1,  # noqa: E731
+    run = lambda tree: run_grader("--submissions", tree, "--engine", "processes", "--jobs", 1,  # noqa: E731
                               course=course_copy)
     b1 = submitted_tree(tmp_path / "b1", {"ada": "correct", "bo": "correct"})
     next((b1 / "bo" / "rmsnorm").glob("*.ipynb")).write_text("this is not a notebook")
@@ -846,21 +858,21 @@ def test_an_unreadable_notebook_is_reported_as_not_graded_by_every_run_until_a_r
 
 
 @pytest.mark.slow
-def test_a_run_after_an_interrupted_one_names_what_it_finishes_grading(course_copy, tmp_path, monkeypatch):
+def test_a_run_after_an_interrupted_one_names_what_it_finishes_grading(course_copy, tmp_path, monkeypatch,
+                                                                        replayed):
     """Red team: after a run stopped right after collect, the next run called the resubmission it
     finished grading "unchanged since it was last received: not a resubmission", and a run of
     another download said "collect: 2 students" without naming the interrupted batch's students
     it graded too."""
 
     only_assignments(course_copy, {"rmsnorm"})
-    run = lambda tree: grader("--submissions", tree, "--engine", "processes", "--jobs", 2,  # noqa: E731
+    run = lambda tree: run_grader("--submissions", tree, "--engine", "processes", "--jobs", 2,  # noqa: E731
                               course=course_copy)
     out = run(submitted_tree(tmp_path / "b1", {"ada": "correct"}))
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     # batch 2: ada resubmits (a wrong variance), bo and cy are new; stopped right after collect
     b2 = submitted_tree(tmp_path / "b2", {"ada": "unbiased_variance", "bo": "correct", "cy": "unbiased_variance"})
     grade_stopped_after_collect(course_copy, b2, monkeypatch)
-    monkeypatch.undo()
     runs = [json.loads(ln) for ln in (course_copy / "logs" / "runs.jsonl").read_text().splitlines()]
     assert [r["status"] for r in runs] == ["ok", "interrupted"]
     rid = runs[1]["run_id"]

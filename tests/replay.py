@@ -1,0 +1,280 @@
+"""An in-process stand-in for the grading kernels, for the tests of a run's bookkeeping.
+
+The course-state tests check what a run records (which submissions are graded, hand grades
+kept, LMS names, restores, the run log), not what a kernel computes. They grade with
+:func:`grade_class` (or ``python -m grader``'s ``main`` in this process, :func:`run_grader`)
+exactly as ``make grade`` does, except for one thing: nbgrader's ``Execute`` preprocessor (the
+kernel, in the sandbox) is replaced by :class:`ReplayOutputs`, which gives each code cell the
+outputs a real kernel gave the same cell of the same notebook earlier in this test session.
+Everything else is the real thing: nbgrader's own autograde converter in this process (the
+sanitizing preprocessors, the gradebook's submission and grade rows, the timestamps,
+``SaveAutoGrades``), the trusted scoring of the handed-back outputs, hand grades, feedback,
+export and report.
+
+Recorded real outputs: :func:`record` grades the notebooks of :data:`RECORDED` (and the
+instructor's solutions, which the canary grades) once per session in a real, sandboxed
+``grade_class`` run, and keeps each autograded notebook as it was just before the scoring stage.
+A run's graded inputs are drawn from a secret seed (:mod:`grader.scoring`); the recording run
+and every replayed run use one seed, drawn afresh for the session, so the handed-back outputs
+replayed are the outputs of the inputs the replayed run scores against. A notebook that was not
+recorded fails the run with what to add (a replay is never a guess).
+
+The seam: ``grader.pipeline.autograde`` and ``grader.parallel.autograde`` (the ``processes``
+engine, which the canary also uses), module globals swapped by :func:`stand_in`; the runs use
+the ``processes`` engine (``grader.pipeline.DEFAULT_ENGINE``). The sandbox session itself is
+entered as usual (cgroups, kernelspec); no kernel starts in it.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import io
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+from nbgrader.preprocessors import NbGraderPreprocessor
+
+from grader.demo import fill_answers
+from grader.demo.answer_bank import ANSWERS
+
+REPO = Path(__file__).resolve().parents[1]
+CORRECT_PRACTICE = ANSWERS["practice"]["correct"]
+
+#: The notebooks the course-state tests hand in: ``{name: (assignment, answers)}`` (the released
+#: notebook with these answer cells). The canary's (the instructor's solutions) are recorded too.
+RECORDED = {
+    **{f"rmsnorm-{v}": ("rmsnorm", ANSWERS["rmsnorm"][v]) for v in ("correct", "unbiased_variance")},
+    "rmsnorm-released": ("rmsnorm", {}),  # an unreadable file's stand-in: the released notebook
+    "practice-correct": ("practice", CORRECT_PRACTICE),
+    "practice-rms-changed": ("practice", {**CORRECT_PRACTICE, "practice_rms_answer": "rms_34 = 5.0"}),
+}
+
+
+def notebook_key(assignment: str, nb) -> str:
+    """What a notebook's kernel outputs depend on: the assignment and the code cells' sources,
+    in order (written answers, in markdown cells, change no output)."""
+    h = hashlib.sha256(assignment.encode())
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            h.update(b"\0" + cell.source.encode())
+    return h.hexdigest()
+
+
+@dataclass
+class Recording:
+    """Real outputs, by :func:`notebook_key`: ``[(outputs, execution_count)]`` per code cell."""
+
+    seed: int
+    outputs: dict[str, list[tuple[list, int | None]]] = field(default_factory=dict)
+    #: what the recording run graded, ``{key: "student (assignment)"}``, for the miss message
+    names: dict[str, str] = field(default_factory=dict)
+    #: notebooks asked for and not recorded during the run now replaying
+    misses: list[str] = field(default_factory=list)
+
+
+#: The recording :class:`ReplayOutputs` reads (set by :func:`stand_in`).
+ACTIVE: Recording | None = None
+
+
+class ReplayOutputs(NbGraderPreprocessor):
+    """In place of nbgrader's ``Execute`` (and the course's ``HandbackKeys`` around it): each
+    code cell gets the outputs and execution count a real kernel gave it (:data:`ACTIVE`)."""
+
+    def preprocess(self, nb, resources):
+        assignment = resources.get("nbgrader", {}).get("assignment", "")
+        recorded = ACTIVE.outputs.get(notebook_key(assignment, nb)) if ACTIVE else None
+        if recorded is None:
+            what = f"{resources.get('nbgrader', {}).get('student')} ({assignment})"
+            if ACTIVE is not None:
+                ACTIVE.misses.append(what)
+            raise LookupError(f"tests/replay.py: no real kernel outputs recorded for the notebook of {what}")
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        assert len(code) == len(recorded)  # the key covers every code cell
+        for cell, (outputs, count) in zip(code, recorded):
+            cell.outputs = copy.deepcopy(outputs)
+            cell.execution_count = count
+        return nb, resources
+
+
+def _replay_api(tree):
+    """nbgrader's API for the course, with :class:`ReplayOutputs` where the kernel was."""
+    from nbgrader.apps import NbGraderAPI
+    from traitlets.config import Config
+
+    from grader.apps import Course
+
+    config = Config(Course(tree).config)
+    kernel = {"HandbackKeys", "Execute", "HandbackKeysRemoved"}
+    steps = [p for p in config.Autograde.autograde_preprocessors if p.__name__ not in kernel]
+    at = [p.__name__ for p in config.Autograde.autograde_preprocessors].index("HandbackKeys")
+    config.Autograde.autograde_preprocessors = [*steps[:at], ReplayOutputs, *steps[at:]]
+    api = NbGraderAPI(config=config)
+    api.log.setLevel("ERROR")
+    return api
+
+
+def replay_autograde(course, assignments, *, jobs=None, progress=None, log=print, extra_args=None,
+                     worker_setup=None, only=None, pairs=None):
+    """:func:`grader.parallel.autograde`'s contract (which submissions, what is returned), each
+    submission autograded by nbgrader in this process with :class:`ReplayOutputs`.
+
+    Raises:
+        AssertionError: a notebook was not recorded (named, with :data:`RECORDED` to extend).
+    """
+    from grader.course import CourseTree
+    from grader.parallel import AutogradeOutcome
+
+    tree = course if isinstance(course, CourseTree) else CourseTree(course)
+    todo = [pr for pr in tree.pairs(assignments) if (only is None or pr[1] in set(only))
+            and (pairs is None or pr in set(pairs))]
+    outcome = AutogradeOutcome()
+    if not todo:
+        return outcome
+    for a, s in todo:
+        shutil.rmtree(tree.autograded(s, a), ignore_errors=True)
+    from sqlalchemy.exc import SAWarning
+
+    api, cwd, t0 = _replay_api(tree), os.getcwd(), time.perf_counter()
+    stack = contextlib.ExitStack()
+    missed = len(ACTIVE.misses)
+    try:
+        os.chdir(tree.root)
+        # what nbgrader's autograde processes say in their own logs (SQLAlchemy's autoflush notes)
+        stack.enter_context(warnings.catch_warnings())
+        warnings.filterwarnings("ignore", category=SAWarning)
+        for i, (a, s) in enumerate(todo):
+            result = api.autograde(a, s, force=True, create=True)
+            if not result.get("success"):
+                outcome.failed[(a, s)] = f"nbgrader reported an error: {result.get('error', '')[-300:]}"
+            if progress is not None:
+                progress(i + 1, len(todo))
+    finally:
+        stack.close()
+        os.chdir(cwd)
+    if len(ACTIVE.misses) > missed:
+        raise AssertionError(f"tests/replay.py: not recorded: {', '.join(ACTIVE.misses[missed:])}; add their "
+                             f"answers to RECORDED (recorded: {sorted(set(ACTIVE.names.values()))})")
+    outcome.seconds = time.perf_counter() - t0
+    outcome.graded = [pr for pr in todo if pr not in outcome.failed and tree.has_notebook("autograded", pr[1], pr[0])]
+    for pr in todo:
+        if pr not in outcome.graded and pr not in outcome.failed:
+            outcome.failed[pr] = "nbgrader produced no autograded notebook"
+    for (a, s), why in outcome.failed.items():
+        log(f"autograde failed: student {s}, assignment {a}: {why}")
+    return outcome
+
+
+def _submissions(dest: Path, course_root: Path) -> dict[str, str]:
+    """:data:`RECORDED` and the instructor's solutions (as the canary writes them) as an nbgrader
+    ``submitted/`` tree under ``dest``; returns ``{student: name}``."""
+    from grader import canary
+    from grader.course import CourseTree
+
+    students = {}
+    for i, (name, (a, answers)) in enumerate(sorted(RECORDED.items())):
+        release = course_root / "release" / a / f"{a}.ipynb"
+        (dest / f"s{i:02d}" / a).mkdir(parents=True)
+        nbformat.write(fill_answers(release, answers), dest / f"s{i:02d}" / a / release.name)
+        students[f"s{i:02d}"] = name
+    tree = CourseTree(course_root)
+    for a in sorted({a for a, _ in RECORDED.values()}):
+        canary.write_submission(tree, a)  # submitted/canary/<a>/ of the recording course: moved
+        shutil.copytree(tree.submitted(canary.STUDENT, a), dest / "solutions" / a)
+    shutil.rmtree(tree.submitted(), ignore_errors=True)
+    students["solutions"] = "the instructor's solutions"
+    return students
+
+
+def record(course_root: Path, work: Path) -> Recording:
+    """Grade :data:`RECORDED` and the solutions for real (sandboxed, ``processes`` engine) in the
+    course copy ``course_root``, with a seed drawn now; keep each autograded notebook's code
+    cells' outputs as they were before scoring."""
+    from unittest import mock
+
+    from grader import pipeline, scoring
+
+    seed = scoring.new_seed()
+    rec = Recording(seed)
+    names = _submissions(work / "submitted", course_root)
+    stages = dict(pipeline.STAGES)
+
+    def keep_then_score(b):
+        for a, st in b.run.autograde.graded:
+            for path in sorted(b.tree.autograded(st, a).glob("*.ipynb")):
+                nb = nbformat.read(path, as_version=4)
+                key = notebook_key(a, nb)
+                rec.outputs[key] = [(copy.deepcopy(c.outputs), c.execution_count) for c in nb.cells
+                                    if c.cell_type == "code"]
+                rec.names[key] = f"{names.get(st, st)} ({a})"
+        stages["scoring"](b)
+
+    saved = os.environ.get(scoring.ENV)
+    try:
+        with mock.patch.object(scoring, "new_seed", lambda: seed), \
+                mock.patch.object(pipeline, "STAGES", tuple((n, keep_then_score if n == "scoring" else f)
+                                                            for n, f in pipeline.STAGES)):
+            run = pipeline.grade_class(course_root=course_root, submissions=work / "submitted", jobs=2,
+                                       engine="processes", use_sandbox=True, log=lambda *_: None)
+    finally:
+        if saved is None:
+            os.environ.pop(scoring.ENV, None)
+        else:
+            os.environ[scoring.ENV] = saved
+    assert not run.autograde.failed and len(run.autograde.graded) == len(rec.outputs), run.autograde.failed
+    return rec
+
+
+@contextlib.contextmanager
+def stand_in(recording: Recording, monkeypatch, canary_cache: Path):
+    """Swap the autograde engine for :func:`replay_autograde` for the ``with`` block: the seed is
+    the recording's, runs use the ``processes`` engine, the canary's passes go to ``canary_cache``
+    (a replayed pass is never a real run's cache hit), and ``NORMREF_HANDBACK_DIR`` (which a run
+    sets in this process) is put back afterwards."""
+    global ACTIVE
+    from grader import parallel, pipeline, scoring
+    from normref.handback import ENV
+
+    monkeypatch.setattr(scoring, "new_seed", lambda: recording.seed)
+    monkeypatch.setattr(pipeline, "autograde", replay_autograde)
+    monkeypatch.setattr(parallel, "autograde", replay_autograde)
+    monkeypatch.setattr(pipeline, "DEFAULT_ENGINE", "processes")
+    monkeypatch.setenv("NORMREF_CANARY_CACHE", str(canary_cache))
+    monkeypatch.delenv(ENV, raising=False)
+    ACTIVE = recording
+    try:
+        yield recording
+    finally:
+        ACTIVE = None
+
+
+def run_grader(*args, course: Path) -> subprocess.CompletedProcess:
+    """``python -m grader ARGS --course-root COURSE`` run by its ``main`` in this process (no
+    terminal: standard input is empty), as a :class:`subprocess.CompletedProcess` with its exit
+    status and what it printed; the signal handlers it installs are put back after."""
+    from grader.__main__ import main
+
+    argv = [*map(str, args), "--course-root", str(course)]
+    out, err = io.StringIO(), io.StringIO()
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    stdin = sys.stdin
+    try:
+        sys.stdin = io.StringIO("")
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(argv)
+            except SystemExit as e:  # argparse: --help, a usage error
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        sys.stdin = stdin
+        for s, h in handlers.items():
+            signal.signal(s, h)
+    return subprocess.CompletedProcess(["python", "-m", "grader", *argv], code, out.getvalue(), err.getvalue())
