@@ -77,6 +77,19 @@ def postgres():
 
 
 @pytest.fixture(scope="session")
+def graded_class(tmp_path_factory, bubblewrap):
+    """The embedded demo class (every answer-bank variant), graded once for the session through
+    ``grade_class`` with the sandbox (tests/graded_class.py): test_grading's and
+    test_assignments' assertions read it."""
+    from grader.sandbox import available
+    from graded_class import grade_demo_class
+
+    if not available():
+        pytest.fail(f"{bubblewrap} is installed but cannot create namespaces on this machine")
+    return grade_demo_class(tmp_path_factory.mktemp("graded-class"))
+
+
+@pytest.fixture(scope="session")
 def recording(tmp_path_factory, bubblewrap):
     """Real kernel outputs for the notebooks the course-state tests hand in (tests/replay.py:
     ``RECORDED`` and the instructor's solutions), from one real sandboxed ``grade_class`` run of

@@ -49,10 +49,12 @@ from grader.demo.answer_bank import ANSWERS
 REPO = Path(__file__).resolve().parents[1]
 CORRECT_PRACTICE = ANSWERS["practice"]["correct"]
 
-#: The notebooks the course-state tests hand in: ``{name: (assignment, answers)}`` (the released
-#: notebook with these answer cells). The canary's (the instructor's solutions) are recorded too.
+#: The notebooks the replaying tests (test_course_state, test_grading's LMS and batches) hand
+#: in: ``{name: (assignment, answers)}`` (the released notebook with these answer cells). The
+#: canary's (the instructor's solutions) are recorded too.
 RECORDED = {
-    **{f"rmsnorm-{v}": ("rmsnorm", ANSWERS["rmsnorm"][v]) for v in ("correct", "unbiased_variance")},
+    **{f"rmsnorm-{v}": ("rmsnorm", ANSWERS["rmsnorm"][v])
+       for v in ("correct", "unbiased_variance", "low_precision_stats", "wrong_axis")},
     "rmsnorm-released": ("rmsnorm", {}),  # an unreadable file's stand-in: the released notebook
     "practice-correct": ("practice", CORRECT_PRACTICE),
     "practice-rms-changed": ("practice", {**CORRECT_PRACTICE, "practice_rms_answer": "rms_34 = 5.0"}),

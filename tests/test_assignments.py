@@ -2,29 +2,26 @@
 exactly its expected points per cell, a blank notebook scores 0, a correct one writes nothing
 to stderr, and the feedback shows the diagnosis but never the hidden tests.
 
-Each assignment is autograded once, in its own throwaway course, all its variants (students) in
-one ``nbgrader autograde`` call; two assignments run at a time.
+The grades are those of the session's graded demo class (the ``graded_class`` fixture,
+tests/graded_class.py: every variant of every assignment, handed in by one or more of its 30
+students, graded once through ``grade_class`` with the sandbox); each check below reads every
+student who handed in the variant it is about.
 """
 from __future__ import annotations
 
 import ast
 import html
-import os
 import re
-import shutil
 import subprocess
 import sys
-import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from grader import scoring
 from grader.demo import fill_answers
 from grader.demo.answer_bank import ANSWERS, EXPECTED, MANUAL_CELLS
-from normref.handback import ENV
+from graded_class import FOREIGN_KERNEL, FOREIGN_STUDENT
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCE_NOTEBOOKS = sorted(REPO.glob("source/*/*.ipynb"))
@@ -58,17 +55,6 @@ VALIDATE_PARTIAL = [
 ]
 
 
-# What the "correct" submissions claim to have been run with; nbgrader_config.py overrides it.
-FOREIGN_KERNEL = {"display_name": "Julia 1.10", "language": "julia", "name": "no-such-kernel"}
-
-
-def _nbgrader(root: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=root,
-                          capture_output=True, text=True, env=None if env is None else {**os.environ, **env})
-    assert proc.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
-    return proc
-
-
 def _grade_ids(nb_path: Path, *, grade: bool) -> list[str]:
     nb = nbformat.read(nb_path, as_version=4)
     return [c.metadata["nbgrader"]["grade_id"] for c in nb.cells
@@ -99,106 +85,6 @@ def _html_text(path: Path) -> str:
     raw = path.read_text()
     raw = re.sub(r"<style.*?</style>|<script.*?</script>", "", raw, flags=re.S)
     return html.unescape(re.sub(r"<[^>]+>", "", raw))
-
-
-class Course:
-    """Throwaway nbgrader courses, one per assignment (config, source/<a>, release/<a>), so two
-    assignments can be autograded at once without sharing a gradebook."""
-
-    def __init__(self, base: Path, workers: int):
-        self.base = base
-        self.seconds: dict[str, float] = {}
-        self._pool = ThreadPoolExecutor(max_workers=workers)
-        self._jobs: dict[str, Future] = {}
-
-    def root(self, assignment: str) -> Path:
-        return self.base / assignment
-
-    def start(self, assignment: str) -> Future:
-        if assignment not in self._jobs:
-            self._jobs[assignment] = self._pool.submit(self._autograde, assignment)
-        return self._jobs[assignment]
-
-    def _autograde(self, assignment: str) -> None:
-        t0 = time.perf_counter()
-        root = self.root(assignment)
-        root.mkdir(parents=True)
-        shutil.copy(REPO / "nbgrader_config.py", root)
-        for kind in ("source", "release"):
-            shutil.copytree(REPO / kind / assignment, root / kind / assignment)
-        # records the assignment's cells, hidden tests included, in the gradebook
-        _nbgrader(root, "generate_assignment", assignment, "--force")
-        release = self.notebook("release", assignment)
-        for variant, answers in ANSWERS[assignment].items():
-            dest = root / "submitted" / variant / assignment
-            dest.mkdir(parents=True)
-            nb = fill_answers(release, answers)
-            if variant == "correct":  # the course config must run it in python3 regardless
-                nb.metadata["kernelspec"] = FOREIGN_KERNEL
-            nbformat.write(nb, dest / release.name)
-        # this run's graded inputs (grader.scoring), every variant in one autograde call, then
-        # the handed-back outputs scored here, as make grade does
-        seed, inputs = scoring.prepare_inputs(root, log=lambda *_: None, set_env=False)
-        _nbgrader(root, "autograde", assignment, "--force", env={ENV: str(inputs)})
-        scoring.score_class(root, [(assignment, v) for v in ANSWERS[assignment]], seed, log=lambda *_: None)
-        _nbgrader(root, "generate_feedback", assignment, "--force")
-        self.seconds[assignment] = time.perf_counter() - t0
-
-    def autograde(self, assignment: str) -> None:
-        self.start(assignment).result()
-
-    def notebook(self, kind: str, assignment: str, student: str | None = None) -> Path:
-        if kind != "release":  # the others exist once the assignment is graded
-            self.autograde(assignment)
-        base = self.root(assignment) / kind / (student or "") / assignment
-        nbs = sorted(base.glob("*.ipynb"))
-        assert len(nbs) == 1, f"expected one notebook in {base}, found {nbs}"
-        return nbs[0]
-
-    def feedback(self, assignment: str, student: str) -> Path:
-        self.autograde(assignment)
-        pages = sorted((self.root(assignment) / "feedback" / student / assignment).glob("*.html"))
-        assert len(pages) == 1, f"expected one feedback page for {student}/{assignment}: {pages}"
-        return pages[0]
-
-    def diagnoses(self, assignment: str, student: str, want: dict, got: dict) -> str:
-        """What the autograded notebook says in each cell whose score is not the expected one."""
-        nb = nbformat.read(self.notebook("autograded", assignment, student), as_version=4)
-        texts = []
-        for cell in nb.cells:
-            gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-            if gid in want and abs(got.get(gid, -1.0) - want[gid]) > 1e-9:
-                shown = [o.get("text") or o.get("data", {}).get("text/plain") or o.get("evalue")
-                         for o in cell.get("outputs", [])]
-                texts.append(f"--- {gid}:\n" + "\n".join(str(t) for t in shown))
-        return "\n".join(texts)
-
-    def grades(self, assignment: str) -> dict[str, dict[str, tuple[float, bool]]]:
-        """``{variant: {grade_id: (score, needs_manual_grade)}}`` from nbgrader's gradebook."""
-        from nbgrader.api import Gradebook
-
-        self.autograde(assignment)
-        out: dict[str, dict[str, tuple[float, bool]]] = {}
-        with Gradebook(f"sqlite:///{self.root(assignment) / 'gradebook.db'}") as gb:
-            for sub in gb.assignment_submissions(assignment):
-                out[sub.student.id] = {g.name: (float(g.score), bool(g.needs_manual_grade))
-                                       for nb in sub.notebooks for g in nb.grades}
-        return out
-
-
-@pytest.fixture(scope="module")
-def course(tmp_path_factory, request) -> Course:
-    """Autogrades, two at a time, every assignment the selected tests ask for."""
-    c = Course(tmp_path_factory.mktemp("assignments"), workers=min(2, os.cpu_count() or 1))
-    wanted = {item.callspec.params["assignment"] for item in request.session.items
-              if hasattr(item, "callspec") and "assignment" in item.callspec.params
-              and "course" in getattr(item, "fixturenames", ())}
-    for a in sorted(wanted, key=lambda a: -len(ANSWERS[a])):  # the longest first
-        c.start(a)
-    yield c
-    c._pool.shutdown(wait=True)
-    for a, sec in sorted(c.seconds.items()):
-        print(f"\n  generate + autograde + feedback {a}: {len(ANSWERS[a])} variants, {sec:.1f} s")
 
 
 # ----------------------------------------------------------------- the bank itself (fast)
@@ -347,8 +233,7 @@ def test_standard_answers_are_in_source_and_never_released(assignment):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", SOURCE_NOTEBOOKS, ids=lambda p: p.parent.name)
-def test_source_notebook_passes_nbgrader_validate(path, course):
-    # `course` starts the autograde jobs in the background, so they overlap with validation
+def test_source_notebook_passes_nbgrader_validate(path):
     proc = subprocess.run([sys.executable, "-m", "nbgrader", "validate", str(path)],
                           capture_output=True, text=True, cwd=REPO)
     assert "Success! Your notebook passes all the tests." in proc.stdout, proc.stdout + proc.stderr
@@ -356,68 +241,74 @@ def test_source_notebook_passes_nbgrader_validate(path, course):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_each_variant_gets_exactly_the_expected_points(course, assignment):
-    grades = course.grades(assignment)
-    assert sorted(grades) == sorted(ANSWERS[assignment])
+def test_each_variant_gets_exactly_the_expected_points(graded_class, assignment):
+    grades = graded_class.grades(assignment)
     manual = set(MANUAL_CELLS.get(assignment, ()))
-    for variant, want in EXPECTED[assignment].items():
-        got = {gid: score for gid, (score, _) in grades[variant].items()}
-        assert got == pytest.approx(want, abs=1e-9), (variant, course.diagnoses(assignment, variant, want, got))
-        flagged = {gid for gid, (_, needs) in grades[variant].items() if needs}
+    assert {graded_class.variant(assignment, st) for st in grades} == set(ANSWERS[assignment])  # every variant
+    for student, got_cells in grades.items():
+        variant = graded_class.variant(assignment, student)
+        want = EXPECTED[assignment][variant]
+        got = {gid: score for gid, (score, _) in got_cells.items()}
+        assert got == pytest.approx(want, abs=1e-9), (
+            student, variant, graded_class.diagnoses(assignment, student, want, got))
+        flagged = {gid for gid, (_, needs) in got_cells.items() if needs}
         # a written answer needs a grader exactly when the variant wrote one
-        assert flagged == manual & set(ANSWERS[assignment][variant]), variant
+        assert flagged == manual & set(ANSWERS[assignment][variant]), (student, variant)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_submission_kernel_metadata_is_ignored(course, assignment):
-    submitted = nbformat.read(course.notebook("submitted", assignment, "correct"), as_version=4)
+def test_submission_kernel_metadata_is_ignored(graded_class, assignment):
+    student = graded_class.student(assignment, "correct")
+    assert student == FOREIGN_STUDENT
+    submitted = nbformat.read(graded_class.notebook("submitted", assignment, student), as_version=4)
     assert submitted.metadata["kernelspec"]["name"] == FOREIGN_KERNEL["name"]
-    graded = nbformat.read(course.notebook("autograded", assignment, "correct"), as_version=4)
+    graded = nbformat.read(graded_class.notebook("autograded", assignment, student), as_version=4)
     assert graded.metadata["kernelspec"]["name"] == "python3"
-    got = {g: score for g, (score, _) in course.grades(assignment)["correct"].items()}
+    got = {g: score for g, (score, _) in graded_class.grades(assignment)[student].items()}
     assert got == pytest.approx(EXPECTED[assignment]["correct"])
     assert sum(got.values()) > 0
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_unanswered_release_scores_zero_without_crashing(course, assignment):
-    grades = course.grades(assignment)
-    assert grades["blank"] and all(score == 0 for score, _ in grades["blank"].values())
-    assert not any(needs for _, needs in grades["blank"].values())
-    graded = nbformat.read(course.notebook("autograded", assignment, "blank"), as_version=4)
-    test_cells = [c for c in graded.cells if c.metadata.get("nbgrader", {}).get("grade")
-                  and c.cell_type == "code"]
-    assert test_cells and all(c.outputs for c in test_cells)  # every test cell ran
+def test_unanswered_release_scores_zero_without_crashing(graded_class, assignment):
+    grades = graded_class.grades(assignment)
+    for student in graded_class.students(assignment, "blank"):
+        assert grades[student] and all(score == 0 for score, _ in grades[student].values())
+        assert not any(needs for _, needs in grades[student].values())
+        graded = nbformat.read(graded_class.notebook("autograded", assignment, student), as_version=4)
+        test_cells = [c for c in graded.cells if c.metadata.get("nbgrader", {}).get("grade")
+                      and c.cell_type == "code"]
+        assert test_cells and all(c.outputs for c in test_cells)  # every test cell ran
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_correct_answer_leaves_stderr_empty(course, assignment):
-    course.autograde(assignment)
-    graded = nbformat.read(course.notebook("autograded", assignment, "correct"), as_version=4)
-    for cell in graded.cells:
-        if cell.cell_type != "code":
-            continue
-        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-        for out in cell.outputs:
-            assert out.output_type != "error", (gid, out.get("ename"), out.get("evalue"))
-            assert not (out.output_type == "stream" and out.name == "stderr"), (gid, out.text)
+def test_correct_answer_leaves_stderr_empty(graded_class, assignment):
+    for student in graded_class.students(assignment, "correct"):
+        graded = nbformat.read(graded_class.notebook("autograded", assignment, student), as_version=4)
+        for cell in graded.cells:
+            if cell.cell_type != "code":
+                continue
+            gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+            for out in cell.outputs:
+                assert out.output_type != "error", (student, gid, out.get("ename"), out.get("evalue"))
+                assert not (out.output_type == "stream" and out.name == "stderr"), (student, gid, out.text)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_feedback_never_contains_hidden_tests(course, assignment):
-    course.autograde(assignment)
+def test_feedback_never_contains_hidden_tests(graded_class, assignment):
     hidden = _hidden_lines(next((REPO / "source" / assignment).glob("*.ipynb")))
     assert hidden, f"{assignment} has no hidden tests"
     for variant in ANSWERS[assignment]:
+        student = graded_class.student(assignment, variant)
         # control: the hidden tests did run in the instructor's autograded copy
-        autograded = course.notebook("autograded", assignment, variant).read_text()
+        autograded = graded_class.notebook("autograded", assignment, student).read_text()
         graded_src = "\n".join(c.source for c in nbformat.reads(autograded, as_version=4).cells)
         assert all(line in graded_src for line in hidden), variant
-        page = _html_text(course.feedback(assignment, variant))
+        page = _html_text(graded_class.feedback(assignment, student))
         assert "HIDDEN TESTS" not in page, variant
         leaked = [line for line in hidden if line in page]
         assert not leaked, (variant, leaked)
@@ -426,10 +317,11 @@ def test_feedback_never_contains_hidden_tests(course, assignment):
 @pytest.mark.slow
 @pytest.mark.parametrize("assignment, variant, texts", DIAGNOSES,
                          ids=[f"{a}-{v}" for a, v, _ in DIAGNOSES])
-def test_feedback_of_a_failing_hidden_test_shows_the_diagnosis(course, assignment, variant, texts):
-    got = course.grades(assignment)[variant]
+def test_feedback_of_a_failing_hidden_test_shows_the_diagnosis(graded_class, assignment, variant, texts):
+    student = graded_class.student(assignment, variant)
+    got = graded_class.grades(assignment)[student]
     assert any(got[g][0] < EXPECTED[assignment]["correct"][g] for g in got)  # it does fail
-    page = _html_text(course.feedback(assignment, variant))
+    page = _html_text(graded_class.feedback(assignment, student))
     for text in texts:
         assert text in page, (assignment, variant, text)
     assert "[fault:" not in page, (assignment, variant)
@@ -475,14 +367,16 @@ def test_validate_fails_a_partly_right_answer_naming_the_question(tmp_path, assi
 
 @pytest.mark.slow
 @pytest.mark.parametrize("assignment", sorted(BUILD_CHALLENGES))
-def test_feedback_shows_the_seeds_standard_answer_after_the_answer_cell(course, assignment):
+def test_feedback_shows_the_seeds_standard_answer_after_the_answer_cell(graded_class, assignment):
     for variant in ("blank", "eps_outside_sqrt"):
-        page = " ".join(_html_text(course.feedback(assignment, variant)).split())
+        student = graded_class.student(assignment, variant)
+        page = " ".join(_html_text(graded_class.feedback(assignment, student)).split())
         for line in SEED_STANDARD_ANSWER:
             assert " ".join(line.replace("`", "").split()) in page, (variant, line)
         # after the student's own answer, before the checks that follow it
         mine = "raise NotImplementedError()" if variant == "blank" else "sqrt() + eps"
         assert page.index(mine) < page.index(SEED_STANDARD_ANSWER[0]) < page.index("Visible check (1 point)")
     # the autograded notebook itself (what formgrader shows, what is scored) is left as it was
-    graded = nbformat.read(course.notebook("autograded", assignment, "blank"), as_version=4)
+    blank = graded_class.student(assignment, "blank")
+    graded = nbformat.read(graded_class.notebook("autograded", assignment, blank), as_version=4)
     assert not any(SEED_STANDARD_ANSWER[0] in c.source for c in graded.cells)

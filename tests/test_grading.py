@@ -1,4 +1,9 @@
-"""`make grade` end to end through nbgrader, in a throwaway course root."""
+"""`make grade` end to end through nbgrader, in a throwaway course root.
+
+The demo class is the session's (the ``graded_class`` fixture, tests/graded_class.py); the LMS
+and batch tests, which check what a run collects and records, replay real kernel outputs
+(the ``replayed`` fixture, tests/replay.py).
+"""
 import csv
 import json
 import subprocess
@@ -27,8 +32,9 @@ def only_assignments(root, keep):
 
 
 @pytest.mark.slow
-def test_demo_class_every_score_as_the_answer_bank_derives(course_copy):
-    run = grade_class(course_root=course_copy, jobs=2, log=lambda *_: None)
+def test_demo_class_every_score_as_the_answer_bank_derives(graded_class):
+    """The demo class as `make grade` grades it (the session's graded_class: tests/graded_class.py)."""
+    run, course_copy = graded_class.run, graded_class.root
     roster = demo_class([a for a in run.assignments if a in ANSWERS])
     assert sorted(run.students) == sorted(st.student_id for st in roster) and len(roster) >= 30
     n = 0
@@ -68,16 +74,24 @@ def test_demo_class_every_score_as_the_answer_bank_derives(course_copy):
 
 
 @pytest.mark.slow
-def test_parallel_equals_sequential_and_regrading_is_idempotent(course_copy):
-    # 12 of the demo class's 30 (the first 12 cover 11 of the bank's 13 rmsnorm variants): the
-    # whole class is graded in the test above; here it is the same class graded twice
-    only_assignments(course_copy, {"rmsnorm"})
-    par = grade_class(course_root=course_copy, jobs=2, demo_students=12, log=lambda *_: None)
+def test_parallel_equals_sequential_and_regrading_is_idempotent(graded_class, tmp_path):
+    # the session's demo class, graded with 2 parallel Dask workers (graded_class), against 12 of
+    # its 30 students (the first 12 cover 11 of the bank's 13 rmsnorm variants) graded again,
+    # sequentially, in a copy of that course (so over its grading state)
+    par = graded_class.run
     with par.questions_csv.open() as f:
         rows = list(csv.DictReader(f))
-    assert len(par.students) == 12 and len(rows) == 2 * len(par.students)  # no lost or duplicated rows
-    seq = grade_class(course_root=course_copy, jobs=1, demo_students=12, log=lambda *_: None)
-    assert seq.scores == par.scores and len({tuple(sorted(v.items())) for v in par.scores.values()}) > 3
+    cells = {a: len(next(iter(EXPECTED[a].values()))) for a in par.assignments}
+    submissions = [(a, st.student_id) for st in graded_class.roster for a in st.variants]
+    assert len(par.students) == 30 and len(rows) == sum(cells[a] for a, _ in submissions)  # none lost or doubled
+    assert sorted({(r["assignment"], r["student_id"]) for r in rows}) == sorted(submissions)
+    course = tmp_path / "course"
+    shutil.copytree(graded_class.root, course, ignore=shutil.ignore_patterns("feedback", "reports"))
+    only_assignments(course, {"rmsnorm"})
+    seq = grade_class(course_root=course, jobs=1, demo_students=12, log=lambda *_: None)
+    assert len(seq.students) == 12 and not seq.autograde.failed
+    assert seq.scores == {(a, st): par.scores[(a, st)] for a, st in par.scores if a == "rmsnorm" and st in seq.students}
+    assert len({tuple(sorted(v.items())) for v in seq.scores.values()}) > 3
 
 
 LMS_NAMES = {"ada": "ada_1001_5001_rmsnorm.ipynb",
@@ -114,7 +128,7 @@ def test_lms_names_are_parsed():
 
 
 @pytest.mark.slow
-def test_lms_zip_is_graded_through_zip_collect(course_copy, tmp_path):
+def test_lms_zip_is_graded_through_zip_collect(course_copy, tmp_path, replayed):
     only_assignments(course_copy, {"rmsnorm"})
     zpath = _canvas_zip(course_copy, tmp_path)
     lines = []
@@ -222,7 +236,7 @@ def _tree(root, students, variant="correct"):
 
 
 @pytest.mark.slow
-def test_batches_add_students_replace_resubmissions_and_drop_the_demo_state(course_copy, tmp_path):
+def test_batches_add_students_replace_resubmissions_and_drop_the_demo_state(course_copy, tmp_path, replayed):
     only_assignments(course_copy, {"rmsnorm"})
     (course_copy / ".demo-class").write_text("")  # as if `make grade` had graded the demo class
     (course_copy / "submitted" / "demo_kid" / "rmsnorm").mkdir(parents=True)

@@ -1,5 +1,9 @@
 """The hostile and broken corpus, graded by the real pipeline (`make grade`'s grade_class).
 
+The module's three corpora (the issue's list of hostile and broken submissions, issue 14's
+forgeries and caps, the red team's routes) are graded together, once, by one sandboxed run (the
+``graded`` fixture); each test checks its own corpus.
+
 A two-question assignment ("hostile": q1 = the seed's RMSNorm, 1 + 4 points; q2 = mean and
 variance of (2, 2, 4, 4), 2 points) is added to a throwaway course; each student below is one
 case of the issue's list. Every expected score is what the student's *honest* work earns:
@@ -8,11 +12,14 @@ q1 correct = 5, q1 with n-1 = 0 (the n-1 answer fails every case), q2 correct = 
 import copy
 import json
 import os
+import shutil
 import socket
 import sqlite3
 import subprocess
 import sys
 import threading
+from dataclasses import dataclass
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -21,8 +28,9 @@ from nbformat.v4 import new_code_cell, new_markdown_cell
 from grader import grade_class
 from grader.demo.answer_bank import ANSWERS
 from grader.sandbox import available as sandbox_available
+from normref.handback import ENV
 
-REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[1]
 RMS_CORRECT = ANSWERS["rmsnorm"]["correct"]["rms_norm_impl"]
 RMS_N_MINUS_1 = ANSWERS["rmsnorm"]["unbiased_variance"]["rms_norm_impl"]
 MEAN_VAR = "def mean_var(x):\n    return float(x.mean()), float(((x - x.mean()) ** 2).mean())"
@@ -187,11 +195,47 @@ print(found)
     return c
 
 
-@pytest.mark.slow
-def test_hostile_corpus(bubblewrap, course_copy, tmp_path):
+@dataclass
+class Graded:
+    """The module's one grading run: every student of the three corpora below, in one course."""
+
+    root: Path
+    release: nbformat.NotebookNode
+    run: object
+    hits: list  # connections the escape attempt made to this process's listening socket
+    corpus: dict  # test_hostile_corpus's: {student: (files, expected points, report text)}
+    forgeries: dict  # {student: (files, expected points)}
+    others: dict  # {student: (assignment, files, expected points)}
+    red_team: dict  # {student: (answer, expected points)}, students named RED_TEAM + name
+    own_cgroups: list  # this process's sandbox cgroups left after the run
+
+    @property
+    def flags(self) -> dict:
+        return json.loads((self.root / "reports" / "report.json").read_text())["flags"]
+
+    def autograded(self, sid: str, assignment: str = "hostile") -> nbformat.NotebookNode:
+        return nbformat.read(self.root / "autograded" / sid / assignment / f"{assignment}.ipynb", 4)
+
+
+RED_TEAM = "rt_"  # the red team's students (their honest one is named like the forgeries' honest)
+
+
+@pytest.fixture(scope="module")
+def graded(bubblewrap, tmp_path_factory) -> Graded:
+    """The three corpora (the issue's list, issue 14's forgeries and caps, the red team's routes)
+    graded by one ``grade_class`` run with the sandbox required, two workers, 30 s per cell;
+    a socket listens on this machine the whole run, for the escape attempt to reach."""
+    from grader.sandbox import PIDS_CGROUP_ROOT
+
     if not sandbox_available():
         pytest.fail(f"{bubblewrap} is installed but cannot create namespaces on this machine")
-    release = make_hostile_assignment(course_copy)
+    base = tmp_path_factory.mktemp("hostile")
+    root = base / "course"
+    root.mkdir()
+    shutil.copy(REPO / "nbgrader_config.py", root)
+    for sub in ("source", "release"):
+        shutil.copytree(REPO / sub, root / sub)
+    release = make_hostile_assignment(root)
     hits = []
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
@@ -209,39 +253,56 @@ def test_hostile_corpus(bubblewrap, course_copy, tmp_path):
                 pass
 
     threading.Thread(target=accept, daemon=True).start()
-    corpus = build_corpus(release, course_copy, port)
-    tree = tmp_path / "submitted"
-    for sid, (files, _, _) in corpus.items():
-        d = tree / sid / "hostile"
-        d.mkdir(parents=True)
-        for name, data in files.items():
-            (d / name).write_bytes(data)
-    log = []
+    corpus, forgeries, others = build_corpus(release, root, port), build_forgeries(release), build_others()
+    red_team = build_red_team(root)
+    tree = base / "submitted"
+    files = {sid: ("hostile", f) for sid, (f, _, _) in corpus.items()}
+    files.update({sid: ("hostile", f) for sid, (f, _) in forgeries.items()})
+    files.update({sid: (a, f) for sid, (a, f, _) in others.items()})
+    w = lambda nb: nbformat.writes(nb).encode()  # noqa: E731
+    files.update({RED_TEAM + sid: ("hostile", {"hostile.ipynb": w(answered(release, q1=q1))})
+                  for sid, (q1, _) in red_team.items()})
+    for sid, (a, fs) in files.items():
+        for name, data in fs.items():
+            (tree / sid / a / name).parent.mkdir(parents=True, exist_ok=True)
+            (tree / sid / a / name).write_bytes(data)
+    saved = os.environ.get(ENV)
     try:
-        run = grade_class(course_root=course_copy, submissions=tree, jobs=2, cell_timeout=15,
-                          use_sandbox=True, log=log.append)
+        run = grade_class(course_root=root, submissions=tree, jobs=2, cell_timeout=30, use_sandbox=True,
+                          log=lambda *_: None)
     finally:
         stop.set()
         server.close()
+        if saved is None:  # the run points this process at its graded inputs: not for later tests
+            os.environ.pop(ENV, None)
+        else:
+            os.environ[ENV] = saved
     assert run.sandboxed
+    return Graded(root, release, run, hits, corpus, forgeries, others, red_team,
+                  sorted(PIDS_CGROUP_ROOT.glob(f"normref-{os.getpid()}-*")))
+
+
+@pytest.mark.slow
+def test_hostile_corpus(graded):
+    course_copy, run, corpus, release = graded.root, graded.run, graded.corpus, graded.release
     got = {sid: run.scores.get(("hostile", sid)) for sid in corpus}
     want = {sid: exp for sid, (_, exp, _) in corpus.items() if sid != "invalid_json"}
     assert {k: got[k] for k in want} == want
     assert got["invalid_json"] in (None, ALL_ZERO)
     report = (course_copy / "reports" / "index.html").read_text()
-    flags = json.loads((course_copy / "reports" / "report.json").read_text())["flags"]
+    flags = graded.flags
     for sid, (_, _, text) in corpus.items():
         if text:
             assert any(text in note for note in flags.get(sid, [])), (sid, flags.get(sid))
     assert "invalid_json (hostile)" in report
     # isolation: nothing escaped, the gradebook is intact, no network connection was made
-    escaped = nbformat.read(course_copy / "autograded" / "escape_attempt" / "hostile" / "hostile.ipynb", 4)
+    escaped = graded.autograded("escape_attempt")
     printed = "".join(o.get("text", "") for cell in escaped.cells for o in cell.get("outputs", []))
     assert "READ" not in printed and "WROTE" not in printed and "NETWORK" not in printed, printed
     assert printed.count("blocked") == 4 and "source files visible: 0" in printed, printed
     assert not (course_copy / "autograded" / "evil.txt").exists()
     assert nbformat.read(course_copy / "release" / "hostile" / "hostile.ipynb", 4) == release
-    assert hits == []
+    assert graded.hits == []
     with sqlite3.connect(course_copy / "gradebook.db") as db:
         assert db.execute("select count(*) from grade where manual_score = 1000").fetchone()[0] == 0
     # the flood was truncated, not stored
@@ -321,24 +382,10 @@ INDIRECT_REFERENCE = ("def rms_norm(x, weight, eps=1e-6):\n"
                       "    return ref(x.float(), (x.shape[-1],), weight.float(), eps).to(x.dtype)\n")
 
 
-@pytest.mark.slow
-def test_forgeries_caps_and_shadowing_through_make_grade(bubblewrap, course_copy, tmp_path):
-    """Issue 14 through grade_class: an answer that only knows the visible battery earns the
-    visible point only; a run-time patch of the checkers the syntax scan cannot see, an
-    indirect reference call, a process flood and a write flood in the answer cell earn what a
-    blank answer earns for that question (the rest keeps its points) and are flagged; a module
-    beside the notebook shadows nothing, and is flagged; start-up files beside it
-    (sitecustomize.py, ipython_config.py, an IPython profile, a .pth ...) are not run, and are
-    flagged; honest answers, including one written differently from the reference, keep full
-    marks. The block assignment's classes and the practice answers are scored outside the
-    kernel too: a run-time patch of every checker's result earns no more than the honest points."""
-    from grader.sandbox import MAX_PROCS, MAX_WRITE_BYTES, PIDS_CGROUP_ROOT
-
-    if not sandbox_available():
-        pytest.fail(f"{bubblewrap} is installed but cannot create namespaces on this machine")
-    release = make_hostile_assignment(course_copy)
+def build_forgeries(release) -> dict:
+    """Issue 14's students of the hostile assignment: ``{student: (files, expected points)}``."""
     w = lambda nb: nbformat.writes(nb).encode()  # noqa: E731
-    corpus = {
+    return {
         "honest": ({"hostile.ipynb": w(answered(release))}, FULL),
         "honest_float64": ({"hostile.ipynb": w(answered(release, q1=RMS_FLOAT64))}, FULL),
         "visible_only": ({"hostile.ipynb": w(answered(release, q1=visible_battery_lookup()))},
@@ -353,15 +400,14 @@ def test_forgeries_caps_and_shadowing_through_make_grade(bubblewrap, course_copy
         "startup_files": ({"hostile.ipynb": w(insert_after(answered(release, q1=None), "rms_norm_impl", SHOW_MARKERS)),
                            **{k: v.encode() for k, v in STARTUP_FILES.items()}}, Q1_ZERO),
     }
-    import builtins
 
-    exec(STARTUP_FILES["answer.pth"], {})  # the payload works where it is run:
-    assert callable(builtins.rms_norm) and os.environ.pop("NR_LOADED_pth") == "1"
-    del builtins.rms_norm  # it defines the blank answer's rms_norm (and a marker)
+
+def build_others() -> dict:
+    """The block and practice students: ``{student: (assignment, files, expected points)}``."""
     from grader.demo.answer_bank import ANSWERS as BANK, EXPECTED
 
     block_forged = {**BANK["block"]["module_weight"], "block_impl": BANK["block"]["shared_norm"]["block_impl"]}
-    others = {  # (assignment, files, expected points)
+    return {
         "block_honest": ("block", {"block.ipynb": filled("block", BANK["block"]["correct"])},
                          EXPECTED["block"]["correct"]),
         "block_forger": ("block", {"block.ipynb": filled("block", block_forged, {
@@ -375,29 +421,37 @@ def test_forgeries_caps_and_shadowing_through_make_grade(bubblewrap, course_copy
             "practice_mean_var_answer": PATCH_RESULTS.format(call="check_mean_var(1, 1)")})},
             EXPECTED["practice"]["partial"]),
     }
-    for sid, (a, files, _) in others.items():
-        for name, data in files.items():
-            (tmp_path / "submitted" / sid / a / name).parent.mkdir(parents=True, exist_ok=True)
-            (tmp_path / "submitted" / sid / a / name).write_bytes(data)
-    tree = tmp_path / "submitted"
-    for sid, (files, _) in corpus.items():
-        for name, data in files.items():
-            (tree / sid / "hostile" / name).parent.mkdir(parents=True, exist_ok=True)
-            (tree / sid / "hostile" / name).write_bytes(data)
-    log = []
-    run = grade_class(course_root=course_copy, submissions=tree, jobs=2, cell_timeout=30,
-                      use_sandbox=True, log=log.append)
-    assert run.sandboxed
+
+
+@pytest.mark.slow
+def test_forgeries_caps_and_shadowing_through_make_grade(graded):
+    """Issue 14 through grade_class: an answer that only knows the visible battery earns the
+    visible point only; a run-time patch of the checkers the syntax scan cannot see, an
+    indirect reference call, a process flood and a write flood in the answer cell earn what a
+    blank answer earns for that question (the rest keeps its points) and are flagged; a module
+    beside the notebook shadows nothing, and is flagged; start-up files beside it
+    (sitecustomize.py, ipython_config.py, an IPython profile, a .pth ...) are not run, and are
+    flagged; honest answers, including one written differently from the reference, keep full
+    marks. The block assignment's classes and the practice answers are scored outside the
+    kernel too: a run-time patch of every checker's result earns no more than the honest points."""
+    from grader.sandbox import MAX_PROCS, MAX_WRITE_BYTES
+
+    import builtins
+
+    exec(STARTUP_FILES["answer.pth"], {})  # the payload works where it is run:
+    assert callable(builtins.rms_norm) and os.environ.pop("NR_LOADED_pth") == "1"
+    del builtins.rms_norm  # it defines the blank answer's rms_norm (and a marker)
+    course_copy, run, corpus, others = graded.root, graded.run, graded.forgeries, graded.others
     # every kernel's pids cgroup is gone with the run (the kernels are killed after their notebook)
-    assert not list(PIDS_CGROUP_ROOT.glob(f"normref-{os.getpid()}-*"))
+    assert graded.own_cgroups == []
     assert {sid: run.scores.get(("hostile", sid)) for sid in corpus} == {sid: exp for sid, (_, exp) in corpus.items()}
     assert {sid: run.scores.get((a, sid)) for sid, (a, _, _) in others.items()} == \
         {sid: exp for sid, (_, _, exp) in others.items()}
-    flags = json.loads((course_copy / "reports" / "report.json").read_text())["flags"]
+    flags = graded.flags
     assert not flags.get("block_honest") and not flags.get("practice_honest"), flags
     assert any("checkers changed at run time" in f for f in flags.get("block_forger", [])), flags.get("block_forger")
     # no start-up file ran (no marker, the blank answer stayed blank), and each is named in the report
-    nb = nbformat.read(course_copy / "autograded" / "startup_files" / "hostile" / "hostile.ipynb", 4)
+    nb = graded.autograded("startup_files")
     printed = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
     assert "LOADED: []" in printed, printed
     startup = " ".join(flags["startup_files"])
@@ -415,7 +469,7 @@ def test_forgeries_caps_and_shadowing_through_make_grade(bubblewrap, course_copy
     shadow = " ".join(flags["shadows_course"])
     assert "torch.py" in shadow and "normref" in shadow, shadow
     # the floods' error is the guard's clear message, in the answer cell that caused it
-    nb = nbformat.read(course_copy / "autograded" / "process_flood" / "hostile" / "hostile.ipynb", 4)
+    nb = graded.autograded("process_flood")
     errors = [o for o in _cells(nb, "rms_norm_impl")[0].outputs if o.output_type == "error"]
     assert [o.ename for o in errors][-1] == "GradingSandboxLimit"
     # nothing the flood wrote reached the course's disk
@@ -469,33 +523,30 @@ TORCHSCRIPT = ("CU = torch.jit.CompilationUnit('''\ndef f(x, w, eps: float):\n"
                "def rms_norm(x, weight, eps=1e-6):\n    return CU.f(x.float(), weight.float(), eps).to(x.dtype)\n")
 
 
+def build_red_team(root) -> dict:
+    """The red team's answers to q1: ``{name: (answer, expected points)}``."""
+    keys_path = root / "logs" / "scoring" / "handback-keys.json"
+    return {"honest": (RMS_CORRECT, FULL),
+            "read_inputs": (f"KEYS_PATH = {str(keys_path)!r}\n" + READ_INPUTS, Q1_ZERO),
+            "alias_patch": (ALIAS_PATCH, Q1_ZERO), "alias_patch_unseen": (ALIAS_PATCH_UNSEEN, Q1_ZERO),
+            "launder": (LAUNDER, Q1_ZERO), "pool": (POOL, Q1_ZERO), "torchscript": (TORCHSCRIPT, Q1_ZERO)}
+
+
 @pytest.mark.slow
-def test_red_team_routes_through_make_grade(bubblewrap, course_copy, tmp_path):
+def test_red_team_routes_through_make_grade(graded):
     """The red team's routes through grade_class (sandbox on): each earns what a blank answer
     earns for the question; the flagged ones say why in the report, and a question whose answer
     cell the scan removed says the rule in its feedback. The honest answer keeps full marks."""
-    if not sandbox_available():
-        pytest.fail(f"{bubblewrap} is installed but cannot create namespaces on this machine")
-    release = make_hostile_assignment(course_copy)
-    w = lambda nb: nbformat.writes(nb).encode()  # noqa: E731
+    course_copy, run, release = graded.root, graded.run, graded.release
     keys_path = course_copy / "logs" / "scoring" / "handback-keys.json"
-    corpus = {"honest": (RMS_CORRECT, FULL),
-              "read_inputs": (f"KEYS_PATH = {str(keys_path)!r}\n" + READ_INPUTS, Q1_ZERO),
-              "alias_patch": (ALIAS_PATCH, Q1_ZERO), "alias_patch_unseen": (ALIAS_PATCH_UNSEEN, Q1_ZERO),
-              "launder": (LAUNDER, Q1_ZERO), "pool": (POOL, Q1_ZERO), "torchscript": (TORCHSCRIPT, Q1_ZERO)}
-    tree = tmp_path / "submitted"
-    for sid, (q1, _) in corpus.items():
-        (tree / sid / "hostile").mkdir(parents=True)
-        (tree / sid / "hostile" / "hostile.ipynb").write_bytes(w(answered(release, q1=q1)))
-    run = grade_class(course_root=course_copy, submissions=tree, jobs=2, cell_timeout=30,
-                      use_sandbox=True, log=lambda *_: None)
-    assert run.sandboxed
-    assert {sid: run.scores.get(("hostile", sid)) for sid in corpus} == {sid: exp for sid, (_, exp) in corpus.items()}
-    flags = json.loads((course_copy / "reports" / "report.json").read_text())["flags"]
+    corpus = graded.red_team
+    assert {sid: run.scores.get(("hostile", RED_TEAM + sid)) for sid in corpus} == \
+        {sid: exp for sid, (_, exp) in corpus.items()}
+    flags = {sid[len(RED_TEAM):]: f for sid, f in graded.flags.items() if sid.startswith(RED_TEAM)}
     assert not flags.get("honest"), flags
 
     def autograded(sid):
-        return nbformat.read(course_copy / "autograded" / sid / "hostile" / "hostile.ipynb", 4)
+        return graded.autograded(RED_TEAM + sid)
 
     # 1. the answer cell could not read the inputs (locked with a key it never saw); the keys and
     # the sealing cell are not in the autograded notebook (nor, then, in the feedback)
