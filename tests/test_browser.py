@@ -450,11 +450,12 @@ def follow_lesson(page, lab: Lab, lesson: Path) -> None:
     Down Notebook…, confirmed), checking along the way that every widget and figure the kernel
     sent is rendered and that no error shows; what was measured goes to :data:`COURSE_RUN`. The
     lessons before it are followed first, in order (the course's order is part of what is
-    measured)."""
-    for earlier in LESSONS[:LESSONS.index(lesson)]:
-        if f"notebooks/{earlier.name}" not in COURSE_RUN:
-            follow_lesson(page, lab, earlier)
+    measured); a lesson already followed is not followed again."""
     rel = f"notebooks/{lesson.name}"
+    if rel in COURSE_RUN:  # followed already (as an earlier lesson of one that was asked for)
+        return
+    for earlier in LESSONS[:LESSONS.index(lesson)]:
+        follow_lesson(page, lab, earlier)
     source = " ".join(lesson.with_suffix(".md").read_text().split())
     assert "**File ▸ Close and Shut Down Notebook…** and confirm, before you open the next one" in source, rel
     open_notebook(page, lab, rel)
