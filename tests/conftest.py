@@ -128,3 +128,20 @@ def dask_cluster():
 
     with start(n_workers=2) as cluster:
         yield cluster
+
+
+#: What tests share through a session fixture: under pytest-xdist's ``--dist loadgroup`` they go to
+#: one worker, so the session's demo class and recording are each graded once.
+SHARED_SESSION_FIXTURES = {"graded_class": "graded-class", "recording": "recording", "replayed": "recording"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """With pytest-xdist (``-n 2 --dist loadgroup``): a test that reads a costly session fixture
+    runs on the worker that made it; every other test stays with its file (its module-scoped
+    fixtures, e.g. one Dask cluster or one JupyterLab, are made once)."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        group = next((g for f, g in SHARED_SESSION_FIXTURES.items() if f in names), item.nodeid.split("::")[0])
+        item.add_marker(pytest.mark.xdist_group(group))
