@@ -19,10 +19,13 @@ and every replayed run use one seed, drawn afresh for the session, so the handed
 replayed are the outputs of the inputs the replayed run scores against. A notebook that was not
 recorded fails the run with what to add (a replay is never a guess).
 
-The seam: ``grader.pipeline.autograde`` and ``grader.parallel.autograde`` (the ``processes``
-engine, which the canary also uses), module globals swapped by :func:`stand_in`; the runs use
-the ``processes`` engine (``grader.pipeline.DEFAULT_ENGINE``). The sandbox session itself is
-entered as usual (cgroups, kernelspec); no kernel starts in it.
+The seam: ``grader.parallel._run_workers``, which starts the ``processes`` engine's ``nbgrader
+autograde`` processes (the canary uses that engine too), swapped by :func:`stand_in` for
+:func:`replay_workers`, which runs the same nbgrader autograde (assignment, students, exclusions)
+in this process; everything above it, :func:`grader.parallel.autograde`'s choice of submissions
+and its reading of the logs included, is the real thing. The runs use the ``processes`` engine
+(``grader.pipeline.DEFAULT_ENGINE``). The sandbox session is entered as usual (cgroups,
+kernelspec); no kernel starts in it.
 """
 from __future__ import annotations
 
@@ -35,7 +38,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,55 +126,54 @@ def _replay_api(tree):
     return api
 
 
-def replay_autograde(course, assignments, *, jobs=None, progress=None, log=print, extra_args=None,
-                     worker_setup=None, only=None, pairs=None):
-    """:func:`grader.parallel.autograde`'s contract (which submissions, what is returned), each
-    submission autograded by nbgrader in this process with :class:`ReplayOutputs`.
+@dataclass
+class _Finished:
+    """What :func:`grader.parallel.autograde` reads of a finished ``nbgrader autograde`` process."""
+
+    returncode: int
+
+    def poll(self) -> int:
+        return self.returncode
+
+
+def replay_workers(tree, tasks, everyone, jobs, extra_args, worker_setup, tick):
+    """In place of :func:`grader.parallel._run_workers` (which starts one ``nbgrader autograde
+    GLOB --force --CourseDirectory.student_id_exclude=OTHERS`` process per task): the same
+    autograde, run by nbgrader in this process, one task after the other, with
+    :class:`ReplayOutputs` for the kernel; its log goes where the process's would, for
+    :func:`grader.parallel.autograde` to read. The sandbox's options and the cell timeout
+    (``worker_setup``, ``extra_args``) are for kernels: none starts here.
 
     Raises:
         AssertionError: a notebook was not recorded (named, with :data:`RECORDED` to extend).
     """
-    from grader.course import CourseTree
-    from grader.parallel import AutogradeOutcome
-
-    tree = course if isinstance(course, CourseTree) else CourseTree(course)
-    todo = [pr for pr in tree.pairs(assignments) if (only is None or pr[1] in set(only))
-            and (pairs is None or pr in set(pairs))]
-    outcome = AutogradeOutcome()
-    if not todo:
-        return outcome
-    for a, s in todo:
-        shutil.rmtree(tree.autograded(s, a), ignore_errors=True)
+    from nbgrader.converters import Autograde
+    from nbgrader.utils import capture_log, temp_attrs
     from sqlalchemy.exc import SAWarning
 
-    api, cwd, t0 = _replay_api(tree), os.getcwd(), time.perf_counter()
-    stack = contextlib.ExitStack()
+    tree.logs.mkdir(exist_ok=True)
+    api, cwd, done = _replay_api(tree), os.getcwd(), []
     missed = len(ACTIVE.misses)
     try:
-        os.chdir(tree.root)
-        # what nbgrader's autograde processes say in their own logs (SQLAlchemy's autoflush notes)
-        stack.enter_context(warnings.catch_warnings())
-        warnings.filterwarnings("ignore", category=SAWarning)
-        for i, (a, s) in enumerate(todo):
-            result = api.autograde(a, s, force=True, create=True)
-            if not result.get("success"):
-                outcome.failed[(a, s)] = f"nbgrader reported an error: {result.get('error', '')[-300:]}"
-            if progress is not None:
-                progress(i + 1, len(todo))
+        os.chdir(tree.root)  # as the processes run, in the course root
+        with warnings.catch_warnings():  # what the processes say in their own logs (SQLAlchemy's notes)
+            warnings.filterwarnings("ignore", category=SAWarning)
+            for i, (glob, group) in enumerate(tasks):
+                others = ",".join(s for s in everyone if s not in group)
+                with temp_attrs(api.coursedir, assignment_id=glob, student_id="*", student_id_exclude=others):
+                    app = Autograde(coursedir=api.coursedir, parent=api)
+                    app.force = True
+                    result = capture_log(app)
+                logfile = tree.logs / f"autograde-worker{i}.log"
+                logfile.write_text(result.get("log", "") + result.get("error", ""))
+                done.append((_Finished(0 if result["success"] else 1), logfile))
+                tick()
     finally:
-        stack.close()
         os.chdir(cwd)
     if len(ACTIVE.misses) > missed:
         raise AssertionError(f"tests/replay.py: not recorded: {', '.join(ACTIVE.misses[missed:])}; add their "
                              f"answers to RECORDED (recorded: {sorted(set(ACTIVE.names.values()))})")
-    outcome.seconds = time.perf_counter() - t0
-    outcome.graded = [pr for pr in todo if pr not in outcome.failed and tree.has_notebook("autograded", pr[1], pr[0])]
-    for pr in todo:
-        if pr not in outcome.graded and pr not in outcome.failed:
-            outcome.failed[pr] = "nbgrader produced no autograded notebook"
-    for (a, s), why in outcome.failed.items():
-        log(f"autograde failed: student {s}, assignment {a}: {why}")
-    return outcome
+    return done
 
 
 def _submissions(dest: Path, course_root: Path) -> dict[str, str]:
@@ -237,7 +238,7 @@ def record(course_root: Path, work: Path) -> Recording:
 
 @contextlib.contextmanager
 def stand_in(recording: Recording, monkeypatch, canary_cache: Path):
-    """Swap the autograde engine for :func:`replay_autograde` for the ``with`` block: the seed is
+    """Swap the autograde processes for :func:`replay_workers` for the ``with`` block: the seed is
     the recording's, runs use the ``processes`` engine, the canary's passes go to ``canary_cache``
     (a replayed pass is never a real run's cache hit), and ``NORMREF_HANDBACK_DIR`` (which a run
     sets in this process) is put back afterwards."""
@@ -246,8 +247,7 @@ def stand_in(recording: Recording, monkeypatch, canary_cache: Path):
     from normref.handback import ENV
 
     monkeypatch.setattr(scoring, "new_seed", lambda: recording.seed)
-    monkeypatch.setattr(pipeline, "autograde", replay_autograde)
-    monkeypatch.setattr(parallel, "autograde", replay_autograde)
+    monkeypatch.setattr(parallel, "_run_workers", replay_workers)
     monkeypatch.setattr(pipeline, "DEFAULT_ENGINE", "processes")
     monkeypatch.setenv("NORMREF_CANARY_CACHE", str(canary_cache))
     monkeypatch.delenv(ENV, raising=False)
