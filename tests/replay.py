@@ -38,6 +38,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -237,18 +238,37 @@ def record(course_root: Path, work: Path) -> Recording:
     return rec
 
 
+def _one_run_id_per_second(run_id):
+    """``grader.state.run_id`` (the time to the second and the process id), waiting for the next
+    second when this process already had that id: replayed runs, all in this process, can start
+    within one second of each other, which runs in processes of their own never share an id."""
+    seen: set[str] = set()
+
+    def unique() -> str:
+        rid = run_id()
+        while rid in seen:
+            time.sleep(0.05)
+            rid = run_id()
+        seen.add(rid)
+        return rid
+
+    return unique
+
+
 @contextlib.contextmanager
 def stand_in(recording: Recording, monkeypatch, canary_cache: Path):
     """Swap the autograde processes for :func:`replay_workers` for the ``with`` block: the seed is
     the recording's, runs use the ``processes`` engine, the canary's passes go to ``canary_cache``
-    (a replayed pass is never a real run's cache hit), and ``NORMREF_HANDBACK_DIR`` (which a run
-    sets in this process) is put back afterwards."""
+    (a replayed pass is never a real run's cache hit), two runs never share a run id
+    (:func:`_one_run_id_per_second`), and ``NORMREF_HANDBACK_DIR`` (which a run sets in this
+    process) is put back afterwards."""
     global ACTIVE
-    from grader import parallel, pipeline, scoring
+    from grader import parallel, pipeline, scoring, state
     from normref.handback import ENV
 
     monkeypatch.setattr(scoring, "new_seed", lambda: recording.seed)
     monkeypatch.setattr(parallel, "_run_workers", replay_workers)
+    monkeypatch.setattr(state, "run_id", _one_run_id_per_second(state.run_id))
     monkeypatch.setattr(pipeline, "DEFAULT_ENGINE", "processes")
     monkeypatch.setenv("NORMREF_CANARY_CACHE", str(canary_cache))
     monkeypatch.delenv(ENV, raising=False)
