@@ -130,18 +130,38 @@ def dask_cluster():
         yield cluster
 
 
-#: What tests share through a session fixture: under pytest-xdist's ``--dist loadgroup`` they go to
-#: one worker, so the session's demo class and recording are each graded once.
-SHARED_SESSION_FIXTURES = {"graded_class": "graded-class", "recording": "recording", "replayed": "recording"}
+#: The test files that read the session's costly fixtures (graded_class, recording): under
+#: pytest-xdist (``-n 2 --dist loadfile``, pyproject's addopts) they run on one worker, as one unit,
+#: so the demo class and the recording are each graded once in a session.
+SHARED_SESSION_FILES = ("test_assignments.py", "test_cluster.py", "test_course_state.py", "test_grading.py")
+COSTLY_SESSION_FIXTURES = ("graded_class", "recording")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` (each file's tests on one worker, so its module-scoped fixtures, e.g.
+    one Dask cluster or one JupyterLab, are made once), with :data:`SHARED_SESSION_FILES` as one
+    file. (pytest-xdist's ``loadgroup`` cannot group tests under pytest 9.2: it renames node ids
+    through an attribute pytest no longer reads.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "shared-session-fixtures" if Path(path).name in SHARED_SESSION_FILES else path
+
+    return Scheduling(config, log)
 
 
 def pytest_collection_modifyitems(config, items):
-    """With pytest-xdist (``-n 2 --dist loadgroup``): a test that reads a costly session fixture
-    runs on the worker that made it; every other test stays with its file (its module-scoped
-    fixtures, e.g. one Dask cluster or one JupyterLab, are made once)."""
-    if not config.pluginmanager.hasplugin("xdist"):
+    """Under pytest-xdist: a test that reads a costly session fixture from a file not in
+    :data:`SHARED_SESSION_FILES` would make that fixture again on another worker; say so."""
+    if not hasattr(config, "workerinput"):
         return
-    for item in items:
-        names = set(getattr(item, "fixturenames", ()))
-        group = next((g for f, g in SHARED_SESSION_FIXTURES.items() if f in names), item.nodeid.split("::")[0])
-        item.add_marker(pytest.mark.xdist_group(group))
+    stray = sorted({item.nodeid.split("::", 1)[0] for item in items
+                    if set(COSTLY_SESSION_FIXTURES) & set(getattr(item, "fixturenames", ()))
+                    and Path(item.nodeid.split("::", 1)[0]).name not in SHARED_SESSION_FILES})
+    if stray:
+        raise pytest.UsageError(f"{', '.join(stray)} read(s) {' or '.join(COSTLY_SESSION_FIXTURES)}: add the file to "
+                                "SHARED_SESSION_FILES in tests/conftest.py (else each xdist worker grades it again)")
