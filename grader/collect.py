@@ -685,7 +685,7 @@ def collect(course: Course, submissions: Path, assignments: list[str]) -> Collec
     pairs = _tree_pairs(submissions, assignments)
     if submissions == tree.submitted().resolve():  # graded in place: changed since graded, or new
         out.in_place = True
-        out.source = f"the course's own submitted/ ({submissions}), graded in place"
+        out.source = "the course's own submitted/ (graded in place)"
         _remember(tree, sort_out_in_place(course, out, pairs, _received(tree)))
     else:  # a resubmission replaces the earlier one whole
         hashes = _sort_out(course, out, {(a, st): sorted((submissions / st / a).glob("*.ipynb"))
