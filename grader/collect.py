@@ -156,7 +156,8 @@ class Collected:
         skipped: ``{file name: reason}`` for files that were not collected.
         replaced: ``(assignment, student)`` pairs whose earlier submission this batch replaced.
         unchanged: ``(assignment, student)`` pairs handed in again byte for byte (a rerun of the
-            same download): kept as they are, not a resubmission.
+            same download), or in place the same as when last graded: kept as they are, not a
+            resubmission.
         flags: ``{student: [notes]}`` for the report (e.g. the LMS marked a file late).
         hand_grades: the hand grades of each replaced submission, with the answers they graded
             (:func:`grader.handgrades.capture`), to carry over where the answer is unchanged.

@@ -258,7 +258,8 @@ def generate(b: Batch) -> None:
 def collect_submissions(b: Batch) -> None:
     """This batch into ``submitted/`` (the demo class when no submissions are given); due dates.
 
-    Which submissions this run grades: those it brought in new or changed, and those an earlier
+    Which submissions this run grades: those it brought in new or changed (graded in place from
+    ``submitted/``: changed since last graded, :mod:`grader.inplace`), and those an earlier
     run left ungraded (stopped, failed, or rolled back by a restore). The ``collect:`` line names
     the latter that this batch did not bring (``...; 3 carried over from the interrupted run
     <id>, graded in this run too: a (rmsnorm), ...``), and one handed in again unchanged but not
