@@ -204,7 +204,7 @@ def remember_graded(tree: CourseTree, pairs, collected: dict[str, str], run_id: 
         return
     damaged = set_aside_damaged(tree)
     if damaged:
-        log(f"collect: {damaged}")
+        log(damaged)
     record = graded_hashes(tree)
     for a, st in pairs:
         key = f"{st}/{a}"
