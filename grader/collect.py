@@ -2,7 +2,9 @@
 
 Three inputs are recognised, in this order:
 
-1. an nbgrader ``submitted/`` tree (``<student>/<assignment>/*.ipynb``): copied as is;
+1. an nbgrader ``submitted/`` tree (``<student>/<assignment>/*.ipynb``): copied as is; the course's
+   own ``submitted/`` (a JupyterHub's, after ``nbgrader collect --update``) is graded in place,
+   each notebook changed since it was last graded as a resubmission (:mod:`grader.inplace`);
 2. a folder or ``.zip`` of ``.ipynb`` files named the way an LMS download names them: handed
    to nbgrader's own ``zip_collect`` app, once per assignment, with
    :class:`LmsFileNameCollector` reading the student id, timestamp and notebook name from the
@@ -18,7 +20,6 @@ collected as case 1.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -34,6 +35,7 @@ from nbgrader.plugins.zipcollect import FileNameCollectorPlugin
 
 from .apps import Course
 from .course import CourseTree
+from .inplace import files_hash, sort_out as sort_out_in_place
 
 # Canvas:     doejane_12345_67890_rmsnorm.ipynb   (late: doejane_LATE_12345_67890_rmsnorm.ipynb)
 # Moodle:     Jane Doe_12345_assignsubmission_file_rmsnorm.ipynb
@@ -154,10 +156,17 @@ class Collected:
         skipped: ``{file name: reason}`` for files that were not collected.
         replaced: ``(assignment, student)`` pairs whose earlier submission this batch replaced.
         unchanged: ``(assignment, student)`` pairs handed in again byte for byte (a rerun of the
-            same download): kept as they are, not a resubmission.
+            same download), or in place the same as when last graded: kept as they are, not a
+            resubmission.
         flags: ``{student: [notes]}`` for the report (e.g. the LMS marked a file late).
         hand_grades: the hand grades of each replaced submission, with the answers they graded
             (:func:`grader.handgrades.capture`), to carry over where the answer is unchanged.
+        in_place: the course's own ``submitted/`` was the input (:mod:`grader.inplace`).
+        changed: in place, ``{(assignment, student): the run that graded it, or None}`` for each
+            notebook changed since it was last graded (graded again as a resubmission).
+        notes: lines for the run's log about what was collected (not about one file).
+        as_collected: ``{"<student>/<assignment>": sha256}`` of the notebooks to grade as they
+            were before repair (:func:`grader.inplace.remember_graded` records them once graded).
     """
 
     source: str
@@ -167,6 +176,10 @@ class Collected:
     unchanged: list[tuple[str, str]] = field(default_factory=list)
     flags: dict[str, list[str]] = field(default_factory=dict)
     hand_grades: list = field(default_factory=list)
+    in_place: bool = False
+    changed: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    as_collected: dict[str, str] = field(default_factory=dict)
 
     @property
     def pairs(self) -> list[tuple[str, str]]:
@@ -195,7 +208,8 @@ def _received(tree: CourseTree, name: str = RECEIVED) -> dict:
 
 def received_hashes(tree: CourseTree) -> dict[str, str]:
     """``{"<student>/<assignment>": sha256}`` of the files last received for each submission
-    (``logs/received.json``; a submission collected in place from ``submitted/`` has none)."""
+    (``logs/received.json``; graded in place from ``submitted/``: its notebooks as found there
+    when new or changed, :mod:`grader.inplace`)."""
     return _received(tree)
 
 
@@ -228,11 +242,7 @@ def _remember(tree: CourseTree, entries: dict, name: str = RECEIVED) -> None:
     os.replace(part, path)
 
 
-def _hash(files: list[Path]) -> str:
-    h = hashlib.sha256()
-    for f in sorted(files, key=lambda p: p.name):
-        h.update(f.read_bytes())
-    return h.hexdigest()
+_hash = files_hash
 
 
 def _sort_out(course: Course, out: Collected, incoming: dict[tuple[str, str], list[Path]]) -> dict[str, str]:
@@ -674,8 +684,10 @@ def collect(course: Course, submissions: Path, assignments: list[str]) -> Collec
         return collect_lms(course, submissions, assignments)
     out = Collected(source=f"nbgrader submitted/ tree {submissions}")
     pairs = _tree_pairs(submissions, assignments)
-    if submissions == tree.submitted().resolve():
-        out._pairs = pairs
+    if submissions == tree.submitted().resolve():  # graded in place: changed since graded, or new
+        out.in_place = True
+        out.source = "the course's own submitted/ (graded in place)"
+        _remember(tree, sort_out_in_place(course, out, pairs, _received(tree)))
     else:  # a resubmission replaces the earlier one whole
         hashes = _sort_out(course, out, {(a, st): sorted((submissions / st / a).glob("*.ipynb"))
                                          for a, st in pairs})

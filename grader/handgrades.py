@@ -114,7 +114,8 @@ def capture(tree: CourseTree, assignment: str, student: str, graded: Path | None
     Args:
         graded: the folder of the notebooks the gradebook's grades were given to, when it is not
             ``submitted/`` (a restored older gradebook graded the earlier submission, kept in
-            ``logs/replaced/``).
+            ``logs/replaced/``; graded in place, ``submitted/`` already holds the resubmission and
+            the notebook as graded is ``autograded/``'s, :mod:`grader.inplace`).
     """
     out = read(tree, assignment, student, graded=graded)
     record(tree, out)

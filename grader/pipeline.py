@@ -20,14 +20,14 @@ from pathlib import Path
 
 import nbformat
 
-from . import canary, database, sandbox, state, warm
+from . import canary, database, inplace, sandbox, state, warm
 from . import scoring
 from .apps import AppError, Course, generate_feedback_parallel
 from .collect import Collected, check_input, collect, lms_late, write_roster
 from .course import REPO_ROOT, CourseTree
 from .parallel import AutogradeOutcome, autograde, default_jobs
-from .repair import (Repair, remember_unreadable, repair_all, set_aside_damaged_unreadable, unreadable,
-                     unreadable_note)
+from .repair import (Repair, remember_unreadable, repair_all, repair_submission, set_aside_damaged_unreadable,
+                     unreadable, unreadable_note)
 from .report import ClassReport, build_report, read_runs, summary_text, write_report
 # starting over and restoring a state archive: grader/reset.py (light, for `python -m grader clean`)
 from .reset import (DEMO_MARKER, GRADEBOOK_IN_ARCHIVE, GRADING_STATE, GRADING_STATE_PATTERNS,  # noqa: F401
@@ -258,7 +258,8 @@ def generate(b: Batch) -> None:
 def collect_submissions(b: Batch) -> None:
     """This batch into ``submitted/`` (the demo class when no submissions are given); due dates.
 
-    Which submissions this run grades: those it brought in new or changed, and those an earlier
+    Which submissions this run grades: those it brought in new or changed (graded in place from
+    ``submitted/``: changed since last graded, :mod:`grader.inplace`), and those an earlier
     run left ungraded (stopped, failed, or rolled back by a restore). The ``collect:`` line names
     the latter that this batch did not bring (``...; 3 carried over from the interrupted run
     <id>, graded in this run too: a (rmsnorm), ...``), and one handed in again unchanged but not
@@ -304,11 +305,16 @@ def collect_submissions(b: Batch) -> None:
                   f"{_named(prs)}" for origin, prs in _by_origin(carried, origins).items()))
     for name, why in got.skipped.items():
         log(f"collect: skipped {name}: {why}")
-    for a, st in got.replaced:
+    for note in got.notes:  # in place: what changed since graded, what is new (grader/inplace.py)
+        log(f"collect: {note}")
+    for a, st in [] if got.in_place else got.replaced:
         log(f"collect: {st} ({a}) replaces that student's earlier submission")
+    if got.in_place and (same := [pr for pr in got.unchanged if pr not in left]):
+        log(f"collect: {len(same)} unchanged since last graded: not graded again (grades and feedback kept)")
     for a, st in got.unchanged:
         if (a, st) not in left:
-            log(f"collect: {st} ({a}) is unchanged since it was last received: not a resubmission")
+            if not got.in_place:
+                log(f"collect: {st} ({a}) is unchanged since it was last received: not a resubmission")
             continue
         origin, finished = origins.get(f"{st}/{a}", (_EARLIER, False))
         log(f"collect: {st} ({a}) is unchanged since it was last received, by {origin}"
@@ -321,6 +327,8 @@ def collect_submissions(b: Batch) -> None:
         log(f"collect: {st} ({a}) has no gradebook row (an older gradebook was restored?): graded again")
     _remember_collected(tree, got.pairs, b.run_id)
     b.to_grade = None if b.fresh else sorted(set(got.pairs) | (set(tree.pairs(run.assignments)) - graded))
+    # as collected (before repair): recorded with the graded hash once graded (grader/inplace.py)
+    got.as_collected = inplace.hashes_now(tree, tree.pairs(run.assignments) if b.to_grade is None else b.to_grade)
     # until their autograde finishes, the submissions to grade count as ungraded (a killed run's
     # rerun grades them again)
     _write_graded(tree, set() if b.to_grade is None else graded - set(b.to_grade))
@@ -439,13 +447,16 @@ def repair(b: Batch) -> None:
 
     Raises:
         OSError: ``submitted/`` or ``logs/`` cannot be written."""
-    only = None if b.to_grade is None else sorted({s for _, s in b.to_grade})
     damaged = set_aside_damaged_unreadable(b.tree)
     if damaged:
         b.log(f"repair: {damaged}")
-    b.run.repairs = {k: v for k, v in repair_all(
-        b.tree, b.run.assignments, only=only, keep=b.tree.logs / "batches" / b.run_id / "originals").items()
-        if b.to_grade is None or k in set(b.to_grade)}
+    keep = b.tree.logs / "batches" / b.run_id / "originals"
+    if b.to_grade is None:
+        b.run.repairs = repair_all(b.tree, b.run.assignments, keep=keep)
+    else:  # only what is graded: a notebook left alone keeps its bytes (grader/inplace.py compares them)
+        reps = {(a, st): repair_submission(b.tree, st, a, keep) for a, st in b.to_grade
+                if b.tree.submitted(st, a).is_dir()}
+        b.run.repairs = {k: r for k, r in reps.items() if r.notes or r.flags or r.unrecoverable}
     remember_unreadable(b.tree, b.run.repairs)  # before autograde: a stopped run's rerun reports it too
     # graded again, an unreadable file's stand-in (the released notebook) reads fine: say what it is
     for (a, st), why in unreadable(b.tree).items():
@@ -525,6 +536,8 @@ def trusted_scoring(b: Batch) -> None:
 
     scoring.scoring_stage(b)
     if b.run.autograde is not None:
+        done = set(b.run.autograde.graded) - set(b.run.autograde.failed)
+        inplace.remember_graded(b.tree, sorted(done), b.collected.as_collected, b.run_id, log=b.log)
         _remember_graded(b.tree, b.run.assignments, b.run.autograde)
         forget(b.tree, b.hand_grades_done)  # applied (or named as to redo): the record may go
 
