@@ -40,9 +40,21 @@ FAULT_ALIASES: dict[str, str] = dict(ALIASES)
 #: from the registry. Kinds missing here get a phrase cut from their ``KNOWN_FAULTS`` description.
 FAULT_LABELS: dict[str, str] = {k: f.label for k, f in FAULTS.items()}
 
-#: Where the instructor grades the questions marked for manual grading.
+#: Where the instructor grades the questions marked for manual grading (on a laptop).
 FORMGRADER_HINT = ("grade them in formgrader: run `make lab-instructor`, then Nbgrader > Formgrader > "
                    "Manual Grading (nbgrader 0.9.6 has no `nbgrader formgrader` command)")
+
+
+def formgrader_hint(environ=os.environ) -> str:
+    """:data:`FORMGRADER_HINT`, or on a JupyterHub (``make grade`` run in a terminal of the
+    instructor's own server, which sets ``JUPYTERHUB_SERVICE_PREFIX`` to ``/user/<name>/``)
+    formgrader's address there: formgrader inside JupyterLab is blank on a hub (its pages refuse
+    to be framed), and ``make lab-instructor`` does not apply."""
+    prefix = environ.get("JUPYTERHUB_SERVICE_PREFIX")
+    if not prefix:
+        return FORMGRADER_HINT
+    return (f"grade them in formgrader: open {prefix.rstrip('/')}/formgrader on your JupyterHub "
+            "(its own browser tab), then Manual Grading")
 
 
 def canonical_fault(kind: str) -> str:
@@ -127,7 +139,7 @@ class ManualGrading:
         if not n:
             return head + ": none waits for a grader."
         return (f"{head}: {n} submission{'s' if n != 1 else ''} wait{'s' if n == 1 else ''} for it; "
-                f"{FORMGRADER_HINT}; until then {'they count' if n != 1 else 'it counts'} 0.")
+                f"{formgrader_hint()}; until then {'they count' if n != 1 else 'it counts'} 0.")
 
     def to_json(self) -> dict:
         return {"questions": self.questions, "points": self.points,

@@ -324,3 +324,12 @@ def test_the_late_column_shows_lms_late_marks_as_grades_csv_does(course):
     assert late == {"ana": "hw (marked late by the LMS)", "ben": "", "cid": "hw (2.5 h)", "dov": ""}
     data = json.loads((course / "reports" / "report.json").read_text(encoding="utf-8"))
     assert data["lms_late"] == ["ana (hw)"] and data["late_seconds"] == {"cid (hw)": 9000.0}
+
+
+def test_the_hand_grading_hint_on_a_hub_names_formgrader_by_its_address():
+    from grader.report import FORMGRADER_HINT, formgrader_hint
+
+    # a terminal of the instructor's own hub server has the server's prefix in its environment
+    on_hub = formgrader_hint({"JUPYTERHUB_SERVICE_PREFIX": "/user/nrhub-instr/"})
+    assert "/user/nrhub-instr/formgrader" in on_hub and "make lab-instructor" not in on_hub
+    assert formgrader_hint({}) == FORMGRADER_HINT and "`make lab-instructor`" in FORMGRADER_HINT
