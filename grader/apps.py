@@ -5,7 +5,7 @@ nbgrader before it does any work; a class run needs a dozen of them (generate, d
 feedback and export for every assignment). :class:`Course` loads the course's
 ``nbgrader_config.py`` once and runs the same apps, with the same configuration and the same
 preprocessors, in this process. Autograde is not run here: it executes student code and runs
-in separate (sandboxed) processes, see :mod:`grader.parallel`.
+in worker processes, each kernel sandboxed, see :mod:`grader.engine`.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from multiprocessing import get_context
 from pathlib import Path
 
 from .course import CourseTree, put_interpreter_on_path, split_round_robin
-from .parallel import die_with_parent
+from .engine import die_with_parent
 
 
 #: Where ``generate_assignment`` writes before its output replaces ``release/<assignment>``.

@@ -24,7 +24,7 @@ from nbclient import NotebookClient
 from . import bench_warm
 from .demo.answer_bank import ANSWERS
 from .demo import apply_due_dates, demo_class, fill_answers, write_demo_submissions
-from .parallel import default_jobs
+from .engine import default_jobs
 from .course import nbgrader_env
 from .pipeline import REPO_ROOT, grade_class, list_assignments
 from .scoring import prepare_inputs
@@ -80,7 +80,7 @@ def floor_per_submission(root: Path) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m grader.bench", description=__doc__)
-    p.add_argument("--jobs", type=int, default=None, help="parallel processes (default: all cores)")
+    p.add_argument("--jobs", type=int, default=None, help="worker processes (default: all cores)")
     p.add_argument("--students", type=int, default=None,
                    help="grade only the first N demo students (default: all 30)")
     p.add_argument("--db", default=None, metavar="URL",
@@ -161,7 +161,7 @@ def engine_rows(td: Path, students: int | None, n: int, jobs: int, seq_total: fl
             run = grade_class(course_root=root, submissions=td / f"engine-{i}-submitted", jobs=workers,
                               engine=engine, db_url=url, fresh=True, yes=True, log=lambda *_: None)
             auto = run.autograde.seconds
-            name = "nbgrader processes" if engine == "processes" else "Dask (local cluster)"
+            name = "process pool" if engine == "processes" else "Dask (local cluster)"
             ratios = (f"{seq_auto / auto:>19.2f}x{seq_total / run.seconds:>9.2f}x" if seq_auto
                       else f"{'-':>20}{'-':>10}")
             print(f"{name:<26}{workers:>7}  {'PostgreSQL' if db else 'SQLite':<10}{60 * n / auto:>10.1f}"

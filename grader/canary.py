@@ -3,7 +3,7 @@
 Each run first grades ``source/``'s solutions as a student's submission (the released notebook
 with every answer cell holding the solution, its ``### BEGIN/END SOLUTION`` lines removed) in a
 scratch course folder, through what the students get: nbgrader's generate and autograde, the
-run's engine (its Dask cluster, or ``nbgrader autograde`` processes), the bubblewrap sandbox,
+run's engine (:mod:`grader.engine`: its Dask cluster or this machine's process pool), the bubblewrap sandbox,
 the hand-back and the scoring outside the kernel (:mod:`grader.scoring`). If any automatic
 question (an autograder test cell; written answers are graded by hand) scores below full, the
 run stops before the course's gradebook is touched (:class:`CanaryFailed`, one line naming the
@@ -101,9 +101,9 @@ def _key(parts: dict) -> str:
 def _worker_groups(b) -> dict[str, list[str]]:
     """``{key of a worker's facts: [worker addresses]}`` of an existing Dask cluster; ``{"": []}``
     without one (the embedded cluster's workers are forked from this process)."""
-    if b.dask is None or b.dask.address is None:
+    if b.engine is None or b.engine.address is None:
         return {"": []}
-    client = b.dask.client(use_sandbox=b.use_sandbox is not False)
+    client = b.engine.client(use_sandbox=b.use_sandbox is not False)
     groups: dict[str, list[str]] = {}
     for addr, f in client.run(facts).items():
         groups.setdefault(_key(f), []).append(addr)
@@ -209,12 +209,12 @@ def grade_solutions(b, scratch_root: Path, workers: list[str] | None = None) -> 
 
     Returns:
         ``{"failures": [one line each], "questions": automatic questions graded,
-        "peak_mb": {assignment: a kernel's peak memory in MiB (processes engine, memory cgroup)}}``.
+        "peak_mb": {assignment: a kernel's peak memory in MiB (where kernels have a memory cgroup)}}``.
 
     Raises:
         CanaryFailed: generate failed for ``source/`` (nbgrader's log quoted).
     """
-    from . import cluster, parallel, pipeline, scoring
+    from . import engine, pipeline, scoring
     from .apps import AppError, Course
 
     tree, assignments = b.tree, b.run.assignments
@@ -238,22 +238,13 @@ def grade_solutions(b, scratch_root: Path, workers: list[str] | None = None) -> 
     scoring.inputs_stage(sb_b)
     sandboxed = sandbox.available() if b.use_sandbox is None else bool(b.use_sandbox)
     extra = [f"--Execute.timeout={b.cell_timeout}"] if b.cell_timeout else []
-    peak: dict[str, float] = {}
-    with (sandbox.SandboxSession(scratch_root) if sandboxed else contextlib.nullcontext()) as sb:
-        if b.dask is not None:
-            out = cluster.autograde(scratch, assignments, client=b.dask.client(use_sandbox=sandboxed), log=quiet,
-                                    extra_args=extra, use_sandbox=sandboxed, workers=workers,
-                                    course_id=course.api.coursedir.course_id)
-            flags = dict(out.limit_flags)
-        else:
-            out = parallel.autograde(scratch, assignments, jobs=sb_b.jobs, log=quiet, extra_args=extra,
-                                     worker_setup=sb.worker if sandboxed else None)
-            flags = {}
-        if sandboxed:
-            for pr, notes in sandbox.limit_flags(scratch_root, sb, list(out.graded) + list(out.failed)).items():
-                flags.setdefault(pr, []).extend(notes)
-            for cwd, mb in sb.peak_memory_mb().items():  # autograded/canary/<assignment>
-                peak[cwd.name] = round(mb, 1)
+    out = engine.autograde(scratch, assignments, b.engine, course_id=course.api.coursedir.course_id, log=quiet,
+                           extra_args=extra, use_sandbox=sandboxed, workers=workers)
+    flags = {pr: list(notes) for pr, notes in out.limit_flags.items()}  # seen in the kernels' cgroups
+    if sandboxed:  # and the caps the kernel guard reported in the autograded notebooks
+        for pr, notes in sandbox.limit_flags(scratch_root, None, list(out.graded) + list(out.failed)).items():
+            flags.setdefault(pr, []).extend(notes)
+    peak = {a: round(mb, 1) for (a, _), mb in out.peak_mb.items()}
     sb_b.run.autograde = out
     scoring.scoring_stage(sb_b)
     scores, max_points = pipeline.read_gradebook(scratch, assignments)
@@ -292,7 +283,7 @@ def _stage(b) -> None:
     local = facts()
     base = {"course": _course_digest(tree, assignments), "assignments": assignments, "here": local,
             "sandbox_asked": b.use_sandbox, "cell_timeout": b.cell_timeout,
-            "engine": "dask" if b.dask is not None else "processes"}
+            "engine": b.engine.name if b.engine is not None else "processes"}
     todo = []
     for group, workers in groups.items():
         key = _key({**base, "workers": group})

@@ -18,14 +18,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import nbformat
-
 from . import canary, database, inplace, sandbox, state, warm
 from . import scoring
 from .apps import AppError, Course, generate_feedback_parallel
 from .collect import Collected, check_input, collect, lms_late, write_roster
 from .course import REPO_ROOT, CourseTree
-from .parallel import AutogradeOutcome, autograde, default_jobs
+from .engine import AutogradeOutcome, LocalEngine, autograde, default_jobs, regrade_dead_kernels
 from .repair import (Repair, remember_unreadable, repair_all, repair_submission, set_aside_damaged_unreadable,
                      unreadable, unreadable_note)
 from .report import ClassReport, build_report, read_runs, summary_text, write_report
@@ -192,7 +190,7 @@ class Batch:
     course: Course | None = None
     collected: Collected | None = None
     to_grade: list[tuple[str, str]] | None = None  # None: every submission here
-    dask: object = None  # grader.cluster.DaskCluster: autograde as Dask tasks; None: processes
+    engine: object = None  # grader.engine.Engine: this machine's process pool, or grader.cluster.DaskCluster
     demo_students: int | None = None
     lms_gradebook: Path | None = None
     groups: bool = True
@@ -471,8 +469,10 @@ def repair(b: Batch) -> None:
 
 
 def autograde_stage(b: Batch) -> None:
-    """``nbgrader autograde`` in ``jobs`` parallel processes, sandboxed when bubblewrap works;
-    a batch grades its own students and anyone an earlier run left ungraded."""
+    """One autograde task per submission on the run's engine (:mod:`grader.engine`: this machine's
+    process pool, or Dask), every kernel sandboxed when bubblewrap works; a batch grades its own
+    students and anyone an earlier run left ungraded; a submission whose kernel died is graded
+    again through the same engine (:func:`_regrade_dead_kernels`)."""
     tree, run, log = b.tree, b.run, b.log
     ok = sandbox.available()
     if b.use_sandbox and not ok:
@@ -483,45 +483,34 @@ def autograde_stage(b: Batch) -> None:
         log("WARNING: grading WITHOUT the sandbox (bubblewrap not available): student code runs "
             "with your rights and can read source/ and gradebook.db")
     extra = [f"--Execute.timeout={b.cell_timeout}"] if b.cell_timeout else []
-    if b.dask is None:
-        log(f"autograde: {b.jobs} parallel nbgrader process{'es' if b.jobs > 1 else ''}"
-            f"{', sandboxed' if run.sandboxed else ''}")
     session = sandbox.SandboxSession(tree.root) if run.sandboxed else contextlib.nullcontext()
     with session as sb:
-        setup = sb.worker if run.sandboxed else None
         swept = getattr(sb, "swept", None) or {}
         if any(swept.values()):
             log(f"sandbox: swept {swept['cgroups']} stale normref cgroup(s) and {swept['ipc']} kernel-socket "
                 f"folder(s) left by killed runs, killing {swept.get('killed', 0)} sandbox process(es) that "
                 f"outlived them ({swept['in_use']} still in use, kept)")
-        try:
-            if b.dask is not None:  # Dask tasks (grader/cluster.py): this machine or a cluster
-                from . import cluster
 
-                client = b.dask.client(use_sandbox=run.sandboxed)
-                log(f"autograde: Dask tasks on {b.dask.describe()}{', sandboxed' if run.sandboxed else ''}")
-                run.autograde = cluster.autograde(tree, run.assignments, client=client, log=log,
-                                                  extra_args=extra, use_sandbox=run.sandboxed,
-                                                  progress=_progress_bar() if b.progress else None,
-                                                  course_id=b.course.api.coursedir.course_id,
-                                                  pairs=b.to_grade)
-            else:
-                run.autograde = autograde(tree, run.assignments, jobs=b.jobs, log=log, extra_args=extra,
-                                          progress=_progress_bar() if b.progress else None,
-                                          worker_setup=setup, pairs=b.to_grade)
-            _regrade_dead_kernels(tree, run, extra, setup, log)
+        def grade(pairs, say=lambda *_: None, progress=None):
+            return autograde(tree, run.assignments, b.engine, course_id=b.course.api.coursedir.course_id,
+                             pairs=pairs, log=say, progress=progress, extra_args=extra, use_sandbox=run.sandboxed)
+
+        try:
+            b.engine.executor(use_sandbox=run.sandboxed)
+            log(f"autograde: {b.engine.label} on {b.engine.describe()}{', sandboxed' if run.sandboxed else ''}")
+            run.autograde = grade(b.to_grade, log, _progress_bar() if b.progress else None)
+            _regrade_dead_kernels(b, lambda pr: grade([pr]))
         except RuntimeError as e:
             raise GradingError(str(e)) from e
         if run.sandboxed:  # the sandbox's caps a kernel ran into (process count, bytes written)
             hits = sandbox.limit_flags(tree.root, sb, run.autograde.graded)
-            for pr, notes in getattr(run.autograde, "limit_flags", {}).items():  # seen on Dask workers
+            for pr, notes in run.autograde.limit_flags.items():  # seen by the workers, in the kernels' cgroups
                 hits.setdefault(pr, []).extend(n for n in notes if n not in hits[pr])
             for (a, st), notes in hits.items():
                 run.repairs.setdefault((a, st), Repair(st, a)).flags.extend(notes)
                 for note in notes:
                     log(f"autograde: {st} ({a}): {note}")
-            kernels = warm.merge(warm.kernel_counts(sb.records), getattr(run.autograde, "kernels", None))
-            if line := warm.describe(kernels, sb.warm_off):  # a fresh kernel instead of a warm one: said once
+            if line := warm.describe(run.autograde.kernels, sb.warm_off):  # a fresh kernel instead of a warm one
                 log(line)
     log(f"autograde: {len(run.autograde.graded)} notebooks in {run.autograde.seconds:.1f} s")
     _carry_hand_grades(b)
@@ -731,7 +720,7 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
         course_root: the nbgrader course root (holds ``nbgrader_config.py`` and ``source/``).
         submissions: an nbgrader ``submitted/`` tree, a folder or ``.zip`` of LMS-named
             notebooks, or None for the embedded demo class.
-        jobs: concurrent autograde processes (default: all cores).
+        jobs: autograde worker processes on this machine (default: all cores).
         fresh: remove earlier grading state first (default: True for the demo class, False
             otherwise, so a real class can be graded in several batches: a batch adds to the
             gradebook, replaces a student's earlier submission of the same assignment, and
@@ -760,9 +749,9 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
             autograde tasks (default: ``$DASK_SCHEDULER_ADDRESS``); see :mod:`grader.cluster`.
         db_url: the gradebook's SQLAlchemy URL, e.g. ``postgresql://USER@HOST:5432/DBNAME``
             (nbgrader's ``CourseDirectory.db_url``; default: ``gradebook.db`` here, SQLite).
-        engine: how autograde runs without a ``scheduler``: ``"dask"`` (an embedded local
-            Dask cluster of ``jobs`` workers) or ``"processes"`` (``jobs`` ``nbgrader
-            autograde`` processes); default :data:`DEFAULT_ENGINE`.
+        engine: where the autograde tasks run without a ``scheduler`` (:mod:`grader.engine`):
+            ``"dask"`` (an embedded local Dask cluster of ``jobs`` workers) or ``"processes"``
+            (this machine's process pool of ``jobs`` workers); default :data:`DEFAULT_ENGINE`.
         log: where progress lines go.
 
     Returns:
@@ -800,10 +789,12 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
 
     try:  # a wrong scheduler address fails here, before anything is touched
         if scheduler_address(scheduler) is not None or engine == "dask":
-            b.dask = DaskCluster(scheduler, b.jobs, log=log)
+            b.engine = DaskCluster(scheduler, b.jobs, log=log)
+        else:
+            b.engine = LocalEngine(b.jobs, log=log)
     except ClusterError as e:
         raise GradingError(str(e)) from None
-    with (b.dask or contextlib.nullcontext()), state.run_lock(tree, command, log=log):
+    with b.engine, state.run_lock(tree, command, log=log):
         status, error = "failed", None
         try:
             for name, stage in STAGES:
@@ -860,55 +851,19 @@ def _input_hashes(path: Path | None) -> dict[str, str]:
     return {str(f): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
 
 
-def _answer_ids(nb) -> list[str]:
-    return [c.metadata["nbgrader"]["grade_id"] for c in nb.cells
-            if c.cell_type == "code" and c.get("metadata", {}).get("nbgrader", {}).get("solution")]
-
-
-def _regrade_dead_kernels(tree: CourseTree, run: GradeRun, extra, setup, log) -> None:
+def _regrade_dead_kernels(b: Batch, grade) -> None:
     """A submission nbgrader could not finish (its kernel died or stopped answering) is graded
-    again: first unchanged (a kernel can fail to start on a loaded machine), then with one
-    answer cell at a time replaced by a stub that raises, until it finishes: that question
-    scores 0 with the reason, and every other question keeps its points."""
-    out = run.autograde
-    for (a, st), reason in sorted(out.failed.items()):
-        sub = tree.submitted(st, a)
-        nbs = sorted(sub.glob("*.ipynb"))
-        if not nbs:
-            continue
-        originals = {p: p.read_text(encoding="utf-8") for p in nbs}
-        cells = [(p, gid) for p in nbs for gid in _answer_ids(nbformat.reads(originals[p], 4))]
-        stubbed: list[tuple[Path, str]] | None = None
-        attempts = [[]] + [[c] for c in cells] + [cells[: k + 1] for k in range(1, len(cells))]
-        for attempt in attempts:
-            for p, text in originals.items():
-                nb = nbformat.reads(text, 4)
-                for c in nb.cells:
-                    gid = c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-                    if (p, gid) in attempt:
-                        c.source = ("# The grader removed this cell: the grading kernel died or hung "
-                                    "while running this question's code.\nraise RuntimeError("
-                                    "'removed by the grader: the kernel died in this question')")
-                nbformat.write(nb, p)
-            again = autograde(tree, [a], jobs=1, log=lambda *_: None, extra_args=extra,
-                              worker_setup=setup, only=[st])
-            if (a, st) in again.graded:
-                stubbed = attempt
-                break
-        if stubbed is not None:
-            del out.failed[(a, st)]
-            out.graded.append((a, st))
-            rep = run.repairs.setdefault((a, st), Repair(st, a))
-            if not stubbed:
-                rep.notes.append(f"nbgrader failed once ({reason}); graded again unchanged")
-            for _, gid in stubbed:
-                rep.flags.append(f"the grading kernel died or hung in answer cell {gid!r} ({reason}): "
-                                 "that question scores 0; the rest was graded")
-            log(f"autograde: {st} ({a}) regraded" + (f" without {', '.join(g for _, g in stubbed)}"
-                                                     if stubbed else " unchanged"))
-        else:
-            for p, text in originals.items():
-                p.write_text(text, encoding="utf-8")
+    again through the run's engine (:func:`grader.engine.regrade_dead_kernels`): unchanged first,
+    then with answer cells replaced by a stub that raises, until it finishes: that question scores
+    0 with the reason (a flag), and every other question keeps its points."""
+    for (a, st), (reason, stubbed) in regrade_dead_kernels(b.tree, b.run.autograde, grade).items():
+        rep = b.run.repairs.setdefault((a, st), Repair(st, a))
+        if not stubbed:
+            rep.notes.append(f"nbgrader failed once ({reason}); graded again unchanged")
+        for gid in stubbed:
+            rep.flags.append(f"the grading kernel died or hung in answer cell {gid!r} ({reason}): "
+                             "that question scores 0; the rest was graded")
+        b.log(f"autograde: {st} ({a}) regraded" + (f" without {', '.join(stubbed)}" if stubbed else " unchanged"))
 
 
 def format_table(run: GradeRun) -> str:

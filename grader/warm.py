@@ -5,8 +5,8 @@ A fresh grading kernel (:mod:`grader.sandbox`) spends ~3 of its ~3.4 CPU seconds
 Python interpreter, importing torch and finalizing it again; the student's cells are ~0.2 s.
 Here the ``normref-sandbox`` kernelspec names the jupyter_client kernel provisioner
 :class:`WarmProvisioner` (entry point ``normref-warm``, registered by ``make install``), so
-nbgrader, nbclient and both autograde engines are unchanged. Per worker process (an
-``nbgrader autograde`` process, a Dask worker):
+nbgrader, nbclient and the autograde engine (:mod:`grader.engine`) are unchanged. Per worker
+process (of this machine's process pool, or a Dask worker):
 
 * **the zygote**: ``python grader/zygote.py``, started with the kernel's environment
   (as bubblewrap gives it, without the per-notebook variables of :data:`VOLATILE`), imports
