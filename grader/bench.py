@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import shutil
 import subprocess
 import sys
@@ -92,8 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kernel-reps", type=int, default=3, metavar="N",
                    help="runs of each kernel row (the median is printed; default 3)")
     p.add_argument("--engines-only", action="store_true",
-                   help="only the two engines side by side (nbgrader processes, then local Dask, "
-                   "--jobs workers each, SQLite) in one run: the comparison issue 15 asks for")
+                   help="only the two engines side by side (this machine's process pool and local Dask, "
+                   "--jobs workers each, SQLite, alternating, --reps runs each): core-seconds per notebook "
+                   "(cpuacct, as root; else the stage's wall time x workers)")
+    p.add_argument("--reps", type=int, default=3, metavar="N", help="runs of each engine with --engines-only")
     args = p.parse_args(argv)
     from .kernel_bench import kernel_rows
 
@@ -105,9 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     n = sum(len(st.variants) for st in roster)
     if args.engines_only:
         with tempfile.TemporaryDirectory() as td:
-            print(f"demo class: {len(roster)} students, {n} submissions; {jobs} workers each", flush=True)
-            engine_rows(Path(td), args.students, n, jobs, None, None, None,
-                        configs=[("processes", jobs, None), ("dask", jobs, None)])
+            print(f"demo class: {len(roster)} students, {n} submissions; {jobs} workers each; load "
+                  + " ".join(f"{x:.2f}" for x in os.getloadavg()), flush=True)
+            if not bench_warm.engine_cpu_rows(Path(td), args.students, jobs, args.reps):
+                engine_rows(Path(td), args.students, n, jobs, None, None, None,
+                            configs=[("processes", jobs, None), ("dask", jobs, None)])
         return 0
     with tempfile.TemporaryDirectory() as td:
         print(f"demo class: {len(roster)} students, {n} submissions over {len(ANSWERS)} "
@@ -137,12 +142,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def engine_rows(td: Path, students: int | None, n: int, jobs: int, seq_total: float | None,
                 seq_auto: float | None, db_url: str | None, configs: list | None = None) -> None:
-    """Issue 15's rows: the whole pipeline with autograde as ``jobs`` nbgrader processes (before
-    Dask), as Dask tasks on an embedded local cluster of 1 and ``jobs`` workers, and the same with
-    the gradebook on PostgreSQL (``db_url``, or a private server when Debian's postgresql is
-    installed). Per row: submissions per minute and core-seconds per submission of the autograde
-    stage, and the speed-up over sequential nbgrader (autograde stage; whole pipeline; "-" when
-    sequential nbgrader was not run). ``configs``: ``[(engine, workers, None or "pg")]`` instead."""
+    """Issue 15's rows: the whole pipeline with autograde on this machine's pool of ``jobs``
+    processes (``jobs`` nbgrader processes before issue 24), as Dask tasks on an embedded local
+    cluster of 1 and ``jobs`` workers, and the same with the gradebook on PostgreSQL (``db_url``,
+    or a private server when Debian's postgresql is installed). Per row: submissions per minute
+    and core-seconds per submission of the autograde stage, and the speed-up over sequential
+    nbgrader (autograde stage; whole pipeline; "-" when sequential nbgrader was not run).
+    ``configs``: ``[(engine, workers, None or "pg")]`` instead."""
     with contextlib.ExitStack() as stack:
         pg = db_url
         if configs is None:

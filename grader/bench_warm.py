@@ -134,7 +134,8 @@ def _course(td: Path, name: str, assignments: list[str] | None) -> Path:
 def graded(td: Path, name: str, *, warm_on: bool, jobs: int, students: int | None,
            assignments: list[str] | None = None, engine: str = "dask") -> dict:
     """Grade the demo class (these assignments, the first ``students``) with warm or fresh
-    kernels: ``{"cpu", "wall", "n", "scores", "memory", "lines"}`` of the autograde stage."""
+    kernels: ``{"cpu", "wall", "n", "scores", "memory", "lines"}`` of the autograde stage, and
+    ``"cpu_run"``: the CPU of the whole ``grade_class`` (every stage, the engine's start)."""
     root = _course(td, name, assignments)
     write_demo_submissions(root, td / f"{name}-submitted", students)
     marks, lines = {}, []
@@ -152,8 +153,10 @@ def graded(td: Path, name: str, *, warm_on: bool, jobs: int, students: int | Non
     try:
         with CpuAccount() as acct:
             sampler.start()
+            t0 = acct.seconds()
             run = grade_class(course_root=root, submissions=td / f"{name}-submitted", jobs=jobs, engine=engine,
                               fresh=True, yes=True, log=log)
+            cpu_run = acct.seconds() - t0
             sampler.stop.set()
     finally:
         if saved is None:
@@ -163,6 +166,7 @@ def graded(td: Path, name: str, *, warm_on: bool, jobs: int, students: int | Non
     cpu = marks["end"][0] - marks["start"][0]
     wall = marks["end"][1] - marks["start"][1]
     return {"cpu": cpu, "wall": wall, "n": len(run.autograde.graded), "scores": run.scores, "pipeline": run.seconds,
+            "cpu_run": cpu_run,
             "memory": sampler.peak,
             "lines": [x for x in lines if x.startswith("autograde: ") and ("warm" in x or "fresh kernel" in x)]}
 
@@ -213,6 +217,35 @@ def class_rows(td: Path, students: int | None, jobs: int, seq: tuple[float, floa
     if fresh_k:
         print(f"  a fresh kernel, for comparison: {_mib(fresh_k['rss'])}/{_mib(fresh_k['pss'])}/"
               f"{_mib(fresh_k['private'])}")
+    return out
+
+
+def engine_cpu_rows(td: Path, students: int | None, jobs: int, reps: int = 3) -> dict:
+    """The two engines on the same class, ``reps`` runs each, alternating (warm kernels, SQLite):
+    medians of core-seconds per notebook (cpuacct: the autograde stage; the whole run, the
+    engine's start and the canary included), the stage's wall time and submissions per minute."""
+    import statistics
+
+    if not os.access(CPUACCT, os.W_OK):
+        print(f"engine CPU rows skipped: {CPUACCT} is not writable here (needs root)")
+        return {}
+    runs: dict[str, list[dict]] = {"processes": [], "dask": []}
+    for i in range(reps):
+        for engine in (("processes", "dask") if i % 2 == 0 else ("dask", "processes")):
+            runs[engine].append(graded(td, f"engine-{engine}-{i}", warm_on=True, jobs=jobs, students=students,
+                                       engine=engine))
+    same = all(r["scores"] == runs["processes"][0]["scores"] for rs in runs.values() for r in rs)
+    print(f"autograde engines, {runs['dask'][0]['n']} notebooks, {jobs} workers, {reps} runs each (medians); "
+          f"grades equal in every run: {same}")
+    print("  engine                 core-s/notebook (stage)  core-s/notebook (run)  stage wall s  notebooks/min")
+    out = {}
+    for engine, rs in runs.items():
+        med = {k: statistics.median(r[k] / (r["n"] if k.startswith("cpu") else 1) for r in rs)
+               for k in ("cpu", "cpu_run", "wall")}
+        out[engine] = med
+        name = "process pool" if engine == "processes" else "Dask (local cluster)"
+        print(f"  {name:<22}{med['cpu']:>25.2f}{med['cpu_run']:>23.2f}{med['wall']:>14.1f}"
+              f"{60 * rs[0]['n'] / med['wall']:>15.1f}", flush=True)
     return out
 
 
