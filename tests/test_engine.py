@@ -204,3 +204,82 @@ def test_a_dead_kernel_is_reported_from_its_exception_and_regraded_through_the_s
     stubbed = nbformat.read(next((root / "autograded" / "dee" / "rmsnorm").glob("*.ipynb")), 4)
     impl = [c for c in stubbed.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "rms_norm_impl"]
     assert impl and "removed by the grader" in impl[0].source
+
+
+def _descendants(pid: int) -> dict[int, str]:
+    """``{pid: start time}`` of every live process below ``pid``."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            with_stat = _stat(int(d.name))
+            if with_stat:
+                children.setdefault(int(with_stat[1]), []).append(int(d.name))
+    out, todo = {}, [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            if (st := _stat(c)) and st[0] not in ("Z", "X"):
+                out[c] = st[19]
+            todo.append(c)
+    return out
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_process_pool_run_and_leaves_no_worker_or_kernel(tmp_path, course_copy, bubblewrap):
+    """``python -m grader --engine processes``, SIGTERM while a kernel runs: every process the run
+    started (pool workers, zygotes, sandboxes, kernels) is gone at once, and the run is logged as
+    interrupted by SIGTERM."""
+    import json
+
+    from grader.demo import fill_answers
+    from grader.demo.answer_bank import ANSWERS
+
+    for sub in ("source", "release"):
+        for d in (course_copy / sub).iterdir():
+            if d.is_dir() and d.name != "rmsnorm":
+                shutil.rmtree(d)
+    release = next((course_copy / "release" / "rmsnorm").glob("*.ipynb"))
+    sleeper = "import time\ntime.sleep(600)\n"
+    for st, impl in {"ada": ANSWERS["rmsnorm"]["correct"]["rms_norm_impl"], "dee": sleeper}.items():
+        dest = tmp_path / "in" / st / "rmsnorm"
+        dest.mkdir(parents=True)
+        nbformat.write(fill_answers(release, {**ANSWERS["rmsnorm"]["correct"], "rms_norm_impl": impl}),
+                       dest / release.name)
+    run = subprocess.Popen([sys.executable, "-m", "grader", "--submissions", str(tmp_path / "in"), "--course-root",
+                            str(course_copy), "--engine", "processes", "--jobs", "2", "--cell-timeout", "60"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
+                           start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not any("kernel_guard" in _cmdline(p) or "zygote.py" in _cmdline(p) for p in _descendants(run.pid)):
+            assert run.poll() is None, run.stdout.read()
+            assert time.monotonic() < deadline, "no grading kernel started in 300 s"
+            time.sleep(0.2)
+        time.sleep(1)  # dee's kernel is in its sleep, ada's maybe done
+        procs = _descendants(run.pid)
+        os.kill(run.pid, signal.SIGTERM)
+        t0, alive = time.monotonic(), procs
+        while time.monotonic() - t0 < 5 and (alive or run.poll() is None):
+            alive = {p: t for p, t in procs.items() if (st := _stat(p)) and st[19] == t and st[0] not in ("Z", "X")}
+            time.sleep(0.1)
+        assert not alive, {p: _cmdline(p) for p in alive}
+        assert run.poll() is not None, "python -m grader still running 5 s after SIGTERM"
+    finally:
+        if run.poll() is None:
+            run.kill()
+        run.wait()
+    (record,) = [json.loads(ln) for ln in (course_copy / "logs" / "runs.jsonl").read_text().splitlines()]
+    assert (record["status"], record["error"]) == ("interrupted", "SIGTERM"), record
