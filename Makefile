@@ -64,7 +64,7 @@ grade: $(STAMP)
 # Figures, not a test: make grade vs plain sequential nbgrader on the demo class.
 bench: $(STAMP)
 	$(BIN)/python -m grader.bench $(if $(JOBS),--jobs $(JOBS)) $(if $(STUDENTS),--students $(STUDENTS)) \
-		$(if $(KERNELS_ONLY),--kernels-only) $(if $(REPS),--kernel-reps $(REPS)) \
+		$(if $(KERNELS_ONLY),--kernels-only) $(if $(REPS),--kernel-reps $(REPS) --reps $(REPS)) \
 		$(if $(ENGINES_ONLY),--engines-only)
 
 # The lesson notebooks from their MyST Markdown sources (edit notebooks/NN_name.md, run this,

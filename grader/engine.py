@@ -282,7 +282,7 @@ class LocalEngine(Engine):
         self._tasks.clear()
         if pool is None:
             return
-        procs = list(getattr(pool, "_processes", {}).values())
+        procs = list((getattr(pool, "_processes", None) or {}).values())
         for p in procs:  # each worker's kernels and zygote die with it
             with contextlib.suppress(OSError, ValueError, AttributeError):
                 p.kill()
