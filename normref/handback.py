@@ -1201,9 +1201,13 @@ def _every_cause(result) -> str:
     for why in result.breaches:
         causes.setdefault(" ".join(why.split()), [])
     for c in result.cases:
-        if not c.passed:
+        if c.passed:
+            continue
+        if c.message.startswith("case '"):  # a code case, "case '<name>': <what>; <hint>": the hint
             hint = " ".join(c.message.split("': ", 1)[-1].split("; ", 1)[-1].split())
             causes.setdefault(hint, []).append(c.name.split(" (", 1)[0])
+        else:  # a short answer's message, whole: it names its answer ("variance: you gave 3: ...")
+            causes.setdefault(" ".join(c.message.split()), [])
 
     def said(hint: str, cases: list[str]) -> str:  # "float16 row [...] and bfloat16 [2, 3, 8]: <hint>"
         if not cases:

@@ -269,3 +269,48 @@ def test_the_backward_assignment_names_no_reference_in_the_students_package():
     import normref
 
     assert not hasattr(normref, "layer_norm_backward")
+
+
+# ------------------------------------------------------------------ the leftover slips
+
+def test_an_unreadable_short_answer_is_named_once_in_the_lesson_the_self_check_and_validate(monkeypatch):
+    """It read "pre_ln formula: pre_ln_formula: did not recognise ..." (the case's name, then the
+    variable's), and Validate cut it at its first "; " to "pre_ln formula: use X, Norm(...)"."""
+    from normref import practice
+    from normref.answers import check_mean_var, check_pre_ln_formula
+
+    wrong = ("did not recognise 'gibberish' in 'Y = gibberish'; use X, Norm(...), FFN(...) (or F(...)), + and "
+             "parentheses")
+    r = check_pre_ln_formula("Y = gibberish", sublayer="ffn")
+    assert r.messages == ["pre_ln_formula: " + wrong]  # the assignment's variable, once
+    # the lesson's box has no variable: no label at all
+    assert practice.check("ps_pre_ln_formula", "Y = gibberish").message.startswith(
+        "did not recognise 'gibberish' in 'Y = gibberish'; use X, Norm(...), Attention(...)")
+    monkeypatch.setenv("NBGRADER_EXECUTION", "validate")
+    with pytest.raises(AssertionError) as e:
+        as_graded(r, "practice_pre_ln_formula", points=1)
+    assert _flat(e.value) == f"practice_pre_ln_formula: 0/1 cases, 0 of 1 points: - pre_ln_formula: {wrong}"
+    with pytest.raises(AssertionError) as e:  # two answers: each labelled once
+        as_graded(check_mean_var(4, 3, x=(1, 3, 5, 7)), "practice_mean_var", points=1)
+    assert _flat(e.value) == ("practice_mean_var: 1/2 cases, 0.5 of 1 points: - variance: you gave 3: average "
+                              "the squared deviations (x_r - mean)^2 over the d = 4 features.")
+
+
+@pytest.mark.parametrize("given", [1.0, 2.0, -2.0])
+def test_an_axis_given_as_a_float_is_told_it_is_an_int_by_the_self_check_and_by_grading(given):
+    """``stats_axis = 1.0`` had been told "not the axis's name". An axis number is an int
+    (``x.mean(dim=1.0)`` raises): grading gives 0, and both say why in the same words."""
+    from grader import scoring
+    from normref.answers import check_stats_axis
+    from normref.handback import encode_answer
+
+    said = (f"stats_axis is the float {given!r}: an axis number is an int, as dim= takes it "
+            f"({int(given)}, not {given!r})")
+    r = check_stats_axis(given, layout="BDT")
+    assert r.messages == [said] and r.faults == ["bad_format"] and r.score == 0
+    # grading: the kernel's hand-back of the value, through JSON, checked in the grader's process
+    back = scoring.decode_answer(json.loads(json.dumps(encode_answer(given))))
+    graded = scoring._score_values("retrieval_stats_axis", 0, {"values": [encode_answer(given)]})
+    assert back == given and graded.fraction == 0.0 and said in graded.text, graded.text
+    # an int is read as the axis it is: 1 is [B, D, T]'s feature axis
+    assert check_stats_axis(int(given), layout="BDT").passed is (int(given) in (1, -2))
