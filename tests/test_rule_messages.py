@@ -314,3 +314,23 @@ def test_an_axis_given_as_a_float_is_told_it_is_an_int_by_the_self_check_and_by_
     assert back == given and graded.fraction == 0.0 and said in graded.text, graded.text
     # an int is read as the axis it is: 1 is [B, D, T]'s feature axis
     assert check_stats_axis(int(given), layout="BDT").passed is (int(given) in (1, -2))
+
+
+def test_a_name_the_answers_own_cell_binds_comes_from_that_cell_not_from_an_older_one(tmp_path, monkeypatch):
+    """Found playing the student (modern): the QK-norm answer's cell imports normref itself, yet
+    its self-check blamed an earlier cell that also imported normref (and called normref.peri_ln)."""
+    import shutil
+
+    from normref import check_qk_norm_logits
+
+    # the notebook beside the kernel, as in JupyterLab and Validate: its locked cells bind no normref
+    shutil.copy(REPO / "release" / "modern" / "modern.ipynb", tmp_path)
+    monkeypatch.chdir(tmp_path)
+    ns = {"__name__": "__main__"}
+    _cell(ns, 1, "import math\nimport torch\n")
+    _cell(ns, 5, "import normref\n\ndef peri_ln(x, sublayer, norm, out_norm):\n"
+                 "    return normref.peri_ln(x, sublayer, norm, out_norm)\n")
+    _cell(ns, 8, "import normref\n\ndef qk_norm_logits(q, k, q_norm, k_norm):\n"
+                 "    return normref.qk_norm_logits(q, k, q_norm, k_norm)\n")
+    assert check_qk_norm_logits(ns["qk_norm_logits"], quick=True).breaches == [
+        "0 points: calls normref.qk_norm_logits \u2014 implement it with tensor operations"]

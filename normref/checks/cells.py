@@ -161,8 +161,9 @@ def cell_name(source: str, fn) -> str:
 def _binding_cells(fns: list, locked: set, always: set) -> list[tuple[str, str]]:
     """``[(name, source)]`` of the cells in IPython's ``In`` that last bound a name the
     functions ``fns`` read from the notebook's globals (a module, a constant), other than the
-    functions' own cells, the locked cells and the names in ``always`` (the locked cells'):
-    each named by one such name (``"the cell that imports math"``)."""
+    functions' own cells (a name one of them binds comes from it, whatever older cells bound),
+    the locked cells and the names in ``always`` (the locked cells'): each named by one such
+    name (``"the cell that imports math"``)."""
     hist = fns[0].__globals__.get("In")
     if not isinstance(hist, list):
         return []
@@ -175,13 +176,13 @@ def _binding_cells(fns: list, locked: set, always: set) -> list[tuple[str, str]]
         if not wanted:
             break
         src = hist[i] if isinstance(hist[i], str) else ""
-        if not src.strip() or src.strip() in own:
+        if not src.strip():
             continue
         binds = top_bindings(src)
         bound = wanted & set(binds)
         if bound:
-            wanted -= bound
-            if src.strip() not in locked:
+            wanted -= bound  # the latest cell that binds a name is where it comes from
+            if src.strip() not in locked and src.strip() not in own:  # (the own cells are scanned already)
                 name = sorted(bound)[0]
                 out.append((f"the cell that {binds[name]} {name}", src))
     return out
