@@ -119,8 +119,9 @@ class CheckResult:
 
     @property
     def problem(self) -> str:
-        """What grading would hold against this result first, for an error message: the first
-        broken rule, else the first failing case's diagnosis (without the case name and the
+        """What grading would hold against this result first, for an error message: the broken
+        rules' lines (each its own, as :meth:`report` says them), else the first failing case's
+        diagnosis (without the case name and the
         raw error it explains, e.g. ``"use keepdim=True ..."`` rather than ``"raised
         RuntimeError: The size of tensor a (8) ..."``); ``""`` when passed. Wrapped for
         ``nbgrader validate``, which cuts every line of an error at 80 columns: the first line
