@@ -27,8 +27,8 @@ The scan is pure (a syntax tree, the rules below; nothing of the grader's): the 
 self-check runs it on the cells that defined the checked code and says what grading will do
 (``0 points: imports threading (line 1 of the cell that defines rms_norm) — grading removes a
 cell that changes how grading works; remove the import``: a cell named by what it defines, the
-same in JupyterLab and in ``nbgrader validate``), so the self-check, Validate and grading agree. Nothing here is secret: the rules are part of the
-assignment's instructions.
+same in JupyterLab and in ``nbgrader validate``), so the self-check, Validate and grading agree.
+Nothing here is secret: the rules are part of the assignment's instructions.
 """
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from normref import check_layer_norm_backward, check_rms_norm
+from normref import check_rms_norm
 from normref.handback import as_graded
 
 REPO = Path(__file__).resolve().parents[1]

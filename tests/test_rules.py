@@ -387,7 +387,8 @@ def test_the_self_check_and_validate_say_what_grading_gives(case, monkeypatch, c
         if err is not None and gid in BATTERIES:
             assert str(err).startswith(f"{gid}: ") and f"0 of {POINTS[assignment][gid]:g} points" in str(err), str(err)
         if rule is not None and err is not None:  # the rule, worded as grading words it, once
-            line = rule_message(rule[gid] if isinstance(rule, dict) else rule, "numpy" if assignment in NUMPY else "torch")
+            what = rule[gid] if isinstance(rule, dict) else rule
+            line = rule_message(what, "numpy" if assignment in NUMPY else "torch")
             said = " ".join(str(err).split())
             assert shown[gid].strip() == line, (shown[gid], err)  # the one line, no "n/n cases passed"
             # Validate: the same line, the battery's with the question and its points
