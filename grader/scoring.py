@@ -1034,11 +1034,16 @@ def score_notebook(nb, seed: int) -> dict[str, Scored]:
         text = ("The visible check, scored by the grader:\n" if QUESTIONS[gid].all_or_nothing
                 else "Graded on new inputs drawn for this grading run:\n") + result.report()
         if refs:
+            from normref.checks.core import rule_lines
             from normref.rules import rule_message
 
-            rules = [rule_message(w, QUESTIONS[gid].backend) for w in refs]
-            out[gid] = Scored(gid, 0.0, "\n".join([f"{gid}: 0 points"] + ["  x " + r for r in rules] + [text]),
-                              [f"{gid}: {r} (seen while it ran): scored 0" for r in rules], ["reference_call"])
+            # the student reads what the self-check said: one line per violation ("0 points:
+            # calls torch's rms_norm — implement it with tensor operations"), not the cases'
+            # "6/6 passed" beside it; the instructor's flags keep every record
+            said = rule_lines(None, refs, QUESTIONS[gid].backend)
+            out[gid] = Scored(gid, 0.0, "\n".join(f"{gid}: {r}" for r in said),
+                              [f"{gid}: {rule_message(w, QUESTIONS[gid].backend)} (seen while it ran): scored 0"
+                               for w in refs], ["reference_call"])
             continue
         fraction = float(result.passed) if QUESTIONS[gid].all_or_nothing else float(result.score)
         record = None

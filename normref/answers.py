@@ -282,6 +282,7 @@ def parse_axis(value, *, what: str = "the answer") -> str:
         raise AnswerFormatError(f"{what} is not answered yet: name an axis (a word or an int)")
     if isinstance(value, (bool, np.bool_)):
         raise AnswerFormatError(f"{what} should name an axis, got {value!r}")
+    _refuse_float_axis(value, what)
     if isinstance(value, (int, np.integer)):
         key = str(int(value))
         if key in _AXIS_LETTERS:
@@ -404,8 +405,10 @@ def _fault_case(name: str, fault: str, got_text: str = "", hint: str | None = No
 
 
 def _format_case(name: str, err: AnswerFormatError) -> CaseResult:
+    """An answer that could not be read: the parser's message alone, which names the answer
+    (``"pre_ln_formula: did not recognise ..."``; the case's name before it said it twice)."""
     fault = "not_answered" if "not answered" in str(err) else "bad_format"
-    return _case(name, False, str(err), fault)
+    return CaseResult(name, False, str(err), fault)
 
 
 def _near(a: float, b: float, tol: float) -> bool:
@@ -819,6 +822,16 @@ def check_rms_shape(shape, x_shape=(2, 3, 8)) -> CheckResult:
 _AXIS_NAMES = {"B": "batch", "T": "sequence", "D": "feature"}
 
 
+def _refuse_float_axis(value, what: str) -> None:
+    """An axis number is an int, as ``dim=`` takes it (``x.mean(dim=1.0)`` raises): a float,
+    even a whole one, is told so, in the self-check and in grading alike (both run this)."""
+    if isinstance(value, (float, np.floating)):
+        if float(value).is_integer():
+            raise AnswerFormatError(f"{what} is the float {value!r}: an axis number is an int, as dim= "
+                                    f"takes it ({int(value)}, not {value!r})")
+        raise AnswerFormatError(f"{what} is {value!r}: an axis number is a whole number, an int")
+
+
 def _axis_number(value) -> int | None:
     """An axis given by position: an int, ``"1"``, ``"dim=1"``, ``"axis -2"``, ``"the last
     axis"`` (-1), ``"the first axis"`` (0); None for anything else (a name such as "feature")."""
@@ -866,6 +879,10 @@ def check_stats_axis(axis, layout: str = "BTD") -> CheckResult:
         if axis is None or axis is Ellipsis:
             return _result(name, _case(name, False, "stats_axis is not answered yet: set it to "
                                        f"an axis number of {shape}", "not_answered"))
+        try:
+            _refuse_float_axis(axis, "stats_axis")
+        except AnswerFormatError as e:
+            return _result(name, _format_case(name, e))
         n = _axis_number(axis)
         if n is None:
             return _result(name, _case(name, False, f"this question asks for the axis number "

@@ -331,6 +331,11 @@ def _cached(what: str, key, make):
 #: ``__torch_function__``), and its tracers and compilers (which run a function where the mode
 #: may not see it): running one counts as calling torch's own normalization.
 _TORCH_REFERENCE_DIRS = ("_refs", "_decomp", "_prims", "_dynamo", "_inductor", "_functorch", "jit", "fx", "export")
+#: torch's symbolic-shape helpers, inside ``fx`` but called by its eager code on plain ints
+#: (autograd's shape check of ``Tensor.backward(gradient)``: ``sym_eq``, ``expect_true``; the
+#: ``torch.sym_*`` functions): they compute no normalization and trace nothing.
+_TORCH_SHAPE_HELPERS = (os.path.join("fx", "experimental", "symbolic_shapes.py"),
+                        os.path.join("fx", "experimental", "sym_node.py"))
 #: torch's function-mode helpers: an answer calling them is taking the recorder's mode off the stack.
 _MODE_HELPERS = ("_pop_mode_temporarily", "_get_current_function_mode_stack", "_pop_mode", "_push_mode")
 #: C functions that take a torch function mode off the stack, or run autograd's engine.
@@ -338,7 +343,7 @@ _MODE_C = {"_pop_torch_function_stack", "_push_on_torch_function_stack", "_set_t
 #: C functions that replace the profile hook the recorder runs on.
 _PROFILE_SETTERS = {("sys", "setprofile"), ("sys", "_setprofileallthreads"), ("_thread", "setprofile")}
 #: What the backward question's answer may not use (``autograd=True``).
-AUTOGRAD_MESSAGE = "uses autograd: the assignment asks for the backward by hand"
+AUTOGRAD_MESSAGE = "uses autograd"
 
 
 class ReferenceRecorder:
@@ -418,12 +423,16 @@ class ReferenceRecorder:
                                self._stdlib, here, *site})
         self._torch_dir = torch_dir
         self._torch_refs = tuple(torch_dir + d + os.sep for d in _TORCH_REFERENCE_DIRS) if torch_names else ()
+        self._shape_helpers = tuple(torch_dir + h for h in _TORCH_SHAPE_HELPERS)
         self._autograd_codes = set()
         self._functorch = ()
         if self.autograd:
             self._functorch = (torch_dir + "_functorch" + os.sep, torch_dir + "func" + os.sep)
             if torch is not None:
                 self._autograd_codes = self._autograd_of(torch)
+                # autograd's first Tensor.backward(gradient) imports this, and sympy with it
+                # (1-2 s): here, not inside the timed call (cut at 5 s, it left sympy half-imported)
+                import torch.fx.experimental.symbolic_shapes  # noqa: F401
         self._checker_calls, self._alarm = checker_calls if checker_calls is not None else _checker_calls()
         self._kind: dict = {}  # code -> what running it is (None: nothing), per call
         self._entry = None
@@ -434,11 +443,31 @@ class ReferenceRecorder:
     def _autograd_of(torch) -> set:
         return {torch.autograd.grad.__code__, torch.autograd.backward.__code__, torch.Tensor.backward.__code__}
 
-    def _is_library(self, code) -> bool:
+    def _is_library(self, code, frame=None) -> bool:
+        """Is ``code`` a library's (torch, numpy, the standard library, an installed package,
+        normref)? Code without a file (``<string>``), run in ``frame``, is a library's when a
+        library made it and runs it: the namedtuple classes and mpmath operators built by
+        ``exec`` while sympy is imported (a library module's namespace, or called from library
+        code, and not the notebook's ``__main__``)."""
         name = code.co_filename
-        if name.startswith("<"):
-            return name.startswith("<frozen ")  # importlib's own frames
-        return os.path.abspath(name).startswith(self._library)
+        if not name.startswith("<"):
+            return os.path.abspath(name).startswith(self._library)
+        if name.startswith("<frozen "):  # importlib's own frames
+            return True
+        if frame is None or frame.f_globals.get("__name__") == "__main__":
+            return False
+        if self._library_namespace(frame.f_globals):
+            return True
+        back = frame.f_back
+        return back is not None and not back.f_code.co_filename.startswith("<") and \
+            os.path.abspath(back.f_code.co_filename).startswith(self._library)
+
+    def _library_namespace(self, globals_: dict) -> bool:
+        name = globals_.get("__name__")
+        module = sys.modules.get(name) if isinstance(name, str) else None
+        path = getattr(module, "__file__", None)
+        return (isinstance(path, str) and getattr(module, "__dict__", None) is globals_
+                and os.path.abspath(path).startswith(self._library))
 
     def _classify(self, code):
         """What running ``code`` is: ``(kind, words)`` or None (ordinary code)."""
@@ -458,12 +487,12 @@ class ReferenceRecorder:
             mod = f[len(self._normref_dir):].removesuffix(".py").removesuffix("__init__").rstrip(os.sep)
             mod = mod.replace(os.sep, ".")
             return "normref", f"calls the course's own normref.{mod}.{code.co_qualname}"
-        if self._torch_refs and f.startswith(self._torch_refs):
+        if self.autograd and (code in self._autograd_codes or f.startswith(self._functorch)):
+            return "autograd", AUTOGRAD_MESSAGE  # torch.func too: autograd, whatever its folder
+        if self._torch_refs and f.startswith(self._torch_refs) and not f.startswith(self._shape_helpers):
             mod = f[len(self._torch_dir):].removesuffix(".py").removesuffix("__init__").rstrip(os.sep)
             mod = mod.replace(os.sep, ".")
             return "torchref", f"calls torch's reference code torch.{mod}.{code.co_name}"
-        if self.autograd and (code in self._autograd_codes or f.startswith(self._functorch)):
-            return "autograd", AUTOGRAD_MESSAGE
         if code.co_name in _MODE_HELPERS and f.endswith(("overrides.py", "_python_dispatch.py")):
             return "mode", "switched off the grader's call recorder (torch function mode)"
         return None
@@ -483,8 +512,10 @@ class ReferenceRecorder:
             if self._handed and "self" in code.co_varnames[:1]:
                 if id(frame.f_locals.get("self")) in self._handed:
                     return False
-            if not self._is_library(code):
+            if not self._is_library(code, frame):
                 return True
+            if code.co_name == "<module>":
+                return False  # a library module's body, run by an import inside the call: not a call of the student's
             frame = frame.f_back
         return False
 
@@ -494,7 +525,7 @@ class ReferenceRecorder:
         frame = frame.f_back
         while frame is not None and frame.f_code.co_filename.startswith(self._stdlib):
             frame = frame.f_back
-        return frame is not None and frame is not self._entry and not self._is_library(frame.f_code)
+        return frame is not None and frame is not self._entry and not self._is_library(frame.f_code, frame)
 
     def _add(self, what: str) -> None:
         if what not in self.found:
@@ -562,7 +593,7 @@ class ReferenceRecorder:
                     self._add("switched off the grader's call recorder (sys.setprofile)")
                 student = kinds.get((code, "student"))
                 if student is None:
-                    student = kinds[(code, "student")] = not library(code)
+                    student = kinds[(code, "student")] = not library(code, frame)
                 if student and mode_on is not None:
                     if name in _MODE_C:
                         self._add(switched)
@@ -583,11 +614,11 @@ class ReferenceRecorder:
                 if caller is not None and code not in allowed:
                     student = kinds.get((code, "student"))
                     if student is None:
-                        student = kinds[(code, "student")] = not library(code)
+                        student = kinds[(code, "student")] = not library(code, frame)
                     if not student:
                         student = kinds.get((caller.f_code, "student"))
                         if student is None:
-                            student = kinds[(caller.f_code, "student")] = not library(caller.f_code)
+                            student = kinds[(caller.f_code, "student")] = not library(caller.f_code, caller)
                     if student and caller is not self._entry and mode_on is not None and (
                             not mode_on() or stack_at(stack_len() - 1) is not self._mode):
                         self._add(switched)  # DisableTorchFunction, or the mode popped off the stack
@@ -1117,16 +1148,38 @@ def as_graded(result, grade_id: str, points: float) -> None:
     Raises:
         AssertionError: in validate, when ``result`` is not fully passed, e.g.
             ``rms_norm_battery: 5/6 cases, 3.33 of 4 points:`` then one line ``- <cause>``
-            per distinct failing cause (wrapped at 76 columns): a :class:`PointsLost`, shown
-            without a traceback frame.
+            per distinct failing cause (wrapped at 76 columns); for a broken rule, its line
+            alone, ``rms_norm_battery: 0 of 4 points: calls F.rms_norm — implement it with
+            tensor operations``: a :class:`PointsLost`, shown without a traceback frame.
     """
     if os.environ.get("NBGRADER_EXECUTION") != "validate" or result.passed:
         return
+    if result.breaches:
+        raise PointsLost(_broken_rules(result.breaches, grade_id, points))
     n_ok = sum(c.passed for c in result.cases)
     earned = round(points * result.score, 2)
     # validate shows each line of an error up to 80 characters: every cause is wrapped
     raise PointsLost(f"{grade_id}: {n_ok}/{len(result.cases)} cases, {earned:g} of {points:g} points:\n"
                      + _every_cause(result))
+
+
+def _broken_rules(breaches: list[str], grade_id: str, points: float) -> str:
+    """Validate's message for a question that breaks a rule (:func:`as_graded`): one line
+    (wrapped at 76 columns, the first 16 shorter for ``"AssertionError: "``), or a bullet per
+    violation when there are several."""
+    import textwrap
+
+    from .rules import RULE_PREFIX
+
+    head = f"{grade_id}: 0 of {points:g} points:"
+    whys = [b.removeprefix(RULE_PREFIX) for b in breaches]
+    if len(whys) == 1:
+        pad = " " * 16
+        lines = textwrap.wrap(f"{head} {whys[0]}", 76, initial_indent=pad, break_long_words=False,
+                              break_on_hyphens=False)
+        return "\n".join([lines[0][len(pad):], *lines[1:]])
+    return "\n".join([head] + [textwrap.fill(w, 76, initial_indent="- ", subsequent_indent="  ",
+                                              break_long_words=False, break_on_hyphens=False) for w in whys])
 
 
 class PointsLost(AssertionError):
@@ -1148,9 +1201,13 @@ def _every_cause(result) -> str:
     for why in result.breaches:
         causes.setdefault(" ".join(why.split()), [])
     for c in result.cases:
-        if not c.passed:
+        if c.passed:
+            continue
+        if c.message.startswith("case '"):  # a code case, "case '<name>': <what>; <hint>": the hint
             hint = " ".join(c.message.split("': ", 1)[-1].split("; ", 1)[-1].split())
             causes.setdefault(hint, []).append(c.name.split(" (", 1)[0])
+        else:  # a short answer's message, whole: it names its answer ("variance: you gave 3: ...")
+            causes.setdefault(" ".join(c.message.split()), [])
 
     def said(hint: str, cases: list[str]) -> str:  # "float16 row [...] and bfloat16 [2, 3, 8]: <hint>"
         if not cases:

@@ -25,9 +25,10 @@ false alarm costs one question and is visible to the instructor, who can regrade
 
 The scan is pure (a syntax tree, the rules below; nothing of the grader's): the student's
 self-check runs it on the cells that defined the checked code and says what grading will do
-(``cell [3] line 1 imports threading: grading removes that cell ...``), so the self-check,
-``nbgrader validate`` and grading agree. Nothing here is secret: the rules are part of the
-assignment's instructions.
+(``0 points: imports threading (line 1 of the cell that defines rms_norm) — grading removes a
+cell that changes how grading works; remove the import``: a cell named by what it defines, the
+same in JupyterLab and in ``nbgrader validate``), so the self-check, Validate and grading agree.
+Nothing here is secret: the rules are part of the assignment's instructions.
 """
 from __future__ import annotations
 

@@ -406,7 +406,7 @@ def test_forgeries_caps_and_shadowing_through_make_grade(bubblewrap, course_copy
         assert f"{name} " in startup and "does not load it" in startup, (name, startup)
     assert not flags.get("honest") and not flags.get("honest_float64"), flags
     assert any("checkers changed at run time" in f for f in flags["runtime_patch"]), flags["runtime_patch"]
-    assert any("calls torch's rms_norm" in f and "grading gives this question 0" in f
+    assert any("0 points: calls torch's rms_norm" in f
                for f in flags["indirect_reference"]), flags["indirect_reference"]
     # the secret seed is in the run log, and no kernel could read it
     assert (course_copy / "logs" / "scoring" / "seeds.jsonl").read_text().count('"seed"') == 1

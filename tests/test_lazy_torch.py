@@ -180,7 +180,7 @@ def test_a_numpy_answer_that_imports_torch_and_calls_its_norm_is_still_caught(ho
             assert "calls torch's layer_norm" in refs, refs
     # the self-check (the visible test) says so too: the rule costs the question
     errors = [s for s in result["shown"] if isinstance(s, dict) and "error" in s]
-    assert errors and "grading gives this question 0" in errors[0]["message"], result["shown"]
+    assert errors and errors[0]["message"].startswith("0 points: "), result["shown"]
 
 
 def test_torch_free_assignments_have_only_numpy_or_short_answer_questions():
