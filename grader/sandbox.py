@@ -26,7 +26,7 @@ the ``normref-sandbox`` kernelspec that ``make grade`` hands nbgrader. It
 * runs :mod:`grader.kernel_guard` first, which turns ``os._exit``/``sys.exit`` into
   errors of the cell that called them and caps a cell's printed output.
 
-What it does not prevent is written in the README ("What the grader protects against").
+What it does not prevent is written in docs/SECURITY.md ("What the grader protects against").
 """
 from __future__ import annotations
 
