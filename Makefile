@@ -97,7 +97,7 @@ clean: $(STAMP)
 	$(BIN)/python -m grader clean $(if $(YES),--yes)
 
 
-# A JupyterHub's shared student environment (README "Deploy on JupyterHub"), apart from the course
+# A JupyterHub's shared student environment (docs/HUB.md, "Deploy on JupyterHub"), apart from the course
 # folder: a venv in PREFIX with this course installed non-editable plus the [hub] extra
 # (jupyterhub-singleuser, nbgitpuller), the hub student view (PREFIX/etc/jupyter-hub-student),
 # the exchange in PREFIX/etc/jupyter/nbgrader_config.py, readable and runnable by every user.

@@ -17,6 +17,8 @@ from nbgrader.converters import Autograde, GenerateAssignment, NbGraderException
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.preprocessors import ClearHiddenTests, Execute, GetGrades, NbGraderPreprocessor
 
+from normref.handback_files import HANDBACK_ENV, KEYS_FROM_INPUTS
+
 #: The tag of a source notebook's "Standard answer" cell (a markdown cell directly after the
 #: answer cell it answers): removed from release/, shown in the feedback.
 STANDARD_ANSWER_TAG = "standard-answer"
@@ -61,7 +63,7 @@ class StandardAnswers(NbGraderPreprocessor):
 
 #: Where a run's question keys are, relative to ``$NORMREF_HANDBACK_DIR`` (``logs/handback``):
 #: ``logs/scoring/handback-keys.json``, written by ``grader.scoring.prepare_inputs``.
-HANDBACK_KEYS = os.path.join("..", "scoring", "handback-keys.json")
+HANDBACK_KEYS = KEYS_FROM_INPUTS
 _RESOURCE = "normref_handback"
 #: The assignments whose questions are numpy or short answers: their grading kernel starts
 #: without torch (``seal(torch=False)``: 1.5-4 s less per notebook); the others' seal imports it.
@@ -72,7 +74,7 @@ TORCH_FREE_ASSIGNMENTS = frozenset({"layernorm", "layernorm_backward", "practice
 def _keys_file() -> str | None:
     """This run's keys file (``$NORMREF_HANDBACK_DIR/../scoring/handback-keys.json``), or None
     outside ``make grade``."""
-    folder = os.environ.get("NORMREF_HANDBACK_DIR")
+    folder = os.environ.get(HANDBACK_ENV)
     path = os.path.join(folder, HANDBACK_KEYS) if folder else None
     return path if path and os.path.isfile(path) else None
 

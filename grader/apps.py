@@ -17,7 +17,7 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
-from .course import CourseTree, put_interpreter_on_path, split_round_robin
+from .course import CONFIG, CourseTree, put_interpreter_on_path, split_round_robin
 from .parallel import die_with_parent
 
 
@@ -42,7 +42,7 @@ def generate_inputs(tree: CourseTree, assignment: str) -> str:
     for folder in (tree.source(assignment), tree.release(assignment)):
         h.update(f"{folder.relative_to(tree.root)}\0".encode())
         _digest(h, folder)
-    config = tree.root / "nbgrader_config.py"
+    config = tree.root / CONFIG
     h.update(config.read_bytes() if config.is_file() else b"")
     return h.hexdigest()
 
@@ -106,7 +106,7 @@ class Course:
         put_interpreter_on_path()  # nbgrader runs `alembic` from PATH when it creates a gradebook
         self.tree = course if isinstance(course, CourseTree) else CourseTree(course)
         self.root = self.tree.root
-        cfg_file = self.root / "nbgrader_config.py"
+        cfg_file = self.root / CONFIG
         if not cfg_file.is_file():
             raise FileNotFoundError(f"{self.root} has no nbgrader_config.py: is it the course root?")
         config = Config()

@@ -36,9 +36,10 @@ from pathlib import Path
 import nbformat
 
 from . import sandbox, warm
-from .course import CourseTree
+from .batch import Batch, GradeRun, read_gradebook
+from .course import CANARY_RECORD, CONFIG, CourseTree
 
-CACHE = "canary.json"
+CACHE = CANARY_RECORD
 STUDENT = "canary"
 _MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 
@@ -82,13 +83,13 @@ def facts() -> dict:
     worker, where it is run with ``client.run``): the packages, the sandbox, the host."""
     return {"environment": environment_digest(), "host": os.uname().nodename,
             "sandbox": sandbox.available(), "memory_cgroup": sandbox.memory_cgroups_work(),
-            "mem_mb": sandbox.default_mem_mb(), "as_mb": os.environ.get("NORMREF_KERNEL_AS_MB"),
+            "mem_mb": sandbox.default_mem_mb(), "as_mb": os.environ.get(sandbox.ENV_KERNEL_AS_MB),
             "max_procs": sandbox.MAX_PROCS, "max_write_bytes": sandbox.MAX_WRITE_BYTES,
             "warm": os.environ.get(warm.SWITCH, "1") != "0"}
 
 
 def _course_digest(tree: CourseTree, assignments: list[str]) -> str:
-    files = [(tree.root, tree.root / "nbgrader_config.py")]
+    files = [(tree.root, tree.root / CONFIG)]
     for a in assignments:
         files += [(tree.root, p) for _, p in _tree_files(tree.source(a))]
     return _digest_files(files)
@@ -214,11 +215,11 @@ def grade_solutions(b, scratch_root: Path, workers: list[str] | None = None) -> 
     Raises:
         CanaryFailed: generate failed for ``source/`` (nbgrader's log quoted).
     """
-    from . import cluster, parallel, pipeline, scoring
+    from . import cluster, parallel, scoring
     from .apps import AppError, Course
 
     tree, assignments = b.tree, b.run.assignments
-    shutil.copy2(tree.root / "nbgrader_config.py", scratch_root / "nbgrader_config.py")
+    shutil.copy2(tree.root / CONFIG, scratch_root / CONFIG)
     for a in assignments:
         shutil.copytree(tree.source(a), scratch_root / "source" / a)
     scratch = CourseTree(scratch_root)
@@ -231,10 +232,10 @@ def grade_solutions(b, scratch_root: Path, workers: list[str] | None = None) -> 
             raise CanaryFailed(str(e)) from e
         auto[a] = write_submission(scratch, a)
     quiet = lambda *_: None  # noqa: E731 - the canary's own lines are said by stage()
-    sb_b = pipeline.Batch(tree=scratch, run=pipeline.GradeRun(course_root=scratch_root, assignments=assignments),
-                          submissions=None, jobs=max(1, min(b.jobs, len(assignments))), fresh=True,
-                          progress=False, use_sandbox=b.use_sandbox, cell_timeout=b.cell_timeout, duedates={},
-                          log=quiet)
+    sb_b = Batch(tree=scratch, run=GradeRun(course_root=scratch_root, assignments=assignments),
+                 submissions=None, jobs=max(1, min(b.jobs, len(assignments))), fresh=True,
+                 progress=False, use_sandbox=b.use_sandbox, cell_timeout=b.cell_timeout, duedates={},
+                 log=quiet)
     scoring.inputs_stage(sb_b)
     sandboxed = sandbox.available() if b.use_sandbox is None else bool(b.use_sandbox)
     extra = [f"--Execute.timeout={b.cell_timeout}"] if b.cell_timeout else []
@@ -256,7 +257,7 @@ def grade_solutions(b, scratch_root: Path, workers: list[str] | None = None) -> 
                 peak[cwd.name] = round(mb, 1)
     sb_b.run.autograde = out
     scoring.scoring_stage(sb_b)
-    scores, max_points = pipeline.read_gradebook(scratch, assignments)
+    scores, max_points = read_gradebook(scratch, assignments)
     failures = []
     for a in assignments:
         got = scores.get((a, STUDENT), {})

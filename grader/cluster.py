@@ -25,7 +25,7 @@ is kept and flagged for review), so many workers never write the database at onc
 
 Faults: a worker that dies mid-task (killed, machine lost) has its tasks rerun by the Dask
 scheduler on another worker; a task that has been on ``distributed.scheduler.allowed-failures
-+ 1`` workers that died (1 + 1 in the embedded cluster; set it on your scheduler, see the README)
++ 1`` workers that died (1 + 1 in the embedded cluster; set it on your scheduler, see docs/SCALE.md)
 is given up and that submission is reported as could not be graded, with the reason. Ctrl-C
 cancels the run's tasks on the cluster.
 """
@@ -41,14 +41,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import warm
-from .course import CourseTree
-from .parallel import AutogradeOutcome, _reason, default_jobs
+from normref.handback_files import HANDBACK_ENV, KEYS_FILE, SCORING_DIR
 
-#: The environment variable that points kernels at this run's graded inputs (normref.handback.ENV).
-HANDBACK_ENV = "NORMREF_HANDBACK_DIR"
-#: This run's question keys, beside the seeds (grader.scoring.KEYS_FILE), never inside a sandbox.
-HANDBACK_KEYS = "handback-keys.json"
+from . import warm
+from .course import CONFIG, GRADEBOOK, CourseTree
+from .parallel import AutogradeOutcome, _reason, default_jobs
 
 #: How many workers may die while running one task before it is given up (embedded cluster).
 ALLOWED_FAILURES = 1
@@ -247,23 +244,23 @@ def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
     a, st = assignment["name"], submission["student"]
     with _LOCK, tempfile.TemporaryDirectory(prefix="grade-") as td:
         root = Path(td)
-        (root / "nbgrader_config.py").write_bytes(assignment["config"])
-        (root / "gradebook.db").write_bytes(assignment["gradebook"])
+        (root / CONFIG).write_bytes(assignment["config"])
+        (root / GRADEBOOK).write_bytes(assignment["gradebook"])
         _write_files(root / "source" / a, assignment["source_files"])
         (root / "source" / a).mkdir(parents=True, exist_ok=True)
         _write_files(root / "submitted" / st / a, submission["files"])
         handback = root / "logs" / "handback"  # this run's graded inputs (grader.scoring)
         _write_files(handback, assignment.get("handback", {}))
         if assignment.get("handback_keys"):  # outside the sandbox, as in the course: logs/scoring/
-            (root / "logs" / "scoring").mkdir(parents=True, exist_ok=True)
-            fd = os.open(root / "logs" / "scoring" / HANDBACK_KEYS, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            (root / "logs" / SCORING_DIR).mkdir(parents=True, exist_ok=True)
+            fd = os.open(root / "logs" / SCORING_DIR / KEYS_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as f:
                 f.write(assignment["handback_keys"])
         config = Config()
-        config.merge(PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config())
+        config.merge(PyFileConfigLoader(CONFIG, path=str(root)).load_config())
         config.CourseDirectory.root = str(root)
-        config.CourseDirectory.db_url = f"sqlite:///{root / 'gradebook.db'}"
-        env = {var: "1" for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+        config.CourseDirectory.db_url = f"sqlite:///{root / GRADEBOOK}"
+        env = dict.fromkeys(sandbox.SINGLE_THREAD_VARS, "1")
         env["PYTHONWARNINGS"] = "ignore"
         if assignment.get("handback"):
             env[HANDBACK_ENV] = str(handback)
@@ -553,11 +550,11 @@ def autograde(course: CourseTree | Path, assignments: list[str], *, jobs: int | 
             return autograde(tree, assignments, progress=progress, log=log, extra_args=extra_args, pairs=pairs,
                              client=c, use_sandbox=use_sandbox, course_id=course_id, task=task)
     t0 = time.perf_counter()
-    config = (tree.root / "nbgrader_config.py").read_bytes()
+    config = (tree.root / CONFIG).read_bytes()
     # the graded inputs the kernels read (grader.scoring.prepare_inputs points $NORMREF_HANDBACK_DIR at them)
     handback = _files(Path(os.environ[HANDBACK_ENV])) if os.environ.get(HANDBACK_ENV) else {}
     # and their keys, which only the autograde preprocessor reads (HandbackKeys in nbgrader_config.py)
-    keys_file = Path(os.environ[HANDBACK_ENV]).parent / "scoring" / HANDBACK_KEYS if handback else None
+    keys_file = Path(os.environ[HANDBACK_ENV]).parent / SCORING_DIR / KEYS_FILE if handback else None
     handback_keys = keys_file.read_bytes() if keys_file and keys_file.is_file() else None
     options = {"sandbox": use_sandbox, "config_args": list(extra_args or []), "course_id": course_id}
     for a, s in pairs:  # a regrade starts from nothing, as nbgrader autograde --force does

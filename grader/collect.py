@@ -383,8 +383,8 @@ def _newest_first(info: dict, filename: str = "") -> tuple:
 
 def notebook_problem(path: Path) -> str | None:
     """Why the file at ``path`` cannot be graded as a notebook (not JSON, not a notebook), or None
-    (:func:`grader.repair.read_notebook_leniently`, which repair uses too)."""
-    from .repair import read_notebook_leniently
+    (:func:`grader.notebooks.read_notebook_leniently`, which repair uses too)."""
+    from .notebooks import read_notebook_leniently
 
     return read_notebook_leniently(path)[2]
 

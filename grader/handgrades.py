@@ -24,8 +24,7 @@ from pathlib import Path
 
 import nbformat
 
-from .course import CourseTree
-from .state import CourseStateError
+from .course import CourseStateError, CourseTree
 
 #: ``logs/handgrades.json``: hand grades and comments captured from replaced submissions and
 #: not yet written back (a list of :class:`HandGrade` as dicts).

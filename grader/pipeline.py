@@ -1,9 +1,12 @@
 """``grade_class``: one run of the grader, as the list of its stages (:data:`STAGES`).
 
-``prepare`` (refuse bad input, start over if asked) -> ``generate`` -> ``collect`` ->
-``repair`` -> ``autograde`` (parallel) -> ``feedback`` -> ``export`` (grades.csv) -> ``score``
-(per-question CSV) -> ``report``. Every grading step is one of nbgrader's own apps run in the
-course root; the stages arrange the submissions, run the apps and read nbgrader's gradebook.
+``prepare`` (refuse bad input, the canary, a backup, start over if asked) -> ``generate`` ->
+``collect`` -> ``repair`` (and the tamper scan) -> ``inputs`` (drawn from a secret seed) ->
+``autograde`` (Dask tasks or processes, sandboxed) -> ``scoring`` (outside the kernels) ->
+``feedback`` -> ``export`` (grades.csv) -> ``score`` (per-question CSV) -> ``report``. Every
+grading step is one of nbgrader's own apps run in the course root; the stages arrange the
+submissions, run the apps and read nbgrader's gradebook. docs/ARCHITECTURE.md describes each
+stage; tests/test_docs.py checks that it, the README and this list name :data:`STAGES`.
 """
 from __future__ import annotations
 
@@ -15,7 +18,6 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
@@ -24,11 +26,12 @@ from . import canary, database, inplace, sandbox, state, warm
 from . import scoring
 from .apps import AppError, Course, generate_feedback_parallel
 from .collect import Collected, check_input, collect, lms_late, write_roster
-from .course import REPO_ROOT, CourseTree
+from .batch import Batch, GradeRun, read_gradebook
+from .course import REPO_ROOT, ROSTER_CSV, CourseTree
 from .parallel import AutogradeOutcome, autograde, default_jobs
 from .repair import (Repair, remember_unreadable, repair_all, repair_submission, set_aside_damaged_unreadable,
                      unreadable, unreadable_note)
-from .report import ClassReport, build_report, read_runs, summary_text, write_report
+from .report import build_report, read_runs, summary_text, write_report
 # starting over and restoring a state archive: grader/reset.py (light, for `python -m grader clean`)
 from .reset import (DEMO_MARKER, GRADEBOOK_IN_ARCHIVE, GRADING_STATE, GRADING_STATE_PATTERNS,  # noqa: F401
                     KEPT_LOGS, _archive_state, _logs_state, _restorable, _state_names, clean, current_state,
@@ -37,53 +40,6 @@ from .reset import (DEMO_MARKER, GRADEBOOK_IN_ARCHIVE, GRADING_STATE, GRADING_ST
 
 class GradingError(RuntimeError):
     """The pipeline itself failed (not a student's code): an nbgrader step exited non-zero."""
-
-
-@dataclass
-class GradeRun:
-    """What one ``grade_class`` call produced.
-
-    Attributes:
-        course_root: the nbgrader course root graded in.
-        assignments: assignment names graded.
-        students: student ids found in ``submitted/`` (this batch and earlier ones).
-        batch: the students this run collected (and graded).
-        grades_csv: nbgrader's export, one row per (assignment, student).
-        questions_csv: one row per (assignment, student, grade cell) with the points earned.
-        feedback_dir: where nbgrader wrote the per-student feedback HTML.
-        report_html: the class report page.
-        scores: ``{(assignment, student): {grade_id: points}}`` read from the gradebook.
-        max_points: ``{assignment: {grade_id: max points}}``.
-        report: the :class:`~grader.report.ClassReport`.
-        autograde: timing and failures of the autograde stage.
-        repairs: ``{(assignment, student): Repair}`` for every submission repair touched.
-        sandboxed: whether kernels ran in the bubblewrap sandbox.
-        lms_import: the LMS's gradebook export filled in (``lms-import-<lms>.csv``), when given.
-        feedback_zips: ``{feedback-<lms>-<assignment>.zip: [students]}`` for the LMS's bulk
-            feedback upload (students collected from Canvas or Moodle downloads).
-        seconds: wall time of the whole run.
-        stage_seconds: ``{stage: seconds}``, one entry per stage of :data:`STAGES` (prepare,
-            generate, collect, repair, autograde, feedback, export, score, report).
-    """
-
-    course_root: Path
-    assignments: list[str] = field(default_factory=list)
-    students: list[str] = field(default_factory=list)
-    batch: list[str] = field(default_factory=list)
-    grades_csv: Path | None = None
-    questions_csv: Path | None = None
-    feedback_dir: Path | None = None
-    report_html: Path | None = None
-    scores: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
-    max_points: dict[str, dict[str, float]] = field(default_factory=dict)
-    report: ClassReport | None = None
-    autograde: AutogradeOutcome | None = None
-    repairs: dict[tuple[str, str], Repair] = field(default_factory=dict)
-    sandboxed: bool = False
-    lms_import: Path | None = None
-    feedback_zips: dict[Path, list[str]] = field(default_factory=dict)
-    seconds: float = 0.0
-    stage_seconds: dict[str, float] = field(default_factory=dict)
 
 
 def list_assignments(course_root: Path) -> list[str]:
@@ -128,31 +84,6 @@ def _digest(folder: Path) -> str:
     return h.hexdigest()
 
 
-def read_gradebook(course: CourseTree | Path, assignments: list[str]):
-    """Per-question points and max points from nbgrader's gradebook.
-
-    Returns:
-        ``(scores, max_points)``: ``{(assignment, student): {grade_id: points}}`` and
-        ``{assignment: {grade_id: max points}}`` (manually graded cells count 0 until graded).
-    """
-    from nbgrader.api import Gradebook
-
-    tree = course if isinstance(course, CourseTree) else CourseTree(course)
-    scores: dict[tuple[str, str], dict[str, float]] = {}
-    max_points: dict[str, dict[str, float]] = {}
-    with Gradebook(tree.gradebook_url) as gb:
-        for a in assignments:
-            asg = gb.find_assignment(a)
-            max_points[a] = {gc.name: float(gc.max_score) for nb in asg.notebooks for gc in nb.grade_cells}
-            for sub in gb.assignment_submissions(a):
-                row: dict[str, float] = {}
-                for nb in sub.notebooks:
-                    for g in nb.grades:
-                        row[g.name] = float(g.score)
-                scores[(a, sub.student.id)] = row
-    return scores, max_points
-
-
 def _progress_bar():
     from tqdm import tqdm
 
@@ -172,32 +103,6 @@ def _progress_bar():
 
 
 
-@dataclass
-class Batch:
-    """One ``grade_class`` call while it runs: its options, the course, and what the stages
-    have found so far (each stage reads what earlier ones wrote and fills in ``run``)."""
-
-    tree: CourseTree
-    run: GradeRun
-    submissions: Path | None
-    jobs: int
-    fresh: bool | None
-    progress: bool
-    use_sandbox: bool | None
-    cell_timeout: int | None
-    duedates: dict[str, str]
-    log: object
-    yes: bool = False
-    run_id: str = ""
-    course: Course | None = None
-    collected: Collected | None = None
-    to_grade: list[tuple[str, str]] | None = None  # None: every submission here
-    dask: object = None  # grader.cluster.DaskCluster: autograde as Dask tasks; None: processes
-    demo_students: int | None = None
-    lms_gradebook: Path | None = None
-    groups: bool = True
-    command: str = ""
-    hand_grades_done: list = field(default_factory=list)  # carried over (or to redo) in this run
 
 
 def prepare(b: Batch) -> None:
@@ -471,8 +376,8 @@ def repair(b: Batch) -> None:
 
 
 def autograde_stage(b: Batch) -> None:
-    """``nbgrader autograde`` in ``jobs`` parallel processes, sandboxed when bubblewrap works;
-    a batch grades its own students and anyone an earlier run left ungraded."""
+    """nbgrader's autograde as Dask tasks (``b.dask``) or ``jobs`` parallel processes, sandboxed
+    when bubblewrap works; a batch grades its own students and anyone an earlier run left ungraded."""
     tree, run, log = b.tree, b.run, b.log
     ok = sandbox.available()
     if b.use_sandbox and not ok:
@@ -594,7 +499,7 @@ def export(b: Batch) -> None:
     except AppError as e:
         raise GradingError(str(e)) from e
     _add_late_column(b.run.grades_csv, lms_late(b.tree))
-    write_roster(b.tree, b.tree.root / "roster.csv")
+    write_roster(b.tree, b.tree.root / ROSTER_CSV)
     if b.lms_gradebook is not None:
         from .lms import fill_lms_gradebook
 

@@ -17,13 +17,13 @@ import shutil
 from pathlib import Path
 
 from . import database, state
-from .course import CourseTree
+from .course import CANARY_RECORD, GRADEBOOK, GRADES_CSV, QUESTIONS_CSV, ROSTER_CSV, RUN_LOG, CourseTree
 
 #: Written when the grading state is the embedded demo class's (removed before real work).
 DEMO_MARKER = ".demo-class"
 #: What a fresh run removes (nbgrader's grading state; never source/ or release/).
-GRADING_STATE = ("submitted", "autograded", "feedback", "downloaded", "reports", "logs", "gradebook.db",
-                 "grades.csv", "grades_by_question.csv", "roster.csv", DEMO_MARKER)
+GRADING_STATE = ("submitted", "autograded", "feedback", "downloaded", "reports", "logs", GRADEBOOK,
+                 GRADES_CSV, QUESTIONS_CSV, ROSTER_CSV, DEMO_MARKER)
 #: Grading state named per LMS and assignment (grader.lms's import files and feedback zips).
 GRADING_STATE_PATTERNS = ("lms-import-*.csv", "feedback-*.zip")
 
@@ -34,7 +34,7 @@ def _state_names(root: Path) -> list[str]:
     return list(GRADING_STATE) + found
 #: What :func:`clean` keeps of ``logs/``: the backups, the run history, and the note of how long
 #: that history was when the course was last cleaned (:data:`grader.state.CLEANED`).
-KEPT_LOGS = ("backups", "runs.jsonl", "cleaned.json", "canary.json")  # canary.json: not grading state
+KEPT_LOGS = ("backups", RUN_LOG, state.CLEANED, CANARY_RECORD)  # the canary's record: not grading state
 
 
 def clean(course_root: Path) -> None:
@@ -56,10 +56,10 @@ def clean(course_root: Path) -> None:
     (root / "autograded" / ".gitkeep").touch()
     # the run log is kept, but the runs it holds graded a class that is gone: the next class
     # starts without a gradebook and must not be told to restore the old one
-    runs = root / "logs" / "runs.jsonl"
+    runs = root / "logs" / RUN_LOG
     n = sum(1 for ln in runs.read_text(encoding="utf-8").splitlines() if ln.strip()) if runs.is_file() else 0
     (root / "logs").mkdir(exist_ok=True)
-    (root / "logs" / "cleaned.json").write_text(json.dumps({"runs": n}) + "\n")
+    (root / "logs" / state.CLEANED).write_text(json.dumps({"runs": n}) + "\n")
 
 
 def start_over(tree: CourseTree, *, yes: bool, tag: str, log=print) -> None:
@@ -105,7 +105,7 @@ def _archive_state(tree: CourseTree, tag: str, gradebook: Path | None = None) ->
     gradebook backup ``gradebook`` as ``gradebook.db`` (one archive is a whole course state)."""
     import tarfile
 
-    names = [n for n in _state_names(tree.root) if n not in ("logs", "gradebook.db") and (tree.root / n).exists()]
+    names = [n for n in _state_names(tree.root) if n not in ("logs", GRADEBOOK) and (tree.root / n).exists()]
     logs = _logs_state(tree)
     if not names and not logs and gradebook is None:
         return None
@@ -129,7 +129,7 @@ def _archive_state(tree: CourseTree, tag: str, gradebook: Path | None = None) ->
 
 
 #: The gradebook's name inside a state archive.
-GRADEBOOK_IN_ARCHIVE = "gradebook.db"
+GRADEBOOK_IN_ARCHIVE = GRADEBOOK
 
 
 def state_backups(tree: CourseTree) -> list[Path]:
@@ -147,7 +147,7 @@ def current_state(tree: CourseTree) -> list[str]:
         out.append(GRADEBOOK_IN_ARCHIVE)
     for n in _state_names(tree.root):
         p = tree.root / n
-        if n in ("logs", "gradebook.db") or not p.exists():
+        if n in ("logs", GRADEBOOK) or not p.exists():
             continue
         if p.is_dir():
             if any(f.name != ".gitkeep" for f in p.rglob("*")):

@@ -26,7 +26,7 @@ the ``normref-sandbox`` kernelspec that ``make grade`` hands nbgrader. It
 * runs :mod:`grader.kernel_guard` first, which turns ``os._exit``/``sys.exit`` into
   errors of the cell that called them and caps a cell's printed output.
 
-What it does not prevent is written in the README ("What the grader protects against").
+What it does not prevent is written in docs/SECURITY.md ("What the grader protects against").
 """
 from __future__ import annotations
 
@@ -40,6 +40,14 @@ import sys
 import sysconfig
 import tempfile
 from pathlib import Path
+
+try:
+    from .kernel_guard import ENV_MAX_PROCS, ENV_MAX_WRITE_BYTES, ENV_NPROC_RLIMIT
+    from .kernel_guard import PIDS_EVENTS as SANDBOX_PIDS_EVENTS
+except ImportError:  # run by path, as the kernelspec does
+    from kernel_guard import ENV_MAX_PROCS, ENV_MAX_WRITE_BYTES, ENV_NPROC_RLIMIT  # type: ignore[no-redef]
+    from kernel_guard import PIDS_EVENTS as SANDBOX_PIDS_EVENTS  # type: ignore[no-redef]
+from normref.handback_files import HANDBACK_ENV
 
 BWRAP = shutil.which("bwrap") or "/usr/bin/bwrap"
 KERNEL_NAME = "normref-sandbox"
@@ -60,8 +68,22 @@ _CGROUP_ROOTS = {"pids": ("NORMREF_PIDS_CGROUP_ROOT", PIDS_CGROUP_ROOT),
                  "memory": ("NORMREF_MEMORY_CGROUP_ROOT", MEMORY_CGROUP_ROOT)}
 #: Inside the sandbox: the tmpfs, the student's folder in it, and the cgroup's event counter.
 SANDBOX_WORK = "/tmp/work"
-SANDBOX_PIDS_EVENTS = "/run/normref/pids.events"
 SANDBOX_HANDBACK = "/run/normref/handback"
+#: Variables the sandbox and its launchers (grader/warm.py, grader/zygote.py) pass each other,
+#: and those that cap a kernel's memory or name the canary's shared cache: one name each.
+ENV_SCRATCH_ROOT = "NORMREF_SCRATCH_ROOT"
+ENV_PIDS_CGROUP = "NORMREF_PIDS_CGROUP"
+ENV_MEMORY_CGROUP = "NORMREF_MEMORY_CGROUP"
+ENV_KERNEL_MEM_MB = "NORMREF_KERNEL_MEM_MB"
+ENV_KERNEL_AS_MB = "NORMREF_KERNEL_AS_MB"
+ENV_CANARY_CACHE = "NORMREF_CANARY_CACHE"
+#: Warm kernels (grader/warm.py): the jupyter_client provisioner that starts them (registered by
+#: tools/grading-kernels), and the variable that turns them off (``NORMREF_WARM_KERNELS=0``).
+WARM_PROVISIONER = "normref-warm"
+WARM_ENTRY_POINT_GROUP = "jupyter_client.kernel_provisioners"
+WARM_SWITCH = "NORMREF_WARM_KERNELS"
+#: One BLAS/OpenMP thread per process: N kernels (or nbgrader processes) on N cores.
+SINGLE_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 _ETC = ("/etc/ld.so.cache", "/etc/localtime", "/etc/nsswitch.conf", "/etc/hosts", "/etc/mime.types")
 
 
@@ -79,7 +101,7 @@ def available() -> bool:
 
 def default_mem_mb() -> int:
     """A grading kernel's memory cap in MiB: ``$NORMREF_KERNEL_MEM_MB``, else :data:`DEFAULT_MEM_MB`."""
-    return int(os.environ.get("NORMREF_KERNEL_MEM_MB") or DEFAULT_MEM_MB)
+    return int(os.environ.get(ENV_KERNEL_MEM_MB) or DEFAULT_MEM_MB)
 
 
 def hierarchy(kind: str) -> Path:
@@ -109,7 +131,7 @@ def write_kernelspec(dest: Path, mem_mb: int = DEFAULT_MEM_MB, provisioner: str 
         "argv": [sys.executable, str(Path(__file__).resolve()), "-f", "{connection_file}"],
         "display_name": "Python 3 (normref grading sandbox)",
         "language": "python",
-        "env": {"NORMREF_KERNEL_MEM_MB": str(mem_mb), **({"NORMREF_KERNEL_AS_MB": str(as_mb)} if as_mb else {})},
+        "env": {ENV_KERNEL_MEM_MB: str(mem_mb), **({ENV_KERNEL_AS_MB: str(as_mb)} if as_mb else {})},
         "interrupt_mode": "message",  # signals do not cross into bwrap's PID namespace
         "metadata": {"debugger": False},
     }
@@ -117,6 +139,20 @@ def write_kernelspec(dest: Path, mem_mb: int = DEFAULT_MEM_MB, provisioner: str 
         spec["metadata"]["kernel_provisioner"] = {"provisioner_name": provisioner, "config": {}}
     (kdir / "kernel.json").write_text(json.dumps(spec, indent=1))
     return kdir
+
+
+def warm_unavailable() -> str | None:
+    """None when this machine's kernels may start warm (:mod:`grader.warm`), else why not (for
+    the run's log)."""
+    if os.environ.get(WARM_SWITCH, "1").strip().lower() in ("0", "no", "off", "false"):
+        return f"{WARM_SWITCH}={os.environ[WARM_SWITCH]}"
+    from importlib.metadata import entry_points
+
+    if not entry_points(group=WARM_ENTRY_POINT_GROUP, name=WARM_PROVISIONER):
+        return f"the {WARM_PROVISIONER} kernel provisioner is not installed here: run make install"
+    if not hasattr(os, "pidfd_open"):
+        return "this system has no pidfd_open"
+    return None
 
 
 class SandboxSession:
@@ -144,15 +180,13 @@ class SandboxSession:
         self.warm_off: str | None = None
 
     def __enter__(self) -> "SandboxSession":
-        from . import warm
-
-        self.warm_off = warm.unavailable()
+        self.warm_off = warm_unavailable()
         self.swept = sweep_stale()  # what killed runs left (never one in use)
         name = f"normref-{os.getpid()}-{os.urandom(3).hex()}"
         self.pids_cgroup = _make_cgroup("pids", name)
         self.memory_cgroup = _make_cgroup("memory", name)
         self.as_mb = None if self.memory_cgroup else address_space_mb(self.mem_mb)
-        write_kernelspec(self.jupyter_dir, self.mem_mb, None if self.warm_off else warm.PROVISIONER, self.as_mb)
+        write_kernelspec(self.jupyter_dir, self.mem_mb, None if self.warm_off else WARM_PROVISIONER, self.as_mb)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -186,11 +220,11 @@ class SandboxSession:
         args = [f"--Execute.kernel_name={KERNEL_NAME}", "--KernelManager.transport=ipc",
                 f"--KernelManager.ip={ipc}/k"]
         env = {"JUPYTER_PATH": os.pathsep.join([str(self.jupyter_dir), os.environ.get("JUPYTER_PATH", "")]),
-               "NORMREF_SCRATCH_ROOT": str(self.records / f"w{i}")}
+               ENV_SCRATCH_ROOT: str(self.records / f"w{i}")}
         if self.pids_cgroup is not None:
-            env["NORMREF_PIDS_CGROUP"] = str(self.pids_cgroup)
+            env[ENV_PIDS_CGROUP] = str(self.pids_cgroup)
         if self.memory_cgroup is not None:
-            env["NORMREF_MEMORY_CGROUP"] = str(self.memory_cgroup)
+            env[ENV_MEMORY_CGROUP] = str(self.memory_cgroup)
         return args, env
 
     def limits_hit(self) -> dict[Path, list[str]]:
@@ -449,7 +483,7 @@ def shared_cache_dir() -> Path | None:
     """This user's cache of what depends only on the installed environment (a kernel's measured
     address space; :mod:`grader.canary`'s passes, by content hash): ``$NORMREF_CANARY_CACHE``,
     else ``$XDG_CACHE_HOME/normref`` (``~/.cache/normref``); None when that variable is ``0``."""
-    var = os.environ.get("NORMREF_CANARY_CACHE")
+    var = os.environ.get(ENV_CANARY_CACHE)
     if var == "0":
         return None
     if var:
@@ -507,7 +541,7 @@ def kernel_address_space_mb() -> int:
         with contextlib.suppress(OSError, ValueError):
             known = json.loads(cache.read_text())
     if key not in known:
-        env = {**os.environ, **{v: "1" for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}}
+        env = {**os.environ, **dict.fromkeys(SINGLE_THREAD_VARS, "1")}
         out = subprocess.run([sys.executable, "-c", _AS_PROBE, *_KERNEL_IMPORTS], capture_output=True,
                              text=True, env=env, cwd="/", timeout=300)
         last = (out.stdout.strip().splitlines() or [""])[-1]  # after ipykernel's own notes
@@ -530,8 +564,8 @@ def address_space_mb(mem_mb: int) -> int:
     (:func:`kernel_address_space_mb`) plus ``mem_mb`` for its cells, unless
     ``$NORMREF_KERNEL_AS_MB`` sets it. A CUDA build of torch maps several GiB of libraries it
     never touches on a CPU-only grader: a fixed cap would refuse to import it."""
-    if os.environ.get("NORMREF_KERNEL_AS_MB"):
-        return int(os.environ["NORMREF_KERNEL_AS_MB"])
+    if os.environ.get(ENV_KERNEL_AS_MB):
+        return int(os.environ[ENV_KERNEL_AS_MB])
     return kernel_address_space_mb() + mem_mb
 
 
@@ -630,11 +664,11 @@ def bwrap_argv(connection_file: str, cwd: str, kernel_args: list[str], *,
         argv += ["--file", str(fd), f"{SANDBOX_WORK}/{rel}"]
     if pids_events:
         argv += ["--ro-bind", pids_events, SANDBOX_PIDS_EVENTS]
-    handback = os.environ.get("NORMREF_HANDBACK_DIR")
+    handback = os.environ.get(HANDBACK_ENV)
     if handback and os.path.isdir(handback):  # this run's graded inputs (grader.scoring), read-only
-        argv += ["--ro-bind", handback, SANDBOX_HANDBACK, "--setenv", "NORMREF_HANDBACK_DIR", SANDBOX_HANDBACK]
+        argv += ["--ro-bind", handback, SANDBOX_HANDBACK, "--setenv", HANDBACK_ENV, SANDBOX_HANDBACK]
     else:
-        argv += ["--unsetenv", "NORMREF_HANDBACK_DIR"]
+        argv += ["--unsetenv", HANDBACK_ENV]
     argv += ["--symlink", SANDBOX_WORK, cwd,  # the student's folder: a private, writable copy
              "--chdir", cwd,
              "--setenv", "HOME", "/tmp/home", "--setenv", "MPLCONFIGDIR", "/tmp/home/mpl",
@@ -643,11 +677,11 @@ def bwrap_argv(connection_file: str, cwd: str, kernel_args: list[str], *,
              # no user site (usercustomize.py, *.pth under ~/.local); HOME and IPYTHONDIR (below)
              # are empty folders of the tmpfs, so no profile's startup/ or ipython_config.py is read
              "--setenv", "PYTHONNOUSERSITE", "1",
-             "--setenv", "NORMREF_MAX_PROCS", str(max_procs),
-             "--setenv", "NORMREF_MAX_WRITE_BYTES", str(max_write_bytes),
+             "--setenv", ENV_MAX_PROCS, str(max_procs),
+             "--setenv", ENV_MAX_WRITE_BYTES, str(max_write_bytes),
              # without a cgroup, the guard sets RLIMIT_NPROC inside: counted per (user
              # namespace, uid), i.e. per sandbox (set outside, it would count all our processes)
-             "--setenv", "NORMREF_NPROC_RLIMIT", "0" if pids_events else "1",
+             "--setenv", ENV_NPROC_RLIMIT, "0" if pids_events else "1",
              # ipykernel would see its parent as PID 1 in the new PID namespace and exit;
              # bwrap's --die-with-parent already ends the kernel with its parent.
              "--unsetenv", "JPY_PARENT_PID",
@@ -699,19 +733,19 @@ def prepare(args: list[str], extra_procs: int = 0) -> tuple[list[str], list[int]
     connection_file = args[i + 1]
     kernel_args = args[:i] + args[i + 2:]
     cwd = os.getcwd()
-    max_procs = int(os.environ.get("NORMREF_MAX_PROCS", MAX_PROCS))
-    max_write = int(os.environ.get("NORMREF_MAX_WRITE_BYTES", MAX_WRITE_BYTES))
+    max_procs = int(os.environ.get(ENV_MAX_PROCS, MAX_PROCS))
+    max_write = int(os.environ.get(ENV_MAX_WRITE_BYTES, MAX_WRITE_BYTES))
     # A record of this kernel (its folder, its cgroup) for make grade, outside the sandbox
     # (NORMREF_SCRATCH_ROOT is removed after the run; nothing of ours outlives bwrap).
-    root = os.environ.get("NORMREF_SCRATCH_ROOT") or tempfile.gettempdir()
+    root = os.environ.get(ENV_SCRATCH_ROOT) or tempfile.gettempdir()
     os.makedirs(root, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="kernel-", dir=root))
     cgroup = memory = None
     mem_mb = default_mem_mb()
-    if os.environ.get("NORMREF_PIDS_CGROUP"):
-        cgroup = _join_pids_cgroup(Path(os.environ["NORMREF_PIDS_CGROUP"]), work.name, max_procs + extra_procs)
-    if os.environ.get("NORMREF_MEMORY_CGROUP"):
-        memory = _join_memory_cgroup(Path(os.environ["NORMREF_MEMORY_CGROUP"]), work.name, mem_mb)
+    if os.environ.get(ENV_PIDS_CGROUP):
+        cgroup = _join_pids_cgroup(Path(os.environ[ENV_PIDS_CGROUP]), work.name, max_procs + extra_procs)
+    if os.environ.get(ENV_MEMORY_CGROUP):
+        memory = _join_memory_cgroup(Path(os.environ[ENV_MEMORY_CGROUP]), work.name, mem_mb)
     (work / "record.json").write_text(json.dumps({"cwd": cwd, "cgroup": str(cgroup) if cgroup else None,
                                                   "max_procs": max_procs, "mem_mb": mem_mb,
                                                   "memory_cgroup": str(memory) if memory else None}))

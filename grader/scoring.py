@@ -59,17 +59,20 @@ import numpy as np
 
 from normref.faults import METADATA_KEY, output_metadata
 from normref.handback import ENV, MIME, dump_inputs, lock, question_key
+from normref.handback_files import KEYS_FILE, SCORING_DIR
 
-#: The run's question keys (``{grade_id: hex}``), beside the seeds in ``logs/scoring/`` (outside
-#: every sandbox): read by the autograde preprocessor that writes each key into its hidden test
-#: cell (``HandbackKeys`` in ``nbgrader_config.py``), found from ``$NORMREF_HANDBACK_DIR``'s
-#: parent folder as ``scoring/handback-keys.json``.
-KEYS_FILE = "handback-keys.json"
+from .draws import pick as _pick
+from .draws import token as _token
+
+# The run's question keys (``{grade_id: hex}``, normref.handback_files.KEYS_FILE), beside the seeds
+# in ``logs/scoring/`` (outside every sandbox): read by the autograde preprocessor that writes each
+# key into its hidden test cell (``HandbackKeys`` in ``nbgrader_config.py``), found from
+# ``$NORMREF_HANDBACK_DIR``'s parent folder as ``scoring/handback-keys.json``.
 
 
 def keys_path(inputs: Path) -> Path:
     """Where the keys of the inputs in ``inputs`` (``logs/handback``) are: ``logs/scoring/handback-keys.json``."""
-    return Path(inputs).parent / "scoring" / KEYS_FILE
+    return Path(inputs).parent / SCORING_DIR / KEYS_FILE
 
 __all__ = ["QUESTIONS", "PRACTICE", "prepare_inputs", "score_notebook", "score_class", "Replay", "ReplayClass",
            "decode_answer", "module_plan", "block_plan", "Scored", "inputs_id",
@@ -87,23 +90,6 @@ def _gen(seed: int, grade_id: str):
 
     h = int.from_bytes(hashlib.sha256(f"{seed}:{grade_id}".encode()).digest()[:8], "little")
     return torch.Generator().manual_seed(h & (2**63 - 1))
-
-
-def _token(g):
-    """Three distinct small integers as floats, of nonzero mean: the kind of the seed's
-    (1, 2, 3) (a zero mean would let RMSNorm and LayerNorm agree on it)."""
-    import torch
-
-    while True:
-        t = torch.randint(-6, 7, (3,), generator=g).float()
-        if len(set(t.tolist())) == 3 and abs(float(t.sum())) >= 3:
-            return t
-
-
-def _pick(g, options):
-    import torch
-
-    return options[int(torch.randint(len(options), (1,), generator=g))]
 
 
 def _with_std(x, std):
@@ -653,7 +639,7 @@ def prepare_inputs(course_root: Path, *, seed: int | None = None, log=print,
         key = question_key(master, gid)
         keys[gid] = key.hex()
         (inputs / f"{gid}.pt").write_bytes(lock(key, blob))
-    seeds = root / "logs" / "scoring"
+    seeds = root / "logs" / SCORING_DIR
     seeds.mkdir(parents=True, exist_ok=True)
     kp = keys_path(inputs)
     kp.unlink(missing_ok=True)

@@ -27,7 +27,7 @@ import sqlite3
 import sys
 from pathlib import Path
 
-from .course import CourseTree
+from .course import RUN_LOG, CourseStateError, CourseTree
 
 LOCK_FILE = ".grader.lock"
 #: ``logs/graded.json``: the submissions whose autograde finished (a killed run's half-written
@@ -36,10 +36,6 @@ GRADED = "graded.json"
 KEEP_BACKUPS = 10
 #: Folders whose content means "a class has been graded here" (so a gradebook must exist).
 _STATE_DIRS = ("submitted", "autograded", "feedback")
-
-
-class CourseStateError(RuntimeError):
-    """The course folder is not in a state a run may write to; nothing was written."""
 
 
 def now_utc() -> str:
@@ -198,7 +194,7 @@ def has_grading_state(tree: CourseTree) -> bool:
     other than runs stopped by the canary, which wrote nothing (:mod:`grader.canary`)."""
     if any(tree.students(step) for step in _STATE_DIRS):
         return True
-    runs = tree.logs / "runs.jsonl"
+    runs = tree.logs / RUN_LOG
     if not runs.is_file():
         return False
     lines = [ln for ln in runs.read_text(encoding="utf-8").splitlines() if ln.strip()]
@@ -312,7 +308,7 @@ def _keep_hand_grades(tree: CourseTree, newer: list, log) -> None:
     wait in ``logs/handgrades.json`` for the next run, which grades that submission again."""
     if not newer:
         return
-    from .handgrades import carry_over, forget, record
+    from .handgrades import PENDING, carry_over, forget, record
 
     record(tree, newer)  # on disk before the gradebook is touched
     kept, waiting = carry_over(tree, newer)
@@ -321,7 +317,7 @@ def _keep_hand_grades(tree: CourseTree, newer: list, log) -> None:
         what = " and ".join(w for w, v in (("hand grade", g.manual_score), ("comment", g.comment)) if v is not None)
         log(f"restore: kept the {what} typed after that backup: {g.student} ({g.assignment}) {g.grade_id}")
     if waiting:
-        log(f"restore: {len(waiting)} hand grade(s) typed after that backup wait in {tree.logs / 'handgrades.json'} "
+        log(f"restore: {len(waiting)} hand grade(s) typed after that backup wait in {tree.logs / PENDING} "
             "for the next run, which grades their submissions again: "
             + ", ".join(f"{g.student} ({g.assignment}) {g.grade_id}" for g in waiting))
 
@@ -379,7 +375,7 @@ def _roll_back_graded(tree: CourseTree, backup: Path, log) -> None:
 
 def record_run(tree: CourseTree, record: dict) -> Path:
     """Append one run's record to ``logs/runs.jsonl`` (one JSON object per line)."""
-    path = tree.logs / "runs.jsonl"
+    path = tree.logs / RUN_LOG
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as f:
         f.write(json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n")
@@ -387,7 +383,7 @@ def record_run(tree: CourseTree, record: dict) -> Path:
 
 
 def read_runs(tree: CourseTree) -> list[dict]:
-    path = tree.logs / "runs.jsonl"
+    path = tree.logs / RUN_LOG
     if not path.is_file():
         return []
     return [json.loads(ln) for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]

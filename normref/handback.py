@@ -33,11 +33,12 @@ from pathlib import Path
 import numpy as np
 
 from ._torch import directory, import_if_named, is_tensor, loaded
+from .handback_files import HANDBACK_ENV
 
 #: MIME type of the one output a hidden test shows.
 MIME = "application/vnd.normref.handback+json"
 #: Environment variable naming the folder of the grader's inputs.
-ENV = "NORMREF_HANDBACK_DIR"
+ENV = HANDBACK_ENV
 #: Largest array handed back (elements); the graded inputs are tiny.
 MAX_ELEMENTS = 1 << 16
 #: First bytes of an inputs file locked with its question's key (:func:`lock`).
