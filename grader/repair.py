@@ -35,6 +35,8 @@ from pathlib import Path
 
 import nbformat
 
+from normref._syntax import parse
+
 from .collect import notebook_key, received_hashes
 from .course import CourseTree
 from .tamper import protected_bindings, scan, shadowing_modules, startup_files
@@ -121,7 +123,7 @@ def _answered_count(nb) -> int:
 
 def _defined_names(src: str) -> set[str]:
     try:
-        tree = ast.parse(src)
+        tree = parse(src)
     except SyntaxError:
         return set()
     return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))}
