@@ -197,7 +197,7 @@ def draw_placement_battery(g) -> list:
     def seed():
         return int(torch.randint(2**31 - 1, (1,), generator=g))
 
-    twice = nn.Linear(3, 3, bias=False)
+    twice = nn.Linear(3, 3, bias=False, device="meta").to_empty(device="cpu")  # no weights drawn: set here
     with torch.no_grad():
         twice.weight.copy_(2 * torch.eye(3))
     b_, t_, n, t2 = pick(g, [2, 3]), pick(g, [3, 4]), pick(g, [3, 4, 5]), pick(g, [4, 5, 6])
