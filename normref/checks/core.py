@@ -200,26 +200,14 @@ def single_threaded(checker: Callable) -> Callable:
         torch = loaded()
         if torch is None:  # a numpy check: no torch threads to limit (and no torch to import)
             return checker(*args, **kwargs)
-        with _THREADS_LOCK:  # checkers in several threads at once: the first sets 1, the last restores
-            if _THREADS["users"] == 0:
-                _THREADS["before"] = torch.get_num_threads()
-                torch.set_num_threads(1)
-            _THREADS["users"] += 1
+        n = torch.get_num_threads()  # the calling thread's setting (OpenMP keeps one per thread)
+        torch.set_num_threads(1)
         try:
             return checker(*args, **kwargs)
         finally:
-            with _THREADS_LOCK:
-                _THREADS["users"] -= 1
-                if _THREADS["users"] == 0:
-                    torch.set_num_threads(_THREADS["before"])
+            torch.set_num_threads(n)
 
     return wrapper
-
-
-#: :func:`single_threaded`'s count of the checkers running now (in any thread) and the torch thread
-#: count from before the first of them, which the last one restores.
-_THREADS = {"users": 0, "before": 1}
-_THREADS_LOCK = threading.Lock()
 
 
 class _Timeout(Exception):
