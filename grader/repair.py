@@ -34,6 +34,8 @@ from pathlib import Path
 
 import nbformat
 
+from normref._syntax import parse
+
 from .collect import notebook_key, received_hashes
 from .course import CourseTree
 from .notebooks import read_notebook_leniently
@@ -66,7 +68,7 @@ def _answered_count(nb) -> int:
 
 def _defined_names(src: str) -> set[str]:
     try:
-        tree = ast.parse(src)
+        tree = parse(src)
     except SyntaxError:
         return set()
     return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))}

@@ -35,6 +35,8 @@ import textwrap
 import types
 from typing import Mapping
 
+from ._syntax import parse
+
 __all__ = ["BACKWARD_REFERENCE", "BLOCK_REFERENCE", "DYT_REFERENCE", "NORM_REFERENCE", "NORMREF_BACKWARD",
            "NORMREF_DYT", "NORMREF_MODERN", "NORMREF_NORMS", "NORMREF_PLACEMENT", "NORMREF_QK", "PERI_REFERENCE",
            "PLACEMENT_REFERENCE", "QK_REFERENCE", "REFERENCE_ATTRS", "REFERENCE_ROOTS", "RULE_PREFIX",
@@ -170,7 +172,7 @@ def reference_calls(source: str, bindings: Mapping[str, str | None] | None = Non
         that does not parse (a syntax error costs the student the cell anyway).
     """
     try:
-        tree = ast.parse(textwrap.dedent(source))
+        tree = parse(textwrap.dedent(source))
     except SyntaxError:
         return []
     bindings = {**(bindings or {}), **_imports(tree)}  # the scope, then what the source imports

@@ -36,6 +36,7 @@ import ast
 from dataclasses import dataclass
 
 from . import rules as _rules
+from ._syntax import parse
 
 MODULE_NAMES = {"normref", "np", "numpy", "torch", "F", "nn", "math", "sys", "os", "builtins",
                 "IPython", "ipykernel", "nbgrader", "unittest", "pytest", "functools", "operator"}
@@ -88,7 +89,7 @@ def protected_bindings(locked_sources: list[str]) -> dict[str, str | None]:
     names: dict[str, str | None] = {}
     for src in locked_sources:
         try:
-            tree = ast.parse(src)
+            tree = parse(src)
         except SyntaxError:
             continue
         for node in tree.body:
@@ -116,7 +117,7 @@ def scan(source: str, protected: dict[str, str | None] | None = None) -> list[Fi
             findings.append(Finding("tamper", i, f"IPython magic or shell command {s.split()[0]!r}"))
     code = "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in lines)
     try:
-        tree = ast.parse(code)
+        tree = parse(code)
     except SyntaxError:
         return findings  # a syntax error only costs the student the cell; nothing to tamper with
 

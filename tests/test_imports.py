@@ -5,7 +5,7 @@ counts, at module level and inside a function alike: a circle closed by an impor
 function still ties the two modules together (neither can be understood, tested or moved
 without the other), and a function-level import written only to dodge the circle hides it.
 The shared piece goes to a lower module instead (``grader/course.py``, ``grader/batch.py``,
-``grader/notebooks.py``, ``grader/draws.py``, ``normref/handback_files.py``...). Only imports
+``grader/notebooks.py``, ``normref/handback_files.py``...). Only imports
 under ``if TYPE_CHECKING:`` are left out: they never run.
 
 An edge goes to the module named (``from .course import X`` -> ``grader.course``;

@@ -523,12 +523,14 @@ def test_a_question_whose_answer_cell_the_grader_removed_says_why_not_a_name_err
 
 
 def test_two_threads_scoring_at_once_score_as_one_does():
-    """The checkers draw a battery by patching their module's case list and seed torch's global
-    RNG for the sublayers they build, so two scorings in one process at once (test_assignments
-    grades two assignments in threads) could swap batteries or reseed a draw half-way: a correct
-    Post-LN once scored 0 of 4 in CI, a correct block 2 of 4 in a fresh-clone run (its wiring
-    cases' attention redrawn while the other thread built the block's public battery under
-    torch.manual_seed). Scoring takes turns."""
+    """Two scorings in one process at once (test_assignments grades two assignments in threads),
+    with nothing taking turns but the parsing of Python syntax (normref._syntax). When a drawn
+    battery was patched into its checker's module and sublayers were built under torch's global
+    RNG, they swapped batteries or reseeded a draw half-way: a correct Post-LN once scored 0 of 4
+    in CI, a correct block 2 of 4 in a fresh-clone run (its wiring cases' attention redrawn while
+    the other thread built the block's public battery under torch.manual_seed). Now each checker
+    is handed its battery and every battery draws from its own generator; without the parse lock
+    CPython 3.11's ast.parse raises "AST constructor recursion depth mismatch" here."""
     from concurrent.futures import ThreadPoolExecutor
 
     ns = namespace("block", "correct")

@@ -16,6 +16,7 @@ import linecache
 import os
 import types
 
+from .._syntax import parse
 from ..tamper import Finding, protected_bindings, scan
 
 
@@ -130,7 +131,7 @@ def top_bindings(source: str) -> dict[str, str]:
     """``{name: how the cell binds it}`` for the names ``source`` binds at top level:
     ``"imports"``, ``"defines"`` (a function or class) or ``"sets"``."""
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except SyntaxError:
         return {}
     out: dict[str, str] = {}

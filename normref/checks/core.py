@@ -1,5 +1,5 @@
-"""What every checker shares: the results, calling student code safely, and the one seeded
-input helper (comparing arrays is :mod:`normref.checks.compare`).
+"""What every checker shares: the results, calling student code safely, and the seeded input
+helpers (comparing arrays is :mod:`normref.checks.compare`).
 
 A student function that raises, loops, returns the wrong kind/shape/dtype, returns NaN or
 modifies its input gets a clear message; the checker itself never raises because of it.
@@ -200,7 +200,7 @@ def single_threaded(checker: Callable) -> Callable:
         torch = loaded()
         if torch is None:  # a numpy check: no torch threads to limit (and no torch to import)
             return checker(*args, **kwargs)
-        n = torch.get_num_threads()
+        n = torch.get_num_threads()  # the calling thread's setting (OpenMP keeps one per thread)
         torch.set_num_threads(1)
         try:
             return checker(*args, **kwargs)
@@ -271,10 +271,18 @@ def _raised(case: str, e: BaseException, keepdim_hint: bool, backend: str) -> Ca
     return fail(case, f"raised {text[:300]}; {hint}", fault)
 
 
-#: While a checker runs (:func:`run`): ``[(reference, found)]``, what counts as running a
-#: reference (:class:`normref.handback.ReferenceRecorder`'s arguments, :mod:`normref.rules`)
-#: and what the student's calls ran so far. Empty: calls are not recorded.
-_RECORDING: list[tuple[dict, list[str]]] = []
+#: While a checker runs (:func:`run`), in its own thread: ``_RECORDING.stack``, ``[(reference,
+#: found)]``, what counts as running a reference (:class:`normref.handback.ReferenceRecorder`'s
+#: arguments, :mod:`normref.rules`) and what the student's calls ran so far. Empty: calls are not
+#: recorded. One stack per thread: checkers running in two threads at once record apart.
+_RECORDING = threading.local()
+
+
+def _recording_stack() -> list[tuple[dict, list[str]]]:
+    stack = getattr(_RECORDING, "stack", None)
+    if stack is None:
+        stack = _RECORDING.stack = []
+    return stack
 
 
 @contextlib.contextmanager
@@ -296,11 +304,12 @@ def recording(reference: dict | None):
             reference["codes"] = reference_codes()
     except ImportError:  # a recorder that finds normref's references by their files
         pass
-    _RECORDING.append((reference, found))
+    stack = _recording_stack()
+    stack.append((reference, found))
     try:
         yield found
     finally:
-        _RECORDING.pop()
+        stack.pop()
 
 
 def _recorder_takes(name: str) -> bool:
@@ -316,11 +325,12 @@ def _recorded(fn: Callable, args: tuple, kwargs: dict, timeout: float, handed_in
     """:func:`_call_with_timeout`, under grading's reference recorder while :func:`recording`;
     ``handed_in``: the checker's own objects given to the student's code (a norm, a sublayer,
     a block's swapped-in submodules), which may run a reference, as in grading."""
-    if not _RECORDING:
+    stack = _recording_stack()
+    if not stack:
         return _call_with_timeout(fn, args, kwargs, timeout)
     from ..handback import ReferenceRecorder, _recorder_intact
 
-    reference, found = _RECORDING[-1]
+    reference, found = stack[-1]
     if handed_in and _recorder_takes("handed_in"):
         reference = {**reference, "handed_in": tuple(handed_in)}
     elif handed_in:  # a recorder without handed_in lets normref's norms run their own references,
@@ -467,6 +477,9 @@ def rule_lines(fn, ran: list[str], backend: str = "torch") -> list[str]:
 
 
 # --------------------------------------------------------------------------- seeded inputs
+# A battery draws from a generator of its own (a fixed seed's for the public battery, the grading
+# run's for a drawn one), never from torch's or numpy's global RNG: two checkers, or a checker and
+# the student's notebook, never change each other's numbers, in one thread or in several.
 
 
 def seeded_randn(seed: int) -> Callable:
@@ -483,9 +496,47 @@ def seeded_randn(seed: int) -> Callable:
     return rnd
 
 
+def seeded_module(g, factory: Callable, *args, **kwargs):
+    """``factory(*args, **kwargs)``, a torch ``nn.Module`` whose parameters are all in
+    ``nn.Linear`` layers (:class:`normref.CausalSelfAttention`, :class:`normref.FeedForward`),
+    with its weights drawn from the ``torch.Generator`` ``g``: the module
+    ``torch.manual_seed(s); factory(*args, **kwargs)`` builds when ``g`` was seeded with ``s``
+    (each ``nn.Linear`` in the order it was built, as ``nn.Linear.reset_parameters`` draws),
+    without reading or changing torch's global RNG (it is built on the meta device, then its
+    weights are drawn). Several modules drawn in turn from one ``g`` are those built in turn
+    after one ``torch.manual_seed(s)``.
+
+    Raises:
+        ValueError: the module has a parameter or buffer outside its ``nn.Linear`` layers
+            (whose initial values this does not know).
+    """
+    import math
+
+    import torch
+    from torch import nn
+
+    with torch.device("meta"):
+        m = factory(*args, **kwargs)
+    for name, sub in m.named_modules():
+        own = [*sub.named_parameters(recurse=False), *sub.named_buffers(recurse=False)]
+        if own and not isinstance(sub, nn.Linear):
+            raise ValueError(f"{type(m).__name__}: {name or 'the module'} has {own[0][0]} outside an nn.Linear; "
+                             "seeded_module draws nn.Linear weights only")
+    m = m.to_empty(device="cpu")
+    with torch.no_grad():
+        for sub in m.modules():
+            if isinstance(sub, nn.Linear):
+                nn.init.kaiming_uniform_(sub.weight, a=math.sqrt(5), generator=g)
+                if sub.bias is not None:
+                    bound = 1 / math.sqrt(sub.in_features) if sub.in_features > 0 else 0.0
+                    nn.init.uniform_(sub.bias, -bound, bound, generator=g)
+    return m
+
+
 @contextlib.contextmanager
 def seeded():
-    """Keep the caller's global torch RNG state untouched by the checker's own seeding."""
+    """Keep the caller's global torch RNG state untouched by the student's code a checker runs
+    (a module's constructor draws its initial weights from the global RNG)."""
     import torch
 
     state = torch.random.get_rng_state()
