@@ -13,7 +13,8 @@ tree and reports:
   ``__builtins__``, ``__import__``, ``exec``/``eval``/``compile``, ``globals()[...] =``,
   ``sys.modules``) or importing ``builtins``, ``ctypes``, ``gc``, ``inspect``, ``importlib``,
   ``IPython.core``, ``ipykernel``, ``nbgrader``; a module this cell imports is a module too
-  (``import normref.handback as h; h.run_calls = ...``); reaching ``normref.handback``; work the
+  (``import normref.handback as h; h.run_calls = ...``); reaching ``normref.handback`` (or the
+  grader's other kernel modules, :data:`GRADER_MODULES`: ``normref.recorder`` ...); work the
   grader's call recorder cannot see (``threading``, ``concurrent.futures``, ``multiprocessing``,
   TorchScript: ``torch.jit``, ``CompilationUnit``; ``torch.compile``; ``torch._C``);
 * ``reference``: calling the reference instead of implementing it (``normref.rms_norm``,
@@ -39,12 +40,18 @@ from . import rules as _rules
 
 MODULE_NAMES = {"normref", "np", "numpy", "torch", "F", "nn", "math", "sys", "os", "builtins",
                 "IPython", "ipykernel", "nbgrader", "unittest", "pytest", "functools", "operator"}
+#: The grader's other modules in the kernel besides ``normref.handback`` (the hand-back's plan of a
+#: class question, its wire format, the call recorder and the call helpers): reaching one is tamper,
+#: as reaching the hand-back is.
+GRADER_MODULES = {"plan": "the grader's hand-back", "wire": "the hand-back's wire format",
+                  "recorder": "the grader's call recorder", "reference_code": "the grader's call recorder",
+                  "calling": "the grader's call helpers"}
 DENY_IMPORTS = {"builtins", "ctypes", "gc", "inspect", "importlib", "ipykernel", "nbgrader",
                 "IPython.core", "IPython.terminal", "traceback", "atexit", "signal", "code", "codeop",
                 # the grader's hand-back, and work the grader's call recorder cannot see: other
                 # threads and processes (a pool started before the graded call), TorchScript
                 "normref.handback", "threading", "_thread", "concurrent", "multiprocessing", "torch.jit",
-                "torch._C", "torch.multiprocessing"}
+                "torch._C", "torch.multiprocessing", *(f"normref.{m}" for m in GRADER_MODULES)}
 #: Attributes whose use is tamper: TorchScript (``torch.jit``, ``CompilationUnit``; its ops run
 #: outside torch's function mode), ``torch.compile``, torch's C internals, the grader's hand-back.
 DENY_ATTRS = {"jit": "TorchScript (torch.jit)", "CompilationUnit": "TorchScript (CompilationUnit)",
@@ -168,6 +175,8 @@ def scan(source: str, protected: dict[str, str | None] | None = None) -> list[Fi
                 findings.append(Finding("tamper", line, f"uses {node.attr}"))
             elif node.attr in DENY_ATTRS or (node.attr == "compile" and _root(node) in ("torch", "_torch")):
                 findings.append(Finding("tamper", line, f"uses {DENY_ATTRS.get(node.attr, 'torch.compile')}"))
+            elif node.attr in GRADER_MODULES and _root(node) in modules:
+                findings.append(Finding("tamper", line, f"uses {GRADER_MODULES[node.attr]} (normref.{node.attr})"))
         if isinstance(node, ast.Call):
             fn = node.func
             if isinstance(fn, ast.Name) and fn.id in ("setattr", "delattr") and node.args:
