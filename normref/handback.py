@@ -29,6 +29,8 @@ from __future__ import annotations
 import os
 import sys
 
+import numpy as np
+
 from . import calling, plan
 from ._torch import directory, import_if_named, is_tensor, loaded
 from .recorder import allowed_codes, grader_objects, recorder_for, recorder_intact
@@ -37,8 +39,6 @@ from .wire import MIME, encode, encode_answer, encode_exception, load_inputs, sn
 
 
 def _arrays(args) -> list[tuple[int, object]]:
-    import numpy as np
-
     return [(i, a) for i, a in enumerate(args) if isinstance(a, np.ndarray) or is_tensor(a)]
 
 
@@ -59,11 +59,11 @@ def run_calls(fn, calls: list, reference: dict | None = None, sealed: dict | Non
     for args, kwargs, grad in calls:
         before = [(i, snapshot(a)) for i, a in _arrays(args)]
         rec: dict = {}
-        rec_ = recorder_for(reference, grader_objects(args, kwargs), sealed)
+        recorder = recorder_for(reference, grader_objects(args, kwargs), sealed)
         torch = loaded()
         grad_mode = torch.set_grad_enabled(grad) if torch is not None else contextlib.nullcontext()
         try:
-            with grad_mode, rec_:
+            with grad_mode, recorder:
                 out = calling.call_with_timeout(fn, tuple(args), dict(kwargs), calling.CALL_TIMEOUT_S)
                 # encoded inside the record: a returned object whose conversion runs code
                 # (a tensor subclass, say) runs it where the recorder sees it
@@ -73,9 +73,9 @@ def run_calls(fn, calls: list, reference: dict | None = None, sealed: dict | Non
         except Exception as e:  # noqa: BLE001 - the student's error is handed back as it is
             rec["raised"] = encode_exception(e)
         if not recorder_intact():
-            rec_.found.append("changed the grader's call recorder (its class was patched)")
-        if rec_.found:
-            rec["references"] = rec_.found
+            recorder.found.append("changed the grader's call recorder (its class was patched)")
+        if recorder.found:
+            rec["references"] = recorder.found
         changed = {str(i): encode(args[i]) for i, b in before if not unchanged(args[i], b)}
         if changed:
             rec["after"] = changed
