@@ -498,7 +498,7 @@ def test_red_team_routes_through_make_grade(bubblewrap, course_copy, tmp_path):
         return nbformat.read(course_copy / "autograded" / sid / "hostile" / "hostile.ipynb", 4)
 
     # 1. the answer cell could not read the inputs (in no file it can open, not yet in the kernel);
-    # the inputs and the sealing cell are not in the autograded notebook (nor, then, in the feedback)
+    # the inputs and the sealing cell are in neither the autograded notebook nor the feedback
     nb = autograded("read_inputs")
     printed = "".join(o.get("text", "") for c in _cells(nb, "rms_norm_impl") for o in c.get("outputs", []))
     assert "UNREADABLE" in printed and "READ" not in printed.replace("UNREADABLE", ""), printed
@@ -507,6 +507,9 @@ def test_red_team_routes_through_make_grade(bubblewrap, course_copy, tmp_path):
     text = nbformat.writes(nb)
     assert not any(t in text for t in inputs.values()) and "seal()" not in text and ".inputs(" not in text
     assert len(nb.cells) == len(release.cells)
+    for sid in corpus:
+        page = (course_copy / "feedback" / sid / "hostile" / "hostile.html").read_text()
+        assert not any(t in page for t in inputs.values()) and ".inputs(" not in page, sid
     # 2. seen by the scan (the alias is a module this cell imported), or when the hidden test ran
     assert any("modifies h.run_calls" in f for f in flags["alias_patch"]), flags["alias_patch"]
     assert any("changed the grader's hand-back" in f and "normref.handback.run_calls" in f
