@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from normref.handback import ENV
+from normref.handback_files import HANDBACK_ENV
 
 from .course import CONFIG, GRADES_CSV, REPO_ROOT, nbgrader_env
 from .demo import apply_due_dates, write_demo_submissions
@@ -39,10 +39,10 @@ def sequential_nbgrader(root: Path, limit: int | None = None) -> tuple[float, fl
         _nbg(root, "generate_assignment", a, "--force")
     write_demo_submissions(root, root / "submitted", limit)
     apply_due_dates(root, lambda a, due: _nbg(root, "db", "assignment", "add", a, f"--duedate={due}"))
-    # the hidden tests' keys (nbgrader autograde without them refuses: GradedByMakeGrade)
+    # the hidden tests' inputs (nbgrader autograde without them refuses: GradedByMakeGrade)
     _, inputs = prepare_inputs(root, log=lambda *_: None, set_env=False)
     t1 = time.perf_counter()
-    _nbg(root, "autograde", "*", "--force", env={ENV: str(inputs)})
+    _nbg(root, "autograde", "*", "--force", env={HANDBACK_ENV: str(inputs)})
     auto = time.perf_counter() - t1
     for a in assignments:
         _nbg(root, "generate_feedback", a, "--force")

@@ -216,6 +216,7 @@ def grade_solutions(b, scratch_root: Path, workers: list[str] | None = None) -> 
         CanaryFailed: generate failed for ``source/`` (nbgrader's log quoted).
     """
     from . import cluster, parallel, scoring
+    from .scores import scoring_stage
     from .apps import AppError, Course
 
     tree, assignments = b.tree, b.run.assignments
@@ -256,7 +257,7 @@ def grade_solutions(b, scratch_root: Path, workers: list[str] | None = None) -> 
             for cwd, mb in sb.peak_memory_mb().items():  # autograded/canary/<assignment>
                 peak[cwd.name] = round(mb, 1)
     sb_b.run.autograde = out
-    scoring.scoring_stage(sb_b)
+    scoring_stage(sb_b)
     scores, max_points = read_gradebook(scratch, assignments)
     failures = []
     for a in assignments:

@@ -8,7 +8,7 @@ shared with the instructor's machine:
   checksums and its due date), copied out of the course's configured gradebook, whatever
   database that is; the non-notebook files of ``source/<assignment>/`` that nbgrader's
   autograde copies over the student's (never the solution notebooks); this run's graded inputs
-  (:mod:`grader.scoring`, the files ``$NORMREF_HANDBACK_DIR`` points at); and the student's
+  (:mod:`grader.scoring`, the file ``$NORMREF_HANDBACK_INPUTS`` names); and the student's
   ``submitted/<student>/<assignment>/`` files (notebooks, ``timestamp.txt``);
 * **on the worker**: a scratch course folder with those files, and nbgrader's own autograde
   (``NbGraderAPI.autograde``: the same preprocessors as ``nbgrader autograde``) with every
@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from normref.handback_files import HANDBACK_ENV, KEYS_FILE, SCORING_DIR
+from normref.handback_files import HANDBACK_ENV, INPUTS_FILE, SCORING_DIR
 
 from . import warm
 from .course import CONFIG, GRADEBOOK, CourseTree
@@ -218,9 +218,8 @@ def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
 
     Args:
         assignment: ``{"name", "config": bytes, "gradebook": bytes, "source_files": {rel: bytes},
-            "handback": {rel: bytes}, "handback_keys": bytes}`` (``handback``: the graded inputs, locked
-            per question; ``handback_keys``: their keys, for the autograde preprocessor; see
-            :mod:`grader.scoring`).
+            "handback_inputs": bytes}`` (``handback_inputs``: the run's graded inputs, which the
+            autograde preprocessor writes into the hidden tests; see :mod:`grader.scoring`).
         submission: ``{"student", "files": {rel: bytes}}`` (``submitted/<student>/<assignment>/``).
         options: ``{"sandbox": bool, "cell_timeout": int | None, "course_id": str}``.
 
@@ -249,21 +248,20 @@ def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
         _write_files(root / "source" / a, assignment["source_files"])
         (root / "source" / a).mkdir(parents=True, exist_ok=True)
         _write_files(root / "submitted" / st / a, submission["files"])
-        handback = root / "logs" / "handback"  # this run's graded inputs (grader.scoring)
-        _write_files(handback, assignment.get("handback", {}))
-        if assignment.get("handback_keys"):  # outside the sandbox, as in the course: logs/scoring/
-            (root / "logs" / SCORING_DIR).mkdir(parents=True, exist_ok=True)
-            fd = os.open(root / "logs" / SCORING_DIR / KEYS_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        inputs = root / "logs" / SCORING_DIR / INPUTS_FILE  # this run's graded inputs (grader.scoring)
+        if assignment.get("handback_inputs"):  # outside the sandbox, as in the course: logs/scoring/
+            inputs.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(inputs, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as f:
-                f.write(assignment["handback_keys"])
+                f.write(assignment["handback_inputs"])
         config = Config()
         config.merge(PyFileConfigLoader(CONFIG, path=str(root)).load_config())
         config.CourseDirectory.root = str(root)
         config.CourseDirectory.db_url = f"sqlite:///{root / GRADEBOOK}"
         env = dict.fromkeys(sandbox.SINGLE_THREAD_VARS, "1")
         env["PYTHONWARNINGS"] = "ignore"
-        if assignment.get("handback"):
-            env[HANDBACK_ENV] = str(handback)
+        if assignment.get("handback_inputs"):
+            env[HANDBACK_ENV] = str(inputs)
         use_sandbox = options.get("sandbox", True)
         if use_sandbox and not sandbox.available():
             raise RuntimeError(f"the grading sandbox cannot start on Dask worker {os.uname().nodename} "
@@ -551,11 +549,10 @@ def autograde(course: CourseTree | Path, assignments: list[str], *, jobs: int | 
                              client=c, use_sandbox=use_sandbox, course_id=course_id, task=task)
     t0 = time.perf_counter()
     config = (tree.root / CONFIG).read_bytes()
-    # the graded inputs the kernels read (grader.scoring.prepare_inputs points $NORMREF_HANDBACK_DIR at them)
-    handback = _files(Path(os.environ[HANDBACK_ENV])) if os.environ.get(HANDBACK_ENV) else {}
-    # and their keys, which only the autograde preprocessor reads (HandbackKeys in nbgrader_config.py)
-    keys_file = Path(os.environ[HANDBACK_ENV]).parent / SCORING_DIR / KEYS_FILE if handback else None
-    handback_keys = keys_file.read_bytes() if keys_file and keys_file.is_file() else None
+    # the run's graded inputs (grader.scoring.prepare_inputs names them in $NORMREF_HANDBACK_INPUTS),
+    # which only the autograde preprocessor reads (HandbackInputs in nbgrader_config.py)
+    inputs_file = Path(os.environ[HANDBACK_ENV]) if os.environ.get(HANDBACK_ENV) else None
+    handback_inputs = inputs_file.read_bytes() if inputs_file and inputs_file.is_file() else None
     options = {"sandbox": use_sandbox, "config_args": list(extra_args or []), "course_id": course_id}
     for a, s in pairs:  # a regrade starts from nothing, as nbgrader autograde --force does
         old = tree.autograded(s, a)
@@ -565,7 +562,7 @@ def autograde(course: CourseTree | Path, assignments: list[str], *, jobs: int | 
     # one assignment's definition at a time, its tasks sent as soon as it is ready: the workers
     # start on the first assignment while the next definition is copied out of the gradebook
     for name in sorted({a for a, _ in pairs}, key=[a for a, _ in pairs].index):
-        payload = {"name": name, "config": config, "handback": handback, "handback_keys": handback_keys,
+        payload = {"name": name, "config": config, "handback_inputs": handback_inputs,
                    "gradebook": assignment_definitions(tree, [name], course_id)[name],
                    "source_files": _files(tree.source(name), skip_notebooks=True)}
         for a, s in pairs:

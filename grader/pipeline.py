@@ -23,7 +23,7 @@ from pathlib import Path
 import nbformat
 
 from . import canary, database, inplace, sandbox, state, warm
-from . import scoring
+from . import scores, scoring
 from .apps import AppError, Course, generate_feedback_parallel
 from .collect import Collected, check_input, collect, lms_late, write_roster
 from .batch import Batch, GradeRun, read_gradebook
@@ -433,13 +433,13 @@ def autograde_stage(b: Batch) -> None:
 
 
 def trusted_scoring(b: Batch) -> None:
-    """:func:`grader.scoring.scoring_stage`; only then are the submissions recorded as graded
+    """:func:`grader.scores.scoring_stage`; only then are the submissions recorded as graded
     (``logs/graded.json``): a run stopped between autograde and scoring leaves them to the
     rerun, which grades them again (a red-team instructor's Ctrl-C there once left a correct
     submission at the kernel's 0 for good)."""
     from .handgrades import forget
 
-    scoring.scoring_stage(b)
+    scores.scoring_stage(b)
     if b.run.autograde is not None:
         done = set(b.run.autograde.graded) - set(b.run.autograde.failed)
         inplace.remember_graded(b.tree, sorted(done), b.collected.as_collected, b.run_id, log=b.log)

@@ -44,6 +44,10 @@ from .tamper import protected_bindings, scan, shadowing_modules, startup_files
 #: Why the scan removed an answer cell that calls the reference (grader.scoring reads it back and
 #: counts the question under the ``reference_call`` fault).
 REFERENCE_REASON = "it calls the reference implementation instead of implementing it"
+#: Why the scan removed an answer cell that changes how grading works.
+TAMPER_REASON = "it tried to change how grading works"
+#: How a cell the grader removed starts, followed by the reason (read back by :mod:`grader.scores`).
+REMOVED_PREFIX = "# The grader removed this cell: "
 
 
 @dataclass
@@ -75,7 +79,7 @@ def _defined_names(src: str) -> set[str]:
 
 
 def _stub(reason: str) -> str:
-    return (f"# The grader removed this cell: {reason}\n"
+    return (f"{REMOVED_PREFIX}{reason}\n"
             f"raise RuntimeError({('removed by the grader: ' + reason)!r})")
 
 
@@ -165,7 +169,7 @@ def repair_notebook(nb, release_nb, rep: Repair) -> nbformat.NotebookNode:
         what = "; ".join(f"line {f.line}: {f.what}" for f in findings)
         if "tamper" in kinds:
             rep.flags.append(f"tampering in {where} ({what}): cell removed, its question earns 0")
-            cell.source = _stub("it tried to change how grading works")
+            cell.source = _stub(TAMPER_REASON)
         else:
             rep.flags.append(f"{where} calls the reference instead of implementing it ({what}): "
                              "cell removed, its question earns 0")

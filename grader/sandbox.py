@@ -68,7 +68,6 @@ _CGROUP_ROOTS = {"pids": ("NORMREF_PIDS_CGROUP_ROOT", PIDS_CGROUP_ROOT),
                  "memory": ("NORMREF_MEMORY_CGROUP_ROOT", MEMORY_CGROUP_ROOT)}
 #: Inside the sandbox: the tmpfs, the student's folder in it, and the cgroup's event counter.
 SANDBOX_WORK = "/tmp/work"
-SANDBOX_HANDBACK = "/run/normref/handback"
 #: Variables the sandbox and its launchers (grader/warm.py, grader/zygote.py) pass each other,
 #: and those that cap a kernel's memory or name the canary's shared cache: one name each.
 ENV_SCRATCH_ROOT = "NORMREF_SCRATCH_ROOT"
@@ -664,11 +663,9 @@ def bwrap_argv(connection_file: str, cwd: str, kernel_args: list[str], *,
         argv += ["--file", str(fd), f"{SANDBOX_WORK}/{rel}"]
     if pids_events:
         argv += ["--ro-bind", pids_events, SANDBOX_PIDS_EVENTS]
-    handback = os.environ.get(HANDBACK_ENV)
-    if handback and os.path.isdir(handback):  # this run's graded inputs (grader.scoring), read-only
-        argv += ["--ro-bind", handback, SANDBOX_HANDBACK, "--setenv", HANDBACK_ENV, SANDBOX_HANDBACK]
-    else:
-        argv += ["--unsetenv", HANDBACK_ENV]
+    # this run's graded inputs are nbgrader's to write into the hidden tests (HandbackInputs in
+    # nbgrader_config.py): the kernel gets neither their file nor where it is
+    argv += ["--unsetenv", HANDBACK_ENV]
     argv += ["--symlink", SANDBOX_WORK, cwd,  # the student's folder: a private, writable copy
              "--chdir", cwd,
              "--setenv", "HOME", "/tmp/home", "--setenv", "MPLCONFIGDIR", "/tmp/home/mpl",

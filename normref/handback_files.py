@@ -1,21 +1,18 @@
-"""Where a grading run's hand-back files are: one name each, for everyone who needs them.
+"""Where a grading run's hand-back inputs are: one name each, for everyone who needs them.
 
-The grader (:mod:`grader.scoring` writes the files, :mod:`grader.cluster` carries them to a
-Dask worker, :mod:`grader.sandbox` binds the inputs read-only into the kernel's sandbox),
-``nbgrader_config.py``'s ``HandbackKeys`` preprocessor (reads the keys) and the grading kernel
-(:mod:`normref.handback` reads the inputs). Standard library only, so that
-``nbgrader_config.py`` imports it without numpy.
+The grader (:func:`grader.scoring.prepare_inputs` writes the file, :mod:`grader.cluster`
+carries it to a Dask worker) and ``nbgrader_config.py``'s ``HandbackInputs`` preprocessor
+(reads it and writes each question's inputs into its hidden test); no grading kernel reads it
+(:mod:`grader.sandbox` gives a kernel neither the file nor the variable). Standard library only,
+so that ``nbgrader_config.py`` imports it without numpy.
 """
-import os
 
-#: Environment variable naming the folder of a run's graded inputs (``logs/handback``).
-HANDBACK_ENV = "NORMREF_HANDBACK_DIR"
-#: The folder, beside the inputs' folder (``logs/scoring``), of the run's seeds and keys: outside
-#: every sandbox.
+#: Environment variable naming a run's inputs file, for nbgrader's autograde (outside the kernels).
+HANDBACK_ENV = "NORMREF_HANDBACK_INPUTS"
+#: The folder, in ``logs/``, of the run's seeds and inputs: outside every sandbox.
 SCORING_DIR = "scoring"
-#: The run's question keys (``{grade_id: hex}``), in :data:`SCORING_DIR`.
-KEYS_FILE = "handback-keys.json"
-#: The keys file relative to the inputs' folder: ``../scoring/handback-keys.json``.
-KEYS_FROM_INPUTS = os.path.join(os.pardir, SCORING_DIR, KEYS_FILE)
+#: The run's graded inputs (``{grade_id: text}``, :func:`normref.wire.dump_inputs`), in
+#: :data:`SCORING_DIR`, mode 0600.
+INPUTS_FILE = "handback-inputs.json"
 
-__all__ = ["HANDBACK_ENV", "SCORING_DIR", "KEYS_FILE", "KEYS_FROM_INPUTS"]
+__all__ = ["HANDBACK_ENV", "SCORING_DIR", "INPUTS_FILE"]

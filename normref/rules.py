@@ -7,7 +7,7 @@ normalization (``F.rms_norm``, ``torch.nn.functional.layer_norm``, ``torch.rms_n
 self-check (:mod:`normref.checks`):
 
 * at run time: every call of the student's code runs under
-  :class:`normref.handback.ReferenceRecorder` with this module's lists of names
+  :class:`normref.recorder.ReferenceRecorder` with this module's lists of names
   (:data:`NORM_REFERENCE`, :data:`BACKWARD_REFERENCE`, :data:`PLACEMENT_REFERENCE`,
   :data:`BLOCK_REFERENCE`), which sees a reference run however it was spelled
   (``getattr(F, "rms" + "_norm")``, a subclass of ``nn.RMSNorm``, ``RMSNorm = normref.RMSNorm``),
@@ -43,7 +43,7 @@ __all__ = ["BACKWARD_REFERENCE", "BLOCK_REFERENCE", "DYT_REFERENCE", "NORM_REFER
            "TORCH_NORMS", "reference_calls", "reference_calls_in", "rule_message"]
 
 # What counts as running a reference, at run time (the arguments of
-# :class:`normref.handback.ReferenceRecorder`, used by grading and by the self-checks alike).
+# :class:`normref.recorder.ReferenceRecorder`, used by grading and by the self-checks alike).
 
 #: torch functions and ops that compute a normalization (names as a TorchFunctionMode sees them).
 TORCH_NORMS = ("layer_norm", "rms_norm", "group_norm", "instance_norm", "batch_norm", "native_layer_norm",

@@ -21,10 +21,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader import scoring
+from grader import scores, scoring
 from grader.demo import fill_answers
 from grader.demo.answer_bank import ANSWERS, EXPECTED, MANUAL_CELLS
-from normref.handback import ENV
+from normref.handback_files import HANDBACK_ENV as ENV
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCE_NOTEBOOKS = sorted(REPO.glob("source/*/*.ipynb"))
@@ -140,7 +140,7 @@ class Course:
         # the handed-back outputs scored here, as make grade does
         seed, inputs = scoring.prepare_inputs(root, log=lambda *_: None, set_env=False)
         _nbgrader(root, "autograde", assignment, "--force", env={ENV: str(inputs)})
-        scoring.score_class(root, [(assignment, v) for v in ANSWERS[assignment]], seed, log=lambda *_: None)
+        scores.score_class(root, [(assignment, v) for v in ANSWERS[assignment]], seed, log=lambda *_: None)
         _nbgrader(root, "generate_feedback", assignment, "--force")
         self.seconds[assignment] = time.perf_counter() - t0
 

@@ -631,7 +631,7 @@ def test_a_run_stopped_between_autograde_and_scoring_leaves_the_submission_to_th
         course_copy, tmp_path, monkeypatch):
     """The submission is recorded as graded only once its trusted score is written (red team:
     Ctrl-C right after autograde left a correct submission at the kernel's 0 for good)."""
-    from grader import pipeline, scoring
+    from grader import pipeline, scores
     from grader.pipeline import grade_class
 
     only_assignments(course_copy, {"rmsnorm"})
@@ -640,7 +640,7 @@ def test_a_run_stopped_between_autograde_and_scoring_leaves_the_submission_to_th
     def stopped(b):
         raise KeyboardInterrupt("SIGINT")
 
-    monkeypatch.setattr(scoring, "scoring_stage", stopped)
+    monkeypatch.setattr(scores, "scoring_stage", stopped)
     with pytest.raises(KeyboardInterrupt):
         grade_class(course_root=course_copy, submissions=tree, jobs=1, log=lambda *_: None)
     assert not (course_copy / "logs" / pipeline.GRADED).is_file() or "ada" not in (

@@ -209,7 +209,7 @@ def test_code_a_library_makes_with_exec_is_the_librarys_and_the_notebooks_is_the
     """Half of the false "switched off the grader's call recorder": a library's ``exec``'d code
     (``<string>``: mpmath's operators, ``collections.namedtuple``'s ``__new__``) ran while torch's
     function mode was legitimately off and was taken for the student's."""
-    from normref.handback import ReferenceRecorder
+    from normref.recorder import ReferenceRecorder
 
     frames = []
 
@@ -300,17 +300,17 @@ def test_an_unreadable_short_answer_is_named_once_in_the_lesson_the_self_check_a
 def test_an_axis_given_as_a_float_is_told_it_is_an_int_by_the_self_check_and_by_grading(given):
     """``stats_axis = 1.0`` had been told "not the axis's name". An axis number is an int
     (``x.mean(dim=1.0)`` raises): grading gives 0, and both say why in the same words."""
-    from grader import scoring
+    from grader import scores
     from normref.answers import check_stats_axis
-    from normref.handback import encode_answer
+    from normref.wire import decode_answer, encode_answer
 
     said = (f"stats_axis is the float {given!r}: an axis number is an int, as dim= takes it "
             f"({int(given)}, not {given!r})")
     r = check_stats_axis(given, layout="BDT")
     assert r.messages == [said] and r.faults == ["bad_format"] and r.score == 0
     # grading: the kernel's hand-back of the value, through JSON, checked in the grader's process
-    back = scoring.decode_answer(json.loads(json.dumps(encode_answer(given))))
-    graded = scoring._score_values("retrieval_stats_axis", 0, {"values": [encode_answer(given)]})
+    back = decode_answer(json.loads(json.dumps(encode_answer(given))))
+    graded = scores._score_values("retrieval_stats_axis", 0, {"values": [encode_answer(given)]})
     assert back == given and graded.fraction == 0.0 and said in graded.text, graded.text
     # an int is read as the axis it is: 1 is [B, D, T]'s feature axis
     assert check_stats_axis(int(given), layout="BDT").passed is (int(given) in (1, -2))

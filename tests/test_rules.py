@@ -333,8 +333,10 @@ def _grading_points(gid: str, fn) -> float:
     """What ``make grade`` gives: the kernel's record of ``fn`` on the grader's inputs (with the
     run-time record of reference calls), through JSON in the hidden test's output, scored by
     the grader."""
-    from grader import scoring
-    from normref.handback import MIME, run_calls, run_plan
+    from grader import scores, scoring
+    from normref.handback import run_calls
+    from normref.plan import run_plan
+    from normref.wire import MIME
 
     seed = 7
     if fn is None:  # its cell was removed by the grader's tamper scan: the hidden test's NameError
@@ -346,7 +348,7 @@ def _grading_points(gid: str, fn) -> float:
         rec = {"grade_id": gid, "calls": run_calls(fn, scoring.probe_calls(gid, seed), q.reference)}
     cell = nbformat.v4.new_code_cell("", metadata={"nbgrader": {"grade_id": gid, "grade": True}})
     cell.outputs = [nbformat.v4.new_output("display_data", data={MIME: json.loads(json.dumps(rec))})]
-    scored = scoring.score_notebook(nbformat.v4.new_notebook(cells=[cell]), seed)[gid]
+    scored = scores.score_notebook(nbformat.v4.new_notebook(cells=[cell]), seed)[gid]
     return round(POINTS[RULE_CASES_ASSIGNMENT[gid]][gid] * scored.fraction, 2)
 
 

@@ -142,6 +142,11 @@ def test_start_up_files_in_a_submission_are_named(tmp_path):
     ("from normref import checks as c\nsetattr(c, 'check_rms_norm', print)", "setattr on c"),
     ("import normref\nhb = normref.handback", "uses the grader's hand-back (normref.handback)"),
     ("from normref.handback import run_calls", "imports normref.handback"),
+    # ... and the grader's other kernel modules, split out of it
+    ("from normref.recorder import ReferenceRecorder", "imports normref.recorder"),
+    ("import normref\nr = normref.recorder.ReferenceRecorder", "uses the grader's call recorder (normref.recorder)"),
+    ("import normref as n\nenc = n.wire.encode", "uses the hand-back's wire format (normref.wire)"),
+    ("import normref.calling as c\nc.CALL_TIMEOUT_S = 99", "modifies c.CALL_TIMEOUT_S"),
     # work the grader's call recorder cannot see: other threads and processes, TorchScript
     ("from concurrent.futures import ThreadPoolExecutor", "imports concurrent.futures"),
     ("import threading", "imports threading"),
@@ -160,6 +165,12 @@ def test_the_red_team_routes_are_tamper(source, what):
 def test_using_an_imported_module_without_changing_it_is_not_tamper():
     src = ("import numpy as np\nimport math\nfrom collections import OrderedDict\n"
            "d = OrderedDict()\nd['a'] = np.zeros(3)\nd['a'][0] = math.pi\n")
+    assert scan(src, {"torch": "torch"}) == []
+
+
+def test_an_attribute_named_like_a_grader_module_on_a_non_module_is_not_tamper():
+    src = ("class Run:\n    def __init__(self):\n        self.plan = []\n        self.wire = None\n"
+           "r = Run()\nsteps = r.plan\n")
     assert scan(src, {"torch": "torch"}) == []
 
 

@@ -116,14 +116,9 @@ def protected_from(globals_: dict) -> dict:
         elif str(getattr(v, "__module__", "")).split(".")[0] == "normref" and callable(v):
             import normref
 
-            from .. import handback as _hb
-
-            if getattr(normref, k, None) is v:
-                out[k] = f"normref.{k}"
-            elif getattr(_hb, k, None) is v:
-                out[k] = f"normref.handback.{k}"
-            else:
-                out[k] = f"{v.__module__}.{k}"
+            # normref's own names (``from normref import rms_norm``), else where the object is
+            # defined (``from normref.handback import hand_back``: normref.handback.hand_back)
+            out[k] = f"normref.{k}" if getattr(normref, k, None) is v else f"{v.__module__}.{k}"
     return out
 
 

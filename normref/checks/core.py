@@ -11,21 +11,21 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import io
-import signal
 import threading
-import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
 from .. import faults as _faults
-from .._torch import import_if_named, is_tensor, loaded
+from .._torch import import_if_named, loaded
+from ..calling import CALL_TIMEOUT_S, seeded  # noqa: F401 - the checkers' seeded, from here
+from ..calling import Timeout as _Timeout
+from ..calling import call_with_timeout as _call_with_timeout
 from ..rules import reference_calls_in, rule_message
+from ..wire import snapshot as _copy
+from ..wire import unchanged as _same
 from .cells import remedy, scan_findings
-
-CALL_TIMEOUT_S = 5.0
 
 
 def msg(kind: str, backend: str = "torch", norm: str = "layer") -> str:
@@ -210,47 +210,6 @@ def single_threaded(checker: Callable) -> Callable:
     return wrapper
 
 
-class _Timeout(Exception):
-    pass
-
-
-def _call_with_timeout(fn: Callable, args: tuple, kwargs: dict, timeout: float):
-    """Call ``fn`` with warnings and stderr swallowed (nbgrader scores a test cell 0 if anything
-    reaches stderr) and torch's default dtype restored; on the main thread of a Unix process,
-    stop it after ``timeout`` seconds. A call that imports torch itself (a numpy answer) finds
-    its default dtype float32 afterwards, as torch starts."""
-    torch = loaded()
-    default_dtype = torch.get_default_dtype() if torch is not None else None
-    try:
-        with warnings.catch_warnings(), np.errstate(all="ignore"), \
-                contextlib.redirect_stderr(io.StringIO()):
-            warnings.simplefilter("ignore")
-            return _call_alarm(fn, args, kwargs, timeout)
-    finally:
-        torch = loaded()
-        if torch is not None:
-            torch.set_default_dtype(default_dtype if default_dtype is not None else torch.float32)
-
-
-def _call_alarm(fn: Callable, args: tuple, kwargs: dict, timeout: float):
-    use_alarm = (
-        hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
-    )
-    if not use_alarm:
-        return fn(*args, **kwargs)
-
-    def _handler(signum, frame):
-        raise _Timeout()
-
-    old = signal.signal(signal.SIGALRM, _handler)
-    signal.setitimer(signal.ITIMER_REAL, timeout)
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
 def fail(case: str, text: str, fault: str, max_abs=float("nan"), max_rel=float("nan")) -> CaseResult:
     """A failing case: ``case '<case>': <text>`` with its fault kind. The message carries the
     kind as a ``[fault: ...]`` tag only until :func:`run` has let :mod:`normref.diagnosis` read
@@ -272,7 +231,7 @@ def _raised(case: str, e: BaseException, keepdim_hint: bool, backend: str) -> Ca
 
 
 #: While a checker runs (:func:`run`), in its own thread: ``_RECORDING.stack``, ``[(reference,
-#: found)]``, what counts as running a reference (:class:`normref.handback.ReferenceRecorder`'s
+#: found)]``, what counts as running a reference (:class:`normref.recorder.ReferenceRecorder`'s
 #: arguments, :mod:`normref.rules`) and what the student's calls ran so far. Empty: calls are not
 #: recorded. One stack per thread: checkers running in two threads at once record apart.
 _RECORDING = threading.local()
@@ -288,7 +247,7 @@ def _recording_stack() -> list[tuple[dict, list[str]]]:
 @contextlib.contextmanager
 def recording(reference: dict | None):
     """Record, in every :func:`student_call` made inside, which reference normalizations the
-    student's code runs, with grading's own recorder (:class:`normref.handback.ReferenceRecorder`)
+    student's code runs, with grading's own recorder (:class:`normref.recorder.ReferenceRecorder`)
     and grading's lists of names (``reference``, e.g. :data:`normref.rules.NORM_REFERENCE`).
     Yields the list of what was found (``["calls torch's rms_norm"]``). ``None``: nothing is
     recorded."""
@@ -298,7 +257,7 @@ def recording(reference: dict | None):
     found: list[str] = []
     reference = dict(reference)
     try:  # the course references' code objects, read once per check (a recorder reads them otherwise)
-        from ..handback import reference_codes
+        from ..reference_code import reference_codes
 
         if reference.get("normref_names") and _recorder_takes("codes"):
             reference["codes"] = reference_codes()
@@ -313,10 +272,10 @@ def recording(reference: dict | None):
 
 
 def _recorder_takes(name: str) -> bool:
-    """Does :class:`normref.handback.ReferenceRecorder` take this keyword argument?"""
+    """Does :class:`normref.recorder.ReferenceRecorder` take this keyword argument?"""
     import inspect as _inspect
 
-    from ..handback import ReferenceRecorder
+    from ..recorder import ReferenceRecorder
 
     return name in _inspect.signature(ReferenceRecorder).parameters
 
@@ -328,7 +287,7 @@ def _recorded(fn: Callable, args: tuple, kwargs: dict, timeout: float, handed_in
     stack = _recording_stack()
     if not stack:
         return _call_with_timeout(fn, args, kwargs, timeout)
-    from ..handback import ReferenceRecorder, _recorder_intact
+    from ..recorder import ReferenceRecorder, recorder_intact as _recorder_intact
 
     reference, found = stack[-1]
     if handed_in and _recorder_takes("handed_in"):
@@ -378,22 +337,6 @@ def student_call(case: str, fn: Callable, args: tuple, kwargs: dict | None = Non
     if any(not _same(a, b) for a, b in zip(watch, before)):
         return None, fail(case, msg("mutates_input", backend), "mutates_input")
     return got, None
-
-
-def _copy(a):
-    if is_tensor(a):
-        return a.clone()
-    if isinstance(a, np.ndarray):
-        return np.array(a, copy=True)
-    return a
-
-
-def _same(a, b) -> bool:
-    if is_tensor(a):
-        return bool(loaded().equal(a, b))
-    if isinstance(a, np.ndarray):
-        return bool(np.array_equal(a, b, equal_nan=True))
-    return True
 
 
 def run(name: str, cases: list, run_case: Callable, fn=None, what: str = "a function",
@@ -532,15 +475,3 @@ def seeded_module(g, factory: Callable, *args, **kwargs):
                     nn.init.uniform_(sub.bias, -bound, bound, generator=g)
     return m
 
-
-@contextlib.contextmanager
-def seeded():
-    """Keep the caller's global torch RNG state untouched by the student's code a checker runs
-    (a module's constructor draws its initial weights from the global RNG)."""
-    import torch
-
-    state = torch.random.get_rng_state()
-    try:
-        yield
-    finally:
-        torch.random.set_rng_state(state)
