@@ -16,6 +16,10 @@ from functools import cached_property
 from pathlib import Path
 
 from .sandbox import SINGLE_THREAD_VARS
+# under ``logs/`` (:mod:`grader.store` owns every file there): one line per run, and the canary's
+# last pass, both kept by ``clean``
+from .store import CANARY as CANARY_RECORD
+from .store import RUN_LOG
 
 #: How long a writer waits for the SQLite gradebook lock before giving up (seconds).
 SQLITE_BUSY_TIMEOUT_S = 600
@@ -27,10 +31,6 @@ CONFIG = "nbgrader_config.py"
 GRADES_CSV = "grades.csv"
 QUESTIONS_CSV = "grades_by_question.csv"
 ROSTER_CSV = "roster.csv"
-#: Under ``logs/``: one line per run (:mod:`grader.state`), and the canary's last pass
-#: (:mod:`grader.canary`), both kept by ``clean`` (:mod:`grader.reset`).
-RUN_LOG = "runs.jsonl"
-CANARY_RECORD = "canary.json"
 #: This repository's own course root (the default ``--course-root``).
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import json
 import os
 import shutil
 from pathlib import Path
 
-from . import database, state
-from .course import CANARY_RECORD, GRADEBOOK, GRADES_CSV, QUESTIONS_CSV, ROSTER_CSV, RUN_LOG, CourseTree
+from . import database, state, store
+from .course import GRADEBOOK, GRADES_CSV, QUESTIONS_CSV, ROSTER_CSV, CourseTree
+from .store import KEPT_LOGS
 
 #: Written when the grading state is the embedded demo class's (removed before real work).
 DEMO_MARKER = ".demo-class"
@@ -32,9 +32,6 @@ def _state_names(root: Path) -> list[str]:
     """:data:`GRADING_STATE`, then the files of ``root`` matching :data:`GRADING_STATE_PATTERNS`."""
     found = sorted({p.name for pat in GRADING_STATE_PATTERNS for p in Path(root).glob(pat) if p.is_file()})
     return list(GRADING_STATE) + found
-#: What :func:`clean` keeps of ``logs/``: the backups, the run history, and the note of how long
-#: that history was when the course was last cleaned (:data:`grader.state.CLEANED`).
-KEPT_LOGS = ("backups", RUN_LOG, state.CLEANED, CANARY_RECORD)  # the canary's record: not grading state
 
 
 def clean(course_root: Path) -> None:
@@ -56,10 +53,7 @@ def clean(course_root: Path) -> None:
     (root / "autograded" / ".gitkeep").touch()
     # the run log is kept, but the runs it holds graded a class that is gone: the next class
     # starts without a gradebook and must not be told to restore the old one
-    runs = root / "logs" / RUN_LOG
-    n = sum(1 for ln in runs.read_text(encoding="utf-8").splitlines() if ln.strip()) if runs.is_file() else 0
-    (root / "logs").mkdir(exist_ok=True)
-    (root / "logs" / state.CLEANED).write_text(json.dumps({"runs": n}) + "\n")
+    store.write_cleaned(CourseTree(root))
 
 
 def start_over(tree: CourseTree, *, yes: bool, tag: str, log=print) -> None:
@@ -110,19 +104,13 @@ def _archive_state(tree: CourseTree, tag: str, gradebook: Path | None = None) ->
     if not names and not logs and gradebook is None:
         return None
     dest = tree.logs / "backups" / f"state-{tag}.tar.gz"
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    part = dest.with_name(dest.name + ".part")
-    try:
-        with tarfile.open(part, "w:gz") as tf:
-            for n in names:
-                tf.add(tree.root / n, arcname=n)
-            for c in logs:
-                tf.add(c, arcname=f"logs/{c.name}")
-            if gradebook is not None:
-                tf.add(gradebook, arcname=GRADEBOOK_IN_ARCHIVE)
-        os.replace(part, dest)
-    finally:
-        part.unlink(missing_ok=True)
+    with store.atomic_path(dest) as part, tarfile.open(part, "w:gz") as tf:
+        for n in names:
+            tf.add(tree.root / n, arcname=n)
+        for c in logs:
+            tf.add(c, arcname=f"logs/{c.name}")
+        if gradebook is not None:
+            tf.add(gradebook, arcname=GRADEBOOK_IN_ARCHIVE)
     for old in sorted(dest.parent.glob("state-*.tar.gz"))[:-state.KEEP_BACKUPS]:
         old.unlink()
     return dest
@@ -241,7 +229,7 @@ def restore_state(tree: CourseTree, archive: Path, *, yes: bool, log=print) -> l
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 if dest.is_dir():  # autograded/ with only .gitkeep, left by clean()
                     shutil.rmtree(dest)
-                os.replace(src, dest)
+                os.replace(src, dest)  # moved, not written: extracted whole into staging/ beside it
                 label = str(src.relative_to(staging)) + ("/" if dest.is_dir() else "")
                 if src.name in ("submitted", "autograded", "feedback") and src.parent == staging:
                     label += f" ({len(tree.students(src.name))} students)"
