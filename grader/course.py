@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from .sandbox import SINGLE_THREAD_VARS
 # under ``logs/`` (:mod:`grader.store` owns every file there): one line per run, and the canary's
 # last pass, both kept by ``clean``
 from .store import CANARY as CANARY_RECORD
@@ -54,6 +53,8 @@ def nbgrader_env(single_thread: bool = False) -> dict[str, str]:
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     env["PYTHONWARNINGS"] = "ignore"
     if single_thread:
+        from .sandbox import SINGLE_THREAD_VARS  # here: `python -m grader --help` loads no normref
+
         for var in SINGLE_THREAD_VARS:
             env[var] = "1"
     return env

@@ -13,6 +13,7 @@ import contextlib
 import fnmatch
 import os
 import shutil
+import sys
 from pathlib import Path
 
 from . import database, state, store
@@ -180,21 +181,7 @@ def restore_state(tree: CourseTree, archive: Path, *, yes: bool, log=print) -> l
 
     archive = Path(archive).resolve()
     fail = state.CourseStateError
-    try:
-        with tarfile.open(archive) as tf:
-            members = tf.getmembers()
-    except (OSError, tarfile.TarError, EOFError) as e:
-        why = (str(e).splitlines() or [type(e).__name__])[0].rstrip(":")  # tarfile lists every method tried
-        raise fail(f"{archive} is not a readable state backup ({why}); nothing was changed") from None
-    bad = [m.name for m in members if not _restorable(m.name)]
-    if bad:
-        raise fail(f"{archive} holds {bad[0]!r}, which is not grading state: nothing was changed")
-    names = sorted({Path(m.name).parts[0] for m in members})
-    tag = archive.name.removeprefix("state-").removesuffix(".tar.gz")
-    gb_backup = tree.logs / "backups" / f"gradebook-{tag}.db"
-    if GRADEBOOK_IN_ARCHIVE not in names and not gb_backup.is_file():
-        raise fail(f"{archive} holds no gradebook and {gb_backup} is gone: nothing was changed "
-                   "(restore its files by hand with tar if you mean to)")
+    gb_backup = _check_archive(tree, archive)
     here = current_state(tree)
     if here and not state.confirm(f"Restoring {archive.name} replaces the grading state of {tree.root} "
                                   f"({', '.join(here)}); it is backed up first.", yes):
@@ -206,7 +193,10 @@ def restore_state(tree: CourseTree, archive: Path, *, yes: bool, log=print) -> l
     staging.mkdir()
     try:
         with tarfile.open(archive) as tf:
-            tf.extractall(staging, filter="data")  # no links out, no devices, no absolute paths
+            if hasattr(tarfile, "data_filter"):  # Python 3.11.4+: no links out, no devices, no absolute paths
+                tf.extractall(staging, filter="data")
+            else:  # older: _check_archive let through plain files and folders only, under safe names
+                tf.extractall(staging)
         gb = staging / GRADEBOOK_IN_ARCHIVE
         if not gb.is_file():
             shutil.copy2(gb_backup, gb)
@@ -220,24 +210,64 @@ def restore_state(tree: CourseTree, archive: Path, *, yes: bool, log=print) -> l
             start_over(tree, yes=True, tag=state.run_id(), log=log)
         else:
             clean(tree.root)
-        done = [f"{GRADEBOOK_IN_ARCHIVE} ({n_students} students, {n_subs} submissions)"]
-        for item in sorted(staging.iterdir()):
-            if item.name == GRADEBOOK_IN_ARCHIVE:
-                continue
-            for src in sorted(item.iterdir()) if item.name == "logs" else [item]:
-                dest = tree.root / src.relative_to(staging)
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                if dest.is_dir():  # autograded/ with only .gitkeep, left by clean()
-                    shutil.rmtree(dest)
-                os.replace(src, dest)  # moved, not written: extracted whole into staging/ beside it
-                label = str(src.relative_to(staging)) + ("/" if dest.is_dir() else "")
-                if src.name in ("submitted", "autograded", "feedback") and src.parent == staging:
-                    label += f" ({len(tree.students(src.name))} students)"
-                done.append(label)
-        os.replace(gb, tree.gradebook_path)
+        done = [f"{GRADEBOOK_IN_ARCHIVE} ({n_students} students, {n_subs} submissions)"] + _move_in(tree, staging)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     log(f"restore: {tree.root} is now the state of {archive.name}: {', '.join(done)}")
+    return done
+
+
+def _check_archive(tree: CourseTree, archive: Path) -> Path:
+    """The gradebook backup of ``archive``'s run (used when the archive holds no gradebook), after
+    checking that the archive is readable and holds only grading state.
+
+    Raises:
+        CourseStateError: not a readable archive, a member outside the grading state, or no
+            gradebook for it."""
+    import tarfile
+
+    fail = state.CourseStateError
+    try:
+        with tarfile.open(archive) as tf:
+            members = tf.getmembers()
+    except (OSError, tarfile.TarError, EOFError) as e:
+        why = (str(e).splitlines() or [type(e).__name__])[0].rstrip(":")  # tarfile lists every method tried
+        raise fail(f"{archive} is not a readable state backup ({why}); nothing was changed") from None
+    bad = [m.name for m in members if not _restorable(m.name)]
+    if bad:
+        raise fail(f"{archive} holds {bad[0]!r}, which is not grading state: nothing was changed")
+    odd = [m.name for m in members if not (m.isfile() or m.isdir())]
+    if odd and not hasattr(tarfile, "data_filter"):  # this Python cannot extract links safely
+        raise fail(f"{archive} holds {odd[0]!r}, a link or device, which this Python ({sys.version.split()[0]}) "
+                   "cannot extract safely: nothing was changed (Python 3.11.4 or later can)")
+    names = sorted({Path(m.name).parts[0] for m in members})
+    tag = archive.name.removeprefix("state-").removesuffix(".tar.gz")
+    gb_backup = tree.logs / "backups" / f"gradebook-{tag}.db"
+    if GRADEBOOK_IN_ARCHIVE not in names and not gb_backup.is_file():
+        raise fail(f"{archive} holds no gradebook and {gb_backup} is gone: nothing was changed "
+                   "(restore its files by hand with tar if you mean to)")
+    return gb_backup
+
+
+def _move_in(tree: CourseTree, staging: Path) -> list[str]:
+    """Move the archive extracted in ``staging`` into the (cleaned) course, its gradebook last;
+    returns what was put back, one entry per top-level name. Moved, not written: each file is
+    whole already, on the same file system."""
+    done = []
+    for item in sorted(staging.iterdir()):
+        if item.name == GRADEBOOK_IN_ARCHIVE:
+            continue
+        for src in sorted(item.iterdir()) if item.name == "logs" else [item]:
+            dest = tree.root / src.relative_to(staging)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if dest.is_dir():  # autograded/ with only .gitkeep, left by clean()
+                shutil.rmtree(dest)
+            os.replace(src, dest)
+            label = str(src.relative_to(staging)) + ("/" if dest.is_dir() else "")
+            if src.name in ("submitted", "autograded", "feedback") and src.parent == staging:
+                label += f" ({len(tree.students(src.name))} students)"
+            done.append(label)
+    os.replace(staging / GRADEBOOK_IN_ARCHIVE, tree.gradebook_path)
     return done
 
 
