@@ -8,7 +8,8 @@ Three inputs are recognised, in this order:
 2. a folder or ``.zip`` of ``.ipynb`` files named the way an LMS download names them: handed
    to nbgrader's own ``zip_collect`` app, once per assignment, with
    :class:`LmsFileNameCollector` reading the student id, timestamp and notebook name from the
-   file name (Canvas, Moodle, Blackboard and plain ``<student>_<notebook>.ipynb`` patterns).
+   file name (Canvas, Moodle, Blackboard and plain ``<student>_<notebook>.ipynb`` patterns,
+   :mod:`grader.lms_names`, which also decides who is who).
    Moodle's "Download submissions in folders" layout (``<Full name>_<participant id>_
    assignsubmission_file_/<file>``, at any depth of the zip) is read as its flat layout
    (:func:`download_name`). Every file not collected is listed with its reason, by its path in
@@ -359,7 +360,7 @@ def _drop_earlier(course: Course, assignment: str, student: str, out: Collected)
     from .handgrades import capture
 
     out.hand_grades += capture(course.tree, assignment, student)
-    keep = course.tree.logs / "replaced" / student / assignment
+    keep = store.replaced(course.tree, assignment, student)
     shutil.rmtree(keep, ignore_errors=True)
     keep.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(str(course.tree.submitted(student, assignment)), keep)

@@ -142,7 +142,7 @@ def _drop_graded(course, assignment: str, student: str, out) -> None:
     from .handgrades import capture
 
     tree = course.tree
-    graded, keep = tree.autograded(student, assignment), tree.logs / "replaced" / student / assignment
+    graded, keep = tree.autograded(student, assignment), store.replaced(tree, assignment, student)
     copied = any(graded.glob("*.ipynb"))
     if copied:  # else autograde never finished it: logs/replaced/ keeps what it held
         with store.atomic_dir(keep) as part:

@@ -194,7 +194,7 @@ def _moodle(tree, export, rows, assignments) -> LmsImport:
 
 #: Where an earlier ``lms-import-*.csv`` or ``feedback-*.zip`` is kept before a different one
 #: replaces it (inside ``logs/``, so ``make clean``'s state backup holds them too).
-EARLIER = Path("logs") / "lms-exports"
+EARLIER = store.LMS_EXPORTS
 
 
 def _zip_entries(path: Path) -> dict[str, tuple[int, int]] | None:

@@ -235,7 +235,7 @@ def repair_submission(course: CourseTree | Path, student: str, assignment: str,
     tree = course if isinstance(course, CourseTree) else CourseTree(course)
     rep = Repair(student, assignment)
     sub = tree.submitted(student, assignment)
-    keep = (keep or tree.logs / "originals") / student / assignment
+    keep = (keep or store.originals(tree)) / student / assignment
     released = sorted(tree.release(assignment).glob("*.ipynb"))
     files = sorted(p for p in sub.iterdir() if p.is_file() and p.suffix.lower() == ".ipynb")
     rep.flags += [f"{line}: the grading kernel imports the course's own first, so it is ignored"

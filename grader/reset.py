@@ -74,7 +74,7 @@ def start_over(tree: CourseTree, *, yes: bool, tag: str, log=print) -> None:
     if real:
         n = len(tree.students())
         if not state.confirm(f"This removes the grading state of {n} students in {tree.root} "
-                             f"(it is backed up under {tree.logs / 'backups'} first).", yes):
+                             f"(it is backed up under {store.backups(tree)} first).", yes):
             raise state.CourseStateError(
                 f"{tree.root} holds the grading state of {n} students: starting over needs --yes "
                 f"(make ... YES=1) or a yes at the terminal; nothing was removed or written")
@@ -104,7 +104,7 @@ def _archive_state(tree: CourseTree, tag: str, gradebook: Path | None = None) ->
     logs = _logs_state(tree)
     if not names and not logs and gradebook is None:
         return None
-    dest = tree.logs / "backups" / f"state-{tag}.tar.gz"
+    dest = store.backups(tree) / f"state-{tag}.tar.gz"
     with store.atomic_path(dest) as part, tarfile.open(part, "w:gz") as tf:
         for n in names:
             tf.add(tree.root / n, arcname=n)
@@ -123,7 +123,7 @@ GRADEBOOK_IN_ARCHIVE = GRADEBOOK
 
 def state_backups(tree: CourseTree) -> list[Path]:
     """The state archives ``logs/backups/state-*.tar.gz``, oldest first."""
-    d = tree.logs / "backups"
+    d = store.backups(tree)
     return sorted(d.glob("state-*.tar.gz")) if d.is_dir() else []
 
 
@@ -242,7 +242,7 @@ def _check_archive(tree: CourseTree, archive: Path) -> Path:
                    "cannot extract safely: nothing was changed (Python 3.11.4 or later can)")
     names = sorted({Path(m.name).parts[0] for m in members})
     tag = archive.name.removeprefix("state-").removesuffix(".tar.gz")
-    gb_backup = tree.logs / "backups" / f"gradebook-{tag}.db"
+    gb_backup = store.backups(tree) / f"gradebook-{tag}.db"
     if GRADEBOOK_IN_ARCHIVE not in names and not gb_backup.is_file():
         raise fail(f"{archive} holds no gradebook and {gb_backup} is gone: nothing was changed "
                    "(restore its files by hand with tar if you mean to)")

@@ -31,7 +31,6 @@ from pathlib import Path
 
 from . import store
 from .course import CourseStateError, CourseTree
-from .store import CLEANED, GRADED  # noqa: F401 - the records' names, as callers knew them here
 
 LOCK_FILE = ".grader.lock"
 KEEP_BACKUPS = 10
@@ -108,7 +107,7 @@ def backups(tree: CourseTree) -> list[Path]:
     """The gradebook backups, oldest first: ``gradebook-<run id>-before.db`` (written before a
     run writes), ``gradebook-<run id>-after.db`` (as a successful run left it) and
     ``gradebook-<run id>.db`` (before ``clean`` / ``--fresh``)."""
-    d = tree.logs / "backups"
+    d = store.backups(tree)
     return sorted(d.glob("gradebook-*.db"), key=_backup_order) if d.is_dir() else []
 
 
@@ -153,7 +152,7 @@ def backup_gradebook(tree: CourseTree, tag: str, log=print) -> Path | None:
     if problem:  # a broken gradebook must never become "the newest backup" that restore picks
         log(f"backup: skipped, {problem}")
         return None
-    dest_dir = tree.logs / "backups"
+    dest_dir = store.backups(tree)
     dest_dir.mkdir(parents=True, exist_ok=True)
     dest = dest_dir / f"gradebook-{tag}.db"
     with store.atomic_path(dest) as part:
@@ -224,7 +223,7 @@ def check_gradebook(tree: CourseTree) -> None:
         how = (f"the newest good backup is {found[-1]} ({len(found)} kept); restore it with "
                f"`python -m grader restore --course-root {tree.root}` (or `cp {found[-1]} {tree.gradebook_path}`)")
     else:
-        how = f"no backup exists under {tree.logs / 'backups'}"
+        how = f"no backup exists under {store.backups(tree)}"
     raise CourseStateError(f"{problem}: nothing was written. {how}, then run again.")
 
 
@@ -244,7 +243,7 @@ def restore_gradebook(tree: CourseTree, backup: Path | None = None, log=print) -
     found = good_backups(tree)
     if backup is None:
         if not found:
-            raise CourseStateError(f"no readable gradebook backup to restore under {tree.logs / 'backups'}")
+            raise CourseStateError(f"no readable gradebook backup to restore under {store.backups(tree)}")
         backup = found[-1]
     backup = Path(backup)
     problem = (f"{backup} does not exist" if not backup.exists() else f"{backup} is not a file"
@@ -255,7 +254,7 @@ def restore_gradebook(tree: CourseTree, backup: Path | None = None, log=print) -
     dest = tree.gradebook_path
     newer = _hand_grades_since(tree, backup) if dest.is_file() and _gradebook_file_problem(dest) is None else []
     if dest.exists() and dest.stat().st_size:
-        keep = tree.logs / "backups" / f"replaced-{run_id()}.db"
+        keep = store.backups(tree) / f"replaced-{run_id()}.db"
         shutil.copy2(dest, keep)
         log(f"restore: the gradebook it replaces is kept as {keep}")
     with store.atomic_path(dest) as part:
@@ -346,7 +345,7 @@ def _roll_back_graded(tree: CourseTree, backup: Path, log) -> None:
         from .handgrades import capture
 
         for a, st in sorted(replaced):  # the earlier notebook gone: each hand grade is to redo
-            capture(tree, a, st, graded=tree.logs / "replaced" / st / a)
+            capture(tree, a, st, graded=store.replaced(tree, a, st))
         with Gradebook(tree.gradebook_url) as gb:
             for a, st in sorted(replaced):
                 gb.remove_submission(a, st)

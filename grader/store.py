@@ -245,9 +245,40 @@ _RECORDS = [
 ]
 #: ``{file name: Record}``: every JSON record under ``logs/``.
 RECORDS = {r.name: r for r in _RECORDS}
+#: ``logs/backups/``: gradebook backups (:mod:`grader.state`) and state archives (:mod:`grader.reset`).
+BACKUPS = "backups"
 #: What ``make clean`` keeps of ``logs/``: the backups, the run log, and the records that are not
 #: grading state.
-KEPT_LOGS = ("backups", RUN_LOG, *(r.name for r in _RECORDS if r.kept))
+KEPT_LOGS = (BACKUPS, RUN_LOG, *(r.name for r in _RECORDS if r.kept))
+
+
+# --------------------------------------------------------------------------- the folders
+
+def backups(tree: CourseTree) -> Path:
+    """``logs/backups/``: ``gradebook-<run>[-before|-after].db`` and ``state-<run>.tar.gz``."""
+    return tree.logs / BACKUPS
+
+
+def batch(tree: CourseTree, run_id: str, what: str) -> Path:
+    """``logs/batches/<run id>/<what>/``: a batch ``received`` as handed in, and its notebooks as
+    they were before repair (``originals``); never overwritten."""
+    return tree.logs / "batches" / run_id / what
+
+
+def originals(tree: CourseTree) -> Path:
+    """``logs/originals/``: notebooks as they were before a repair outside a run (a run keeps its
+    own, :func:`batch`)."""
+    return tree.logs / "originals"
+
+
+def replaced(tree: CourseTree, assignment: str, student: str) -> Path:
+    """``logs/replaced/<student>/<assignment>/``: a resubmitted assignment's earlier notebooks."""
+    return tree.logs / "replaced" / student / assignment
+
+
+#: ``logs/lms-exports/`` relative to the course root: earlier LMS files kept before a different
+#: one replaced them (:mod:`grader.lms`).
+LMS_EXPORTS = Path("logs") / "lms-exports"
 
 
 def _read(path: Path, rec: Record) -> tuple[Any, str | None]:

@@ -155,7 +155,7 @@ def _keep_as_received(b: Batch) -> None:
     """The batch's input, byte for byte, under ``logs/batches/<run id>/received/`` (never
     overwritten: every run has its own folder; a full disk leaves no half copy)."""
     src = Path(b.submissions)
-    with store.atomic_dir(b.tree.logs / "batches" / b.run_id / "received") as part:
+    with store.atomic_dir(store.batch(b.tree, b.run_id, "received")) as part:
         if src.is_file():
             shutil.copy2(src, part / src.name)
         else:

@@ -17,7 +17,7 @@ def repair(b: Batch) -> None:
 
     Raises:
         OSError: ``submitted/`` or ``logs/`` cannot be written."""
-    keep = b.tree.logs / "batches" / b.run_id / "originals"
+    keep = store.batch(b.tree, b.run_id, "originals")
     if b.to_grade is None:
         b.run.repairs = repair_all(b.tree, b.run.assignments, keep=keep)
     else:  # only what is graded: a notebook left alone keeps its bytes (grader/inplace.py compares them)
