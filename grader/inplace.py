@@ -82,7 +82,7 @@ def sort_out(course, out, pairs: list[tuple[str, str]], received: dict[str, str]
         received: ``logs/received.json``: for a submission with no entry in the record yet (graded
             before it existed), the notebook as last received counts as the one graded (one
             received but left ungraded by an earlier run is then graded by
-            :func:`grader.pipeline.collect_submissions`, which finishes what a run left).
+            :func:`grader.stages.collect.collect_submissions`, which finishes what a run left).
 
     Returns:
         ``{"<student>/<assignment>": sha256}`` of the changed and new ones, as collected (for
