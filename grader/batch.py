@@ -1,15 +1,18 @@
 """What one grading run carries from stage to stage: the :class:`Batch` the stages of
-:data:`grader.pipeline.STAGES` read and fill in, the :class:`GradeRun` it produces, and the
-gradebook's points they read (:func:`read_gradebook`). Below the pipeline and the canary, which
-both run stages on a ``Batch``.
+:data:`grader.pipeline.STAGES` read and fill in, the :class:`GradeRun` it produces, the
+gradebook's points they read (:func:`read_gradebook`), and its line in the run log
+(:func:`run_record`). Below the pipeline, its stages (:mod:`grader.stages`) and the canary, which
+all run stages on a ``Batch``.
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .course import CourseTree
+from .state import now_utc
 
 if TYPE_CHECKING:  # annotations only (``from __future__ import annotations``): no import at run time
     from .apps import Course
@@ -17,6 +20,10 @@ if TYPE_CHECKING:  # annotations only (``from __future__ import annotations``): 
     from .parallel import AutogradeOutcome
     from .repair import Repair
     from .report import ClassReport
+
+
+class GradingError(RuntimeError):
+    """The pipeline itself failed (not a student's code): an nbgrader step exited non-zero."""
 
 
 @dataclass
@@ -119,4 +126,28 @@ class Batch:
     hand_grades_done: list = field(default_factory=list)  # carried over (or to redo) in this run
 
 
-__all__ = ["Batch", "GradeRun", "read_gradebook"]
+def run_record(b: Batch, status: str, error: str | None = None) -> dict:
+    """The ``logs/runs.jsonl`` line of one run: ``status`` is ``"ok"``, ``"failed"`` (``error``:
+    the exception's type and first line) or ``"interrupted"`` (``error``: the signal)."""
+    got = b.collected
+    return {"run_id": b.run_id, "time": now_utc(), "command": b.command, "status": status,
+            **({"error": error} if error else {}),
+            "inputs": _input_hashes(b.submissions), "batch": b.run.batch,
+            "students_in_course": b.run.students,
+            "skipped": dict(got.skipped) if got else {}, "replaced": [list(p) for p in got.replaced] if got else [],
+            "flags": {"jobs": b.jobs, "fresh": b.fresh, "sandbox": b.run.sandboxed,
+                      "cell_timeout": b.cell_timeout, "duedates": b.duedates},
+            "stage_seconds": {k: round(v, 3) for k, v in b.run.stage_seconds.items()},
+            "seconds": round(b.run.seconds, 3)}
+
+
+def _input_hashes(path: Path | None) -> dict[str, str]:
+    """``{file: sha256}`` of what was handed in (the embedded demo class: ``{}``)."""
+    if path is None or not Path(path).exists():
+        return {}
+    path = Path(path)
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    return {str(f): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
+
+
+__all__ = ["Batch", "GradeRun", "GradingError", "read_gradebook", "run_record"]

@@ -15,7 +15,7 @@ and ``nbgrader_config.py``, the installed packages (every distribution's name an
 the ``normref`` and ``grader`` packages' files), the sandbox settings, this host, and over an
 existing Dask cluster every worker's packages and sandbox (:func:`facts`). A pass is kept by
 the hash of those in ``logs/canary.json`` (kept by ``make clean``), and in the user's cache
-(:func:`grader.sandbox.shared_cache_dir`, ``$NORMREF_CANARY_CACHE``; ``0`` turns it off) so a
+(:func:`grader.store.user_cache_dir`, ``$NORMREF_CANARY_CACHE``; ``0`` turns it off) so a
 second course folder with the same ``source/`` on the same machine and environment skips it too.
 Over an existing cluster, the canary runs once per distinct worker environment, on a worker
 that has it: a worker whose environment differs is caught as well.
@@ -35,11 +35,11 @@ from pathlib import Path
 
 import nbformat
 
-from . import sandbox, warm
+from . import sandbox, store, warm
 from .batch import Batch, GradeRun, read_gradebook
-from .course import CANARY_RECORD, CONFIG, CourseTree
+from .course import CONFIG, CourseTree
 
-CACHE = CANARY_RECORD
+CACHE = store.CANARY
 STUDENT = "canary"
 _MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 
@@ -113,31 +113,19 @@ def _worker_groups(b) -> dict[str, list[str]]:
 
 # -- the cache -----------------------------------------------------------------------------------
 
-def _shared(key: str) -> Path | None:
-    d = sandbox.shared_cache_dir()
-    return d / "canary" / f"{key}.json" if d else None
-
-
 def cached(tree: CourseTree, key: str) -> dict | None:
     """The passing canary recorded for ``key`` (this course's ``logs/canary.json``, else the
     user's cache), or None."""
-    for path in (tree.logs / CACHE, _shared(key)):
-        with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
-            rec = json.loads(path.read_text())
-            if rec.get("key") == key and rec.get("status") == "passed":
-                return rec
+    for rec in (store.canary(tree), store.cached(f"canary/{key}.json")):
+        if rec and rec.get("key") == key and rec.get("status") == "passed":
+            return rec
     return None
 
 
-def _remember(tree: CourseTree, rec: dict) -> None:
-    for path in (tree.logs / CACHE, _shared(rec["key"])):
-        if path is None:
-            continue
-        with contextlib.suppress(OSError):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            part = path.with_name(f"{path.name}.{os.getpid()}.part")
-            part.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
-            os.replace(part, path)
+def _remember(tree: CourseTree, rec: dict, log=print) -> None:
+    with contextlib.suppress(OSError):  # a pass not kept only means the next run grades it again
+        store.write_canary(tree, rec, log=log)
+    store.cache(f"canary/{rec['key']}.json", rec)
 
 
 # -- the instructor's submission -------------------------------------------------------------------
@@ -326,7 +314,7 @@ def _stage(b) -> None:
               f"({seconds:.1f} s)")
         _remember(tree, {"key": key, "status": "passed", "time": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
                          "run_id": b.run_id, "course": str(tree.root), "seconds": seconds,
-                         "kernel_peak_mb": got["peak_mb"], "workers": workers, "facts": local})
+                         "kernel_peak_mb": got["peak_mb"], "workers": workers, "facts": local}, log=b.log)
 
 
 __all__ = ["stage", "CanaryFailed", "facts", "environment_digest", "grade_solutions", "kernel_error",

@@ -15,7 +15,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from .sandbox import SINGLE_THREAD_VARS
+# under ``logs/`` (:mod:`grader.store` owns every file there): one line per run, and the canary's
+# last pass, both kept by ``clean``
+from .store import CANARY as CANARY_RECORD
+from .store import RUN_LOG
 
 #: How long a writer waits for the SQLite gradebook lock before giving up (seconds).
 SQLITE_BUSY_TIMEOUT_S = 600
@@ -27,10 +30,6 @@ CONFIG = "nbgrader_config.py"
 GRADES_CSV = "grades.csv"
 QUESTIONS_CSV = "grades_by_question.csv"
 ROSTER_CSV = "roster.csv"
-#: Under ``logs/``: one line per run (:mod:`grader.state`), and the canary's last pass
-#: (:mod:`grader.canary`), both kept by ``clean`` (:mod:`grader.reset`).
-RUN_LOG = "runs.jsonl"
-CANARY_RECORD = "canary.json"
 #: This repository's own course root (the default ``--course-root``).
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,6 +53,8 @@ def nbgrader_env(single_thread: bool = False) -> dict[str, str]:
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     env["PYTHONWARNINGS"] = "ignore"
     if single_thread:
+        from .sandbox import SINGLE_THREAD_VARS  # here: `python -m grader --help` loads no normref
+
         for var in SINGLE_THREAD_VARS:
             env[var] = "1"
     return env

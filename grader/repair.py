@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import ast
 import copy
-import json
-import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,8 +34,10 @@ import nbformat
 
 from normref._syntax import parse
 
-from .collect import notebook_key, received_hashes
+from . import store
 from .course import CourseTree
+from .lms_names import notebook_key
+from .store import UNREADABLE
 from .notebooks import read_notebook_leniently
 from .tamper import protected_bindings, scan, shadowing_modules, startup_files
 
@@ -184,11 +184,10 @@ def unreadable_note(reason: str) -> str:
     return f"{reason}: the released notebook is graded in its place (0 points)"
 
 
-#: ``logs/unreadable.json``: ``{"<student>/<assignment>": {"reason": why, "received": sha256}}``
-#: for each submission whose file could not be read as a notebook (its ``submitted/`` notebook is
-#: the released one since), with the hash of the files as received (``logs/received.json``): the
-#: entry holds until another file is received for that submission.
-UNREADABLE = "unreadable.json"
+# ``logs/unreadable.json`` (:data:`grader.store.UNREADABLE`): ``{"<student>/<assignment>":
+# {"reason": why, "received": sha256}}`` for each submission whose file could not be read as a
+# notebook (its ``submitted/`` notebook is the released one since), with the hash of the files as
+# received (``logs/received.json``): the entry holds until another file is received for it.
 
 
 def unreadable(course: CourseTree | Path) -> dict[tuple[str, str], str]:
@@ -197,67 +196,42 @@ def unreadable(course: CourseTree | Path) -> dict[tuple[str, str], str]:
     submission has been received again since (another hash in ``logs/received.json``) or is gone
     is not one. An unreadable record reads as ``{}``."""
     tree = course if isinstance(course, CourseTree) else CourseTree(course)
-    entries, _ = _unreadable_entries(tree)
-    hashes = received_hashes(tree)
+    hashes = store.received(tree)
     out = {}
-    for key, entry in entries.items():
-        st, _, a = key.partition("/")
-        if (isinstance(entry, dict) and entry.get("received") == hashes.get(key)
-                and tree.has_notebook("submitted", st, a)):
+    for key, entry in store.unreadable(tree).items():
+        a, st = store.pair(key)
+        if entry.get("received") == hashes.get(key) and tree.has_notebook("submitted", st, a):
             out[(a, st)] = str(entry.get("reason", ""))
     return out
 
 
-def _unreadable_entries(tree: CourseTree) -> tuple[dict, str | None]:
-    """``logs/unreadable.json`` as a dict, and what is wrong with it (None: nothing, or no file)."""
-    path = tree.logs / UNREADABLE
-    try:
-        entries = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    except (OSError, ValueError) as e:
-        return {}, f"it could not be read ({type(e).__name__})"
-    if not isinstance(entries, dict):
-        return {}, f"it holds a {type(entries).__name__}, not the record of each submission"
-    return entries, None
-
-
 def set_aside_damaged_unreadable(course: CourseTree | Path) -> str | None:
-    """If ``logs/unreadable.json`` is damaged (not JSON, not a dict: edited by hand, a full disk),
-    move it to ``logs/unreadable.json.damaged`` (never overwritten in place, so nothing in it is
-    lost) and say so in one line; None when it is fine or absent. The submissions it recorded are
-    then graded as their ``submitted/`` notebooks (0 points either way) until received again."""
+    """A damaged ``logs/unreadable.json`` set aside (:func:`grader.store.set_aside`: moved to
+    ``unreadable.json.damaged``, never written over) with one line saying so; None when it is
+    fine or absent. The submissions it recorded are then graded as their ``submitted/`` notebooks
+    (0 points either way) until received again."""
     tree = course if isinstance(course, CourseTree) else CourseTree(course)
-    _, problem = _unreadable_entries(tree)
-    if problem is None:
-        return None
-    aside = tree.logs / (UNREADABLE + ".damaged")
-    os.replace(tree.logs / UNREADABLE, aside)
-    return (f"{tree.logs / UNREADABLE}: {problem}; kept as {aside}: the submissions it listed as unreadable "
-            "are no longer reported so (their scores stay 0); check it by hand")
+    return store.set_aside(tree, UNREADABLE)
 
 
-def remember_unreadable(course: CourseTree | Path, repairs: dict[tuple[str, str], Repair]) -> None:
+def remember_unreadable(course: CourseTree | Path, repairs: dict[tuple[str, str], Repair], log=print) -> None:
     """Add the submissions of ``repairs`` found unreadable (``Repair.unrecoverable``) to
-    ``logs/unreadable.json`` (written whole, atomically), so that every later run reports them
-    as could not be graded until another file is received for them (:func:`unreadable`); entries
-    that no longer hold are dropped.
+    ``logs/unreadable.json`` (written whole, atomically; a damaged one is set aside first and said
+    in ``log``), so that every later run reports them as could not be graded until another file
+    is received for them (:func:`unreadable`); entries that no longer hold are dropped.
 
     Raises:
         OSError: ``logs/`` cannot be written.
     """
     tree = course if isinstance(course, CourseTree) else CourseTree(course)
-    set_aside_damaged_unreadable(tree)  # never written over (the repair stage says so first)
-    hashes = received_hashes(tree)
-    entries = {f"{st}/{a}": {"reason": why, "received": hashes.get(f"{st}/{a}")}
+    hashes = store.received(tree)
+    entries = {store.key(a, st): {"reason": why, "received": hashes.get(store.key(a, st))}
                for (a, st), why in unreadable(tree).items()}
-    new = {f"{st}/{a}": {"reason": rep.unrecoverable, "received": hashes.get(f"{st}/{a}")}
+    new = {store.key(a, st): {"reason": rep.unrecoverable, "received": hashes.get(store.key(a, st))}
            for (a, st), rep in repairs.items() if rep.unrecoverable}
     if not new and not (tree.logs / UNREADABLE).is_file():
         return
-    entries.update(new)
-    tree.logs.mkdir(parents=True, exist_ok=True)
-    part = tree.logs / (UNREADABLE + ".part")
-    part.write_text(json.dumps(entries, indent=1, sort_keys=True))
-    part.replace(tree.logs / UNREADABLE)
+    store.write_unreadable(tree, {**entries, **new}, log=log)
 
 
 def repair_submission(course: CourseTree | Path, student: str, assignment: str,
@@ -267,7 +241,7 @@ def repair_submission(course: CourseTree | Path, student: str, assignment: str,
     tree = course if isinstance(course, CourseTree) else CourseTree(course)
     rep = Repair(student, assignment)
     sub = tree.submitted(student, assignment)
-    keep = (keep or tree.logs / "originals") / student / assignment
+    keep = (keep or store.originals(tree)) / student / assignment
     released = sorted(tree.release(assignment).glob("*.ipynb"))
     files = sorted(p for p in sub.iterdir() if p.is_file() and p.suffix.lower() == ".ipynb")
     rep.flags += [f"{line}: the grading kernel imports the course's own first, so it is ignored"
@@ -310,9 +284,8 @@ def repair_submission(course: CourseTree | Path, student: str, assignment: str,
             nb = repair_notebook(nb, release_nb, rep)
         # the repaired notebook first, then the files it replaces: a run stopped in between
         # leaves the submission readable or as received, never without a notebook
-        part = sub / (rel_path.name + ".part")
-        nbformat.write(nb, part)
-        os.replace(part, sub / rel_path.name)
+        with store.atomic_path(sub / rel_path.name) as part:
+            nbformat.write(nb, part)
         for f in cands:
             if f.name != rel_path.name:
                 f.unlink()

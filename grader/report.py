@@ -26,7 +26,8 @@ import nbformat
 
 from normref.faults import ALIASES, FAULTS, parse_tags
 
-from .course import GRADEBOOK, GRADES_CSV, QUESTIONS_CSV, RUN_LOG
+from . import store
+from .course import GRADEBOOK, GRADES_CSV, QUESTIONS_CSV, CourseTree
 from .report_plots import plot_scores
 
 #: Every fault kind the checkers name, with its description (normref.faults is the registry).
@@ -351,8 +352,7 @@ def build_report(course_root: Path, assignments: list[str], scores, max_points,
             rep.late = read_lateness(gb, assignments)
             rep.names = {st.id: name for st in gb.students
                          if (name := " ".join(x for x in (st.first_name, st.last_name) if x))}
-    from .collect import lms_late
-    from .course import CourseTree
+    from .lms_names import lms_late
 
     rep.lms_late = {k for k in lms_late(CourseTree(course_root)) if k[1] in rep.totals.get(k[0], {})}
     rep.runs = read_runs(course_root)
@@ -394,17 +394,9 @@ def read_lateness(gradebook, assignments: list[str]) -> dict[tuple[str, str], fl
 
 
 def read_runs(course_root: Path) -> list[dict]:
-    """The batch history: ``logs/runs.jsonl``, one dict per grading run (unreadable lines skipped)."""
-    path = Path(course_root) / "logs" / RUN_LOG
-    if not path.is_file():
-        return []
-    runs = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            runs.append(json.loads(line))
-        except ValueError:
-            continue
-    return runs
+    """The batch history: ``logs/runs.jsonl``, one dict per grading run (unreadable lines skipped;
+    :func:`grader.store.read_runs`)."""
+    return store.read_runs(CourseTree(course_root))
 
 
 def summary_text(rep: ClassReport) -> str:
