@@ -22,7 +22,7 @@ import signal
 import sys
 from pathlib import Path
 
-from .course import REPO_ROOT
+from .course import REPO_ROOT, RUN_LOG
 
 
 def _grade_parser() -> argparse.ArgumentParser:
@@ -191,7 +191,7 @@ def grade(argv: list[str]) -> int:
         print(f"LMS import:   {run.lms_import}")
     for path in run.feedback_zips:
         print(f"LMS feedback: {path} (bulk feedback upload)")
-    print(f"run log:      {run.course_root / 'logs' / 'runs.jsonl'} (backups: {run.course_root / 'logs' / 'backups'})")
+    print(f"run log:      {run.course_root / 'logs' / RUN_LOG} (backups: {run.course_root / 'logs' / 'backups'})")
     print(f"done in {run.seconds:.1f} s")
     return 0
 

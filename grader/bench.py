@@ -13,8 +13,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,45 +21,12 @@ from pathlib import Path
 from nbclient import NotebookClient
 
 from . import bench_warm
+from .bench_base import course_copy as _course_copy
+from .bench_base import sequential_nbgrader
 from .demo.answer_bank import ANSWERS
-from .demo import apply_due_dates, demo_class, fill_answers, write_demo_submissions
+from .demo import demo_class, fill_answers, write_demo_submissions
 from .engine import default_jobs
-from .course import nbgrader_env
-from .pipeline import REPO_ROOT, grade_class, list_assignments
-from .scoring import prepare_inputs
-from normref.handback import ENV
-
-
-def _course_copy(dst: Path) -> Path:
-    dst.mkdir(parents=True)
-    shutil.copy(REPO_ROOT / "nbgrader_config.py", dst)
-    shutil.copytree(REPO_ROOT / "source", dst / "source")
-    shutil.copytree(REPO_ROOT / "release", dst / "release")
-    return dst
-
-
-def _nbg(root: Path, *args: str, env: dict | None = None) -> None:
-    subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=ERROR"], cwd=root,
-                   check=False, capture_output=True, env={**nbgrader_env(), **(env or {})})
-
-
-def sequential_nbgrader(root: Path, limit: int | None = None) -> tuple[float, float]:
-    """Plain nbgrader, one command after another. Returns (pipeline seconds, autograde seconds)."""
-    t0 = time.perf_counter()
-    assignments = list_assignments(root)
-    for a in assignments:
-        _nbg(root, "generate_assignment", a, "--force")
-    write_demo_submissions(root, root / "submitted", limit)
-    apply_due_dates(root, lambda a, due: _nbg(root, "db", "assignment", "add", a, f"--duedate={due}"))
-    # the hidden tests' keys (nbgrader autograde without them refuses: GradedByMakeGrade)
-    _, inputs = prepare_inputs(root, log=lambda *_: None, set_env=False)
-    t1 = time.perf_counter()
-    _nbg(root, "autograde", "*", "--force", env={ENV: str(inputs)})
-    auto = time.perf_counter() - t1
-    for a in assignments:
-        _nbg(root, "generate_feedback", a, "--force")
-    _nbg(root, "export", "--to", "grades.csv")
-    return time.perf_counter() - t0, auto
+from .pipeline import REPO_ROOT, grade_class
 
 
 def floor_per_submission(root: Path) -> float:

@@ -22,9 +22,11 @@ import threading
 import time
 from pathlib import Path
 
-from . import warm
+from . import sandbox, warm
+from .bench_base import course_copy, sequential_nbgrader
 from .demo import write_demo_submissions
 from .demo.answer_bank import ANSWERS
+from .course import CONFIG
 from .engine import default_jobs
 from .pipeline import REPO_ROOT, grade_class
 
@@ -122,7 +124,7 @@ def _kinds(procs: dict[int, tuple[int, list[bytes], int]]) -> dict[int, str]:
 def _course(td: Path, name: str, assignments: list[str] | None) -> Path:
     root = td / name
     root.mkdir(parents=True)
-    shutil.copy(REPO_ROOT / "nbgrader_config.py", root)
+    shutil.copy(REPO_ROOT / CONFIG, root)
     for sub in ("source", "release"):
         shutil.copytree(REPO_ROOT / sub, root / sub)
         for d in (root / sub).iterdir():
@@ -173,7 +175,7 @@ def graded(td: Path, name: str, *, warm_on: bool, jobs: int, students: int | Non
 
 def zygote_start_cpu() -> float:
     """CPU seconds one zygote takes to start (its imports), in a grading kernel's environment."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    env = {**os.environ, **dict.fromkeys(sandbox.SINGLE_THREAD_VARS, "1")}
     with CpuAccount() as acct:
         t0 = acct.seconds()
         z = warm._Zygote(env)
@@ -279,9 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as td:
         seq = None
         if args.sequential:
-            from .bench import _course_copy, sequential_nbgrader
-
-            seq = sequential_nbgrader(_course_copy(Path(td) / "seq"), args.students)
+            seq = sequential_nbgrader(course_copy(Path(td) / "seq"), args.students)
             print(f"sequential nbgrader: pipeline {seq[0]:.1f} s, autograde {seq[1]:.1f} s", flush=True)
         class_rows(Path(td), args.students, args.jobs or default_jobs(), seq)
         if args.per_assignment and os.access(CPUACCT, os.W_OK):

@@ -15,7 +15,7 @@ and ``nbgrader_config.py``, the installed packages (every distribution's name an
 the ``normref`` and ``grader`` packages' files), the sandbox settings, this host, and over an
 existing Dask cluster every worker's packages and sandbox (:func:`facts`). A pass is kept by
 the hash of those in ``logs/canary.json`` (kept by ``make clean``), and in the user's cache
-(:func:`grader.sandbox.shared_cache_dir`, ``$NORMREF_CANARY_CACHE``; ``0`` turns it off) so a
+(:func:`grader.store.user_cache_dir`, ``$NORMREF_CANARY_CACHE``; ``0`` turns it off) so a
 second course folder with the same ``source/`` on the same machine and environment skips it too.
 Over an existing cluster, the canary runs once per distinct worker environment, on a worker
 that has it: a worker whose environment differs is caught as well.
@@ -35,10 +35,11 @@ from pathlib import Path
 
 import nbformat
 
-from . import sandbox, warm
-from .course import CourseTree
+from . import sandbox, store, warm
+from .batch import Batch, GradeRun, read_gradebook
+from .course import CONFIG, CourseTree
 
-CACHE = "canary.json"
+CACHE = store.CANARY
 STUDENT = "canary"
 _MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 
@@ -82,13 +83,13 @@ def facts() -> dict:
     worker, where it is run with ``client.run``): the packages, the sandbox, the host."""
     return {"environment": environment_digest(), "host": os.uname().nodename,
             "sandbox": sandbox.available(), "memory_cgroup": sandbox.memory_cgroups_work(),
-            "mem_mb": sandbox.default_mem_mb(), "as_mb": os.environ.get("NORMREF_KERNEL_AS_MB"),
+            "mem_mb": sandbox.default_mem_mb(), "as_mb": os.environ.get(sandbox.ENV_KERNEL_AS_MB),
             "max_procs": sandbox.MAX_PROCS, "max_write_bytes": sandbox.MAX_WRITE_BYTES,
             "warm": os.environ.get(warm.SWITCH, "1") != "0"}
 
 
 def _course_digest(tree: CourseTree, assignments: list[str]) -> str:
-    files = [(tree.root, tree.root / "nbgrader_config.py")]
+    files = [(tree.root, tree.root / CONFIG)]
     for a in assignments:
         files += [(tree.root, p) for _, p in _tree_files(tree.source(a))]
     return _digest_files(files)
@@ -112,31 +113,19 @@ def _worker_groups(b) -> dict[str, list[str]]:
 
 # -- the cache -----------------------------------------------------------------------------------
 
-def _shared(key: str) -> Path | None:
-    d = sandbox.shared_cache_dir()
-    return d / "canary" / f"{key}.json" if d else None
-
-
 def cached(tree: CourseTree, key: str) -> dict | None:
     """The passing canary recorded for ``key`` (this course's ``logs/canary.json``, else the
     user's cache), or None."""
-    for path in (tree.logs / CACHE, _shared(key)):
-        with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
-            rec = json.loads(path.read_text())
-            if rec.get("key") == key and rec.get("status") == "passed":
-                return rec
+    for rec in (store.canary(tree), store.cached(f"canary/{key}.json")):
+        if rec and rec.get("key") == key and rec.get("status") == "passed":
+            return rec
     return None
 
 
-def _remember(tree: CourseTree, rec: dict) -> None:
-    for path in (tree.logs / CACHE, _shared(rec["key"])):
-        if path is None:
-            continue
-        with contextlib.suppress(OSError):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            part = path.with_name(f"{path.name}.{os.getpid()}.part")
-            part.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
-            os.replace(part, path)
+def _remember(tree: CourseTree, rec: dict, log=print) -> None:
+    with contextlib.suppress(OSError):  # a pass not kept only means the next run grades it again
+        store.write_canary(tree, rec, log=log)
+    store.cache(f"canary/{rec['key']}.json", rec)
 
 
 # -- the instructor's submission -------------------------------------------------------------------
@@ -214,11 +203,12 @@ def grade_solutions(b, scratch_root: Path, workers: list[str] | None = None) -> 
     Raises:
         CanaryFailed: generate failed for ``source/`` (nbgrader's log quoted).
     """
-    from . import engine, pipeline, scoring
+    from . import engine, scoring
+    from .scores import scoring_stage
     from .apps import AppError, Course
 
     tree, assignments = b.tree, b.run.assignments
-    shutil.copy2(tree.root / "nbgrader_config.py", scratch_root / "nbgrader_config.py")
+    shutil.copy2(tree.root / CONFIG, scratch_root / CONFIG)
     for a in assignments:
         shutil.copytree(tree.source(a), scratch_root / "source" / a)
     scratch = CourseTree(scratch_root)
@@ -231,10 +221,10 @@ def grade_solutions(b, scratch_root: Path, workers: list[str] | None = None) -> 
             raise CanaryFailed(str(e)) from e
         auto[a] = write_submission(scratch, a)
     quiet = lambda *_: None  # noqa: E731 - the canary's own lines are said by stage()
-    sb_b = pipeline.Batch(tree=scratch, run=pipeline.GradeRun(course_root=scratch_root, assignments=assignments),
-                          submissions=None, jobs=max(1, min(b.jobs, len(assignments))), fresh=True,
-                          progress=False, use_sandbox=b.use_sandbox, cell_timeout=b.cell_timeout, duedates={},
-                          log=quiet)
+    sb_b = Batch(tree=scratch, run=GradeRun(course_root=scratch_root, assignments=assignments),
+                 submissions=None, jobs=max(1, min(b.jobs, len(assignments))), fresh=True,
+                 progress=False, use_sandbox=b.use_sandbox, cell_timeout=b.cell_timeout, duedates={},
+                 log=quiet)
     scoring.inputs_stage(sb_b)
     sandboxed = sandbox.available() if b.use_sandbox is None else bool(b.use_sandbox)
     extra = [f"--Execute.timeout={b.cell_timeout}"] if b.cell_timeout else []
@@ -246,8 +236,8 @@ def grade_solutions(b, scratch_root: Path, workers: list[str] | None = None) -> 
             flags.setdefault(pr, []).extend(notes)
     peak = {a: round(mb, 1) for (a, _), mb in out.peak_mb.items()}
     sb_b.run.autograde = out
-    scoring.scoring_stage(sb_b)
-    scores, max_points = pipeline.read_gradebook(scratch, assignments)
+    scoring_stage(sb_b)
+    scores, max_points = read_gradebook(scratch, assignments)
     failures = []
     for a in assignments:
         got = scores.get((a, STUDENT), {})
@@ -315,7 +305,7 @@ def _stage(b) -> None:
               f"({seconds:.1f} s)")
         _remember(tree, {"key": key, "status": "passed", "time": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
                          "run_id": b.run_id, "course": str(tree.root), "seconds": seconds,
-                         "kernel_peak_mb": got["peak_mb"], "workers": workers, "facts": local})
+                         "kernel_peak_mb": got["peak_mb"], "workers": workers, "facts": local}, log=b.log)
 
 
 __all__ = ["stage", "CanaryFailed", "facts", "environment_digest", "grade_solutions", "kernel_error",

@@ -8,7 +8,7 @@ pool. The embedded cluster's workers are forked from this process with nbgrader 
 
 Faults: a worker that dies mid-task (killed, machine lost) has its tasks rerun by the Dask
 scheduler on another worker; a task that has been on ``distributed.scheduler.allowed-failures
-+ 1`` workers that died (1 + 1 in the embedded cluster; set it on your scheduler, see the README)
++ 1`` workers that died (1 + 1 in the embedded cluster; set it on your scheduler, see docs/SCALE.md)
 is given up and that submission is reported as could not be graded, with the reason. Ctrl-C
 cancels the run's tasks on the cluster.
 """

@@ -36,7 +36,8 @@ from typing import Callable, Iterator
 
 from . import warm
 from .course import CourseTree
-from .task import HANDBACK_ENV, HANDBACK_KEYS, assignment_definitions, files_of, grade_submission, record
+from .course import CONFIG
+from .task import HANDBACK_ENV, assignment_definitions, files_of, grade_submission, record
 
 #: How many workers may die while running one task before it is given up (the pool, the
 #: embedded Dask cluster).
@@ -311,14 +312,13 @@ class LocalEngine(Engine):
 def _payloads(tree: CourseTree, pairs, course_id: str) -> Iterator[tuple[dict, list[tuple[str, str]]]]:
     """``(assignment payload, its pairs)`` per assignment, in the pairs' order; one definition is
     copied out of the gradebook at a time, so the first tasks go out while the next is copied."""
-    config = (tree.root / "nbgrader_config.py").read_bytes()
-    # the graded inputs the kernels read (grader.scoring.prepare_inputs points $NORMREF_HANDBACK_DIR at them)
-    handback = files_of(Path(os.environ[HANDBACK_ENV])) if os.environ.get(HANDBACK_ENV) else {}
-    # and their keys, which only the autograde preprocessor reads (HandbackKeys in nbgrader_config.py)
-    keys_file = Path(os.environ[HANDBACK_ENV]).parent / "scoring" / HANDBACK_KEYS if handback else None
-    handback_keys = keys_file.read_bytes() if keys_file and keys_file.is_file() else None
+    config = (tree.root / CONFIG).read_bytes()
+    # the run's graded inputs (grader.scoring.prepare_inputs names them in $NORMREF_HANDBACK_INPUTS),
+    # which only the autograde preprocessor reads (HandbackInputs in nbgrader_config.py)
+    inputs_file = Path(os.environ[HANDBACK_ENV]) if os.environ.get(HANDBACK_ENV) else None
+    handback_inputs = inputs_file.read_bytes() if inputs_file and inputs_file.is_file() else None
     for name in dict.fromkeys(a for a, _ in pairs):
-        yield ({"name": name, "config": config, "handback": handback, "handback_keys": handback_keys,
+        yield ({"name": name, "config": config, "handback_inputs": handback_inputs,
                 "gradebook": assignment_definitions(tree, [name], course_id)[name],
                 "source_files": files_of(tree.source(name), skip_notebooks=True)},
                [pr for pr in pairs if pr[0] == name])

@@ -31,16 +31,14 @@ the hand grades wait in ``logs/handgrades.json`` and the earlier notebook in ``l
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import shutil
 from pathlib import Path
 
+from . import store
 from .course import CourseTree
-
-#: ``logs/graded_hashes.json``: ``{"<student>/<assignment>": {"hashes": [sha256, ...], "run": run id}}``,
-#: the notebooks of each submission as last graded (as collected, and as graded after repair).
-GRADED_HASHES = "graded_hashes.json"
+# ``logs/graded_hashes.json``: ``{"<student>/<assignment>": {"hashes": [sha256, ...], "run": run id}}``,
+# the notebooks of each submission as last graded (as collected, and as graded after repair)
+from .store import GRADED_HASHES
 
 
 def files_hash(files: list[Path]) -> str:
@@ -57,44 +55,18 @@ def notebook_hash(tree: CourseTree, assignment: str, student: str) -> str:
     return files_hash(sorted(tree.submitted(student, assignment).glob("*.ipynb")))
 
 
-def _entries(tree: CourseTree) -> tuple[dict, str | None]:
-    """The record as ``{key: {"hashes": [...], "run": id}}``, and what is wrong with it (None: fine
-    or absent)."""
-    path = tree.logs / GRADED_HASHES
-    try:
-        data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    except (OSError, ValueError) as e:
-        return {}, f"it could not be read ({type(e).__name__}: {e})"
-    if not isinstance(data, dict):
-        return {}, f"it holds a {type(data).__name__}, not one entry per submission"
-    for key, rec in data.items():
-        if not (isinstance(rec, dict) and isinstance(rec.get("hashes"), list)
-                and all(isinstance(h, str) for h in rec["hashes"]) and key.count("/") == 1):
-            return {}, f"its entry {key!r} is not {{'hashes': [...], 'run': ...}}"
-    return data, None
-
-
 def set_aside_damaged(tree: CourseTree) -> str | None:
     """Move a damaged ``logs/graded_hashes.json`` (not JSON, not the record's shape: edited by hand,
-    a full disk) to ``graded_hashes.json.damaged`` (``.damaged.1``, ... when that exists: never
-    written over) and return one line saying so; None when it is fine or absent."""
-    _, problem = _entries(tree)
-    if problem is None:
-        return None
-    path = tree.logs / GRADED_HASHES
-    aside, n = tree.logs / (GRADED_HASHES + ".damaged"), 0
-    while aside.exists():
-        n += 1
-        aside = tree.logs / (GRADED_HASHES + f".damaged.{n}")
-    os.replace(path, aside)
-    return (f"{path}: {problem}; kept as {aside}. Without it, every submission graded in place is "
-            "graded again (hand grades kept where the answer is unchanged); check that file by hand")
+    a full disk) aside (:func:`grader.store.set_aside`: ``graded_hashes.json.damaged``, then
+    ``.damaged.1``, ...; never written over) and return one line saying so; None when it is fine
+    or absent."""
+    return store.set_aside(tree, GRADED_HASHES)
 
 
 def graded_hashes(tree: CourseTree) -> dict[str, dict]:
     """``logs/graded_hashes.json`` as ``{"<student>/<assignment>": {"hashes": [...], "run": id}}``;
     ``{}`` when absent or damaged (:func:`set_aside_damaged` moves a damaged one aside)."""
-    return _entries(tree)[0]
+    return store.graded_hashes(tree)
 
 
 def sort_out(course, out, pairs: list[tuple[str, str]], received: dict[str, str]) -> dict[str, str]:
@@ -110,7 +82,7 @@ def sort_out(course, out, pairs: list[tuple[str, str]], received: dict[str, str]
         received: ``logs/received.json``: for a submission with no entry in the record yet (graded
             before it existed), the notebook as last received counts as the one graded (one
             received but left ungraded by an earlier run is then graded by
-            :func:`grader.pipeline.collect_submissions`, which finishes what a run left).
+            :func:`grader.stages.collect.collect_submissions`, which finishes what a run left).
 
     Returns:
         ``{"<student>/<assignment>": sha256}`` of the changed and new ones, as collected (for
@@ -170,14 +142,11 @@ def _drop_graded(course, assignment: str, student: str, out) -> None:
     from .handgrades import capture
 
     tree = course.tree
-    graded, keep = tree.autograded(student, assignment), tree.logs / "replaced" / student / assignment
+    graded, keep = tree.autograded(student, assignment), store.replaced(tree, assignment, student)
     copied = any(graded.glob("*.ipynb"))
     if copied:  # else autograde never finished it: logs/replaced/ keeps what it held
-        part = keep.with_name(keep.name + ".part")
-        shutil.rmtree(part, ignore_errors=True)
-        shutil.copytree(graded, part)
-        shutil.rmtree(keep, ignore_errors=True)
-        os.replace(part, keep)
+        with store.atomic_dir(keep) as part:
+            shutil.copytree(graded, part, dirs_exist_ok=True)
         out.notes.append(f"{student} ({assignment}): the notebook as graded is kept in {keep}")
     out.hand_grades += capture(tree, assignment, student, graded=keep if copied else graded)
     out.replaced.append((assignment, student))
@@ -202,15 +171,9 @@ def remember_graded(tree: CourseTree, pairs, collected: dict[str, str], run_id: 
     pairs = [(a, st) for a, st in pairs if tree.has_notebook("submitted", st, a)]
     if not pairs:
         return
-    damaged = set_aside_damaged(tree)
-    if damaged:
-        log(damaged)
     record = graded_hashes(tree)
     for a, st in pairs:
-        key = f"{st}/{a}"
+        key = store.key(a, st)
         hashes = [h for h in (collected.get(key), notebook_hash(tree, a, st)) if h]
         record[key] = {"hashes": list(dict.fromkeys(hashes)), "run": run_id}
-    tree.logs.mkdir(parents=True, exist_ok=True)
-    part = tree.logs / (GRADED_HASHES + ".part")
-    part.write_text(json.dumps(record, indent=1, sort_keys=True), encoding="utf-8")
-    os.replace(part, tree.logs / GRADED_HASHES)
+    store.write_graded_hashes(tree, record, log=log)

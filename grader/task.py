@@ -9,8 +9,8 @@ with the instructor's machine:
   checksums and its due date), copied out of the course's configured gradebook, whatever
   database that is (:func:`assignment_definitions`); the non-notebook files of
   ``source/<assignment>/`` that nbgrader's autograde copies over the student's (never the
-  solution notebooks); this run's graded inputs (:mod:`grader.scoring`, the files
-  ``$NORMREF_HANDBACK_DIR`` points at) and their keys; and the student's
+  solution notebooks); this run's graded inputs (:mod:`grader.scoring`, the file
+  ``$NORMREF_HANDBACK_INPUTS`` names); and the student's
   ``submitted/<student>/<assignment>/`` files (notebooks, ``timestamp.txt``);
 * **on the worker**: a scratch course folder with those files, and nbgrader's own autograde
   converter (``nbgrader.converters.Autograde``: the preprocessors of ``nbgrader autograde``)
@@ -42,13 +42,11 @@ import time
 import traceback
 from pathlib import Path
 
-from . import warm
-from .course import CourseTree
+from normref.handback_files import HANDBACK_ENV, INPUTS_FILE, SCORING_DIR
 
-#: The environment variable that points kernels at this run's graded inputs (normref.handback.ENV).
-HANDBACK_ENV = "NORMREF_HANDBACK_DIR"
-#: This run's question keys, beside the seeds (grader.scoring.KEYS_FILE), never inside a sandbox.
-HANDBACK_KEYS = "handback-keys.json"
+from . import warm
+from .course import CONFIG, GRADEBOOK, CourseTree
+
 #: The reason of a task whose nbgrader ran to the end without writing a notebook.
 NO_NOTEBOOK = "nbgrader produced no autograded notebook"
 _LOCK = threading.Lock()  # nbgrader's apps change the working directory: one at a time per process
@@ -224,21 +222,21 @@ def _autograde_class():
 
 
 def _scratch_course(root: Path, assignment: dict, submission: dict) -> Path:
-    """The task's course folder under ``root``; returns its hand-back folder."""
+    """The task's course folder under ``root``; returns where its graded inputs file is (written
+    only when the payload carries one)."""
     a, st = assignment["name"], submission["student"]
-    (root / "nbgrader_config.py").write_bytes(assignment["config"])
-    (root / "gradebook.db").write_bytes(assignment["gradebook"])
+    (root / CONFIG).write_bytes(assignment["config"])
+    (root / GRADEBOOK).write_bytes(assignment["gradebook"])
     _write_files(root / "source" / a, assignment["source_files"])
     (root / "source" / a).mkdir(parents=True, exist_ok=True)
     _write_files(root / "submitted" / st / a, submission["files"])
-    handback = root / "logs" / "handback"  # this run's graded inputs (grader.scoring)
-    _write_files(handback, assignment.get("handback", {}))
-    if assignment.get("handback_keys"):  # outside the sandbox, as in the course: logs/scoring/
-        (root / "logs" / "scoring").mkdir(parents=True, exist_ok=True)
-        fd = os.open(root / "logs" / "scoring" / HANDBACK_KEYS, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    inputs = root / "logs" / SCORING_DIR / INPUTS_FILE  # this run's graded inputs (grader.scoring)
+    if assignment.get("handback_inputs"):  # outside the sandbox, as in the course: logs/scoring/
+        inputs.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(inputs, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
-            f.write(assignment["handback_keys"])
-    return handback
+            f.write(assignment["handback_inputs"])
+    return inputs
 
 
 def _autograde(root: Path, a: str, st: str, args: list[str], course_id: str) -> tuple[bool, str, str | None]:
@@ -250,9 +248,9 @@ def _autograde(root: Path, a: str, st: str, args: list[str], course_id: str) -> 
     from traitlets.config.loader import KVArgParseConfigLoader, PyFileConfigLoader
 
     config = Config()
-    config.merge(PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config())
+    config.merge(PyFileConfigLoader(CONFIG, path=str(root)).load_config())
     config.CourseDirectory.root = str(root)
-    config.CourseDirectory.db_url = f"sqlite:///{root / 'gradebook.db'}"
+    config.CourseDirectory.db_url = f"sqlite:///{root / GRADEBOOK}"
     config.merge(KVArgParseConfigLoader(args).load_config())  # nbgrader's own parsing
     api = NbGraderAPI(config=config)
     api.log.setLevel("ERROR")
@@ -277,7 +275,7 @@ def _rows(root: Path, a: str, st: str, course_id: str) -> dict:
     """The grade rows the scratch gradebook received for this submission."""
     from nbgrader.api import Gradebook
 
-    with Gradebook(f"sqlite:///{root / 'gradebook.db'}", course_id) as gb:
+    with Gradebook(f"sqlite:///{root / GRADEBOOK}", course_id) as gb:
         sub = gb.find_submission(a, st)
         stamped = (root / "submitted" / st / a / "timestamp.txt").exists()
         return {"timestamp": sub.timestamp if stamped else None,
@@ -317,9 +315,8 @@ def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
 
     Args:
         assignment: ``{"name", "config": bytes, "gradebook": bytes, "source_files": {rel: bytes},
-            "handback": {rel: bytes}, "handback_keys": bytes}`` (``handback``: the graded inputs, locked
-            per question; ``handback_keys``: their keys, for the autograde preprocessor; see
-            :mod:`grader.scoring`).
+            "handback_inputs": bytes}`` (``handback_inputs``: the run's graded inputs, which the
+            autograde preprocessor writes into the hidden tests; see :mod:`grader.scoring`).
         submission: ``{"student", "files": {rel: bytes}}`` (``submitted/<student>/<assignment>/``).
         options: ``{"sandbox": bool, "config_args": [nbgrader options], "course_id": str}``.
 
@@ -344,11 +341,11 @@ def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
     course_id = options.get("course_id", "default_course")
     with _LOCK, tempfile.TemporaryDirectory(prefix="grade-") as td:
         root = Path(td)
-        handback = _scratch_course(root, assignment, submission)
-        env = {var: "1" for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+        inputs = _scratch_course(root, assignment, submission)
+        env = dict.fromkeys(sandbox.SINGLE_THREAD_VARS, "1")
         env["PYTHONWARNINGS"] = "ignore"
-        if assignment.get("handback"):
-            env[HANDBACK_ENV] = str(handback)
+        if assignment.get("handback_inputs"):
+            env[HANDBACK_ENV] = str(inputs)
         args = list(options.get("config_args", []))
         out = {"assignment": a, "student": st, "limit_flags": [], "kernels": {}, "peak_mb": None,
                "files": {}, "rows": None, "worker": os.uname().nodename}
@@ -377,4 +374,4 @@ def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
 
 
 __all__ = ["grade_submission", "record", "assignment_definitions", "files_of", "exception_line",
-           "HANDBACK_ENV", "HANDBACK_KEYS", "NO_NOTEBOOK"]
+           "HANDBACK_ENV", "NO_NOTEBOOK"]

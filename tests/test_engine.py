@@ -137,7 +137,7 @@ def _course_with_a_dead_kernel(root: Path) -> str:
     from grader.demo import fill_answers
     from grader.demo.answer_bank import ANSWERS
     from grader.scoring import prepare_inputs
-    from normref.handback import ENV
+    from normref.handback_files import HANDBACK_ENV as ENV
 
     root.mkdir()
     shutil.copy(REPO / "nbgrader_config.py", root)
@@ -172,7 +172,7 @@ def test_a_dead_kernel_is_reported_from_its_exception_and_regraded_through_the_s
     from nbgrader.api import Gradebook
 
     from grader.course import CourseTree
-    from normref.handback import ENV
+    from normref.handback_files import HANDBACK_ENV as ENV
 
     monkeypatch.setenv(ENV, "")  # set by _course_with_a_dead_kernel, put back after
     root = tmp_path / "c"

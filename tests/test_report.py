@@ -309,10 +309,10 @@ def test_the_late_column_shows_lms_late_marks_as_grades_csv_does(course):
 
     from nbgrader.api import Gradebook
 
-    from grader.collect import LMS_LATE, _remember
+    from grader import store
     from grader.course import CourseTree
 
-    _remember(CourseTree(course), {"ana/hw": True, "ben/hw": False, "eve/hw": True}, LMS_LATE)  # as collect does
+    store.add_lms_late(CourseTree(course), {"ana/hw": True, "ben/hw": False, "eve/hw": True})  # as collect does
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         gb.find_assignment("hw").duedate = datetime(2026, 11, 20, 9, 0)
         gb.find_submission("hw", "cid").timestamp = datetime(2026, 11, 20, 11, 30)
