@@ -1,13 +1,13 @@
 # Lesson 16 course: normalization in the transformer block.
 # `make lab` (students), `make lab-instructor` and `make grade` (instructors), `make test` (everyone).
-# The interpreter the venvs link to: the first python3.11 (on PATH, then /usr/local/bin, /usr/bin)
-# that every user can run, i.e. whose real file and each folder above it others may enter (a pyenv
-# shim under a private home is skipped: a shared student environment, `make hub-env`, links to
-# this interpreter); if none is, python3.11 or python3 from PATH.
-PYTHON ?= $(shell for p in $$(command -v python3.11) /usr/local/bin/python3.11 /usr/bin/python3.11; do f=$$(readlink -f "$$p" 2>/dev/null) || continue; test -x "$$f" || continue; \
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+# The interpreter of the shared student environment (`make hub-env`): the first python3.11 (on
+# PATH, then /usr/local/bin, /usr/bin) that every user can run, i.e. whose real file and each
+# folder above it others may enter (a pyenv shim under a private home is skipped); if none is,
+# PYTHON. The course's own .venv keeps PYTHON (only the instructor runs it).
+HUB_PYTHON ?= $(shell for p in $$(command -v python3.11) /usr/local/bin/python3.11 /usr/bin/python3.11; do f=$$(readlink -f "$$p" 2>/dev/null) || continue; test -x "$$f" || continue; \
 	ok=1; d="$$f"; while [ "$$d" != / ]; do case $$(stat -Lc %A "$$d") in (*x|*t) ;; (*) ok=;; esac; \
-	d=$$(dirname "$$d"); done; [ -n "$$ok" ] && { echo "$$f"; exit 0; }; done; \
-	command -v python3.11 || command -v python3)
+	d=$$(dirname "$$d"); done; [ -n "$$ok" ] && { echo "$$f"; exit 0; }; done; echo "$(PYTHON)")
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -64,7 +64,7 @@ grade: $(STAMP)
 # Figures, not a test: make grade vs plain sequential nbgrader on the demo class.
 bench: $(STAMP)
 	$(BIN)/python -m grader.bench $(if $(JOBS),--jobs $(JOBS)) $(if $(STUDENTS),--students $(STUDENTS)) \
-		$(if $(KERNELS_ONLY),--kernels-only) $(if $(REPS),--kernel-reps $(REPS)) \
+		$(if $(KERNELS_ONLY),--kernels-only) $(if $(REPS),--kernel-reps $(REPS) --reps $(REPS)) \
 		$(if $(ENGINES_ONLY),--engines-only)
 
 # The lesson notebooks from their MyST Markdown sources (edit notebooks/NN_name.md, run this,
@@ -97,7 +97,7 @@ clean: $(STAMP)
 	$(BIN)/python -m grader clean $(if $(YES),--yes)
 
 
-# A JupyterHub's shared student environment (README "Deploy on JupyterHub"), apart from the course
+# A JupyterHub's shared student environment (docs/HUB.md, "Deploy on JupyterHub"), apart from the course
 # folder: a venv in PREFIX with this course installed non-editable plus the [hub] extra
 # (jupyterhub-singleuser, nbgitpuller), the hub student view (PREFIX/etc/jupyter-hub-student),
 # the exchange in PREFIX/etc/jupyter/nbgrader_config.py, readable and runnable by every user.
@@ -105,7 +105,7 @@ clean: $(STAMP)
 PREFIX ?= /opt/normref-env
 EXCHANGE ?= /srv/nbgrader/exchange
 hub-env:
-	@test -x "$(PREFIX)/bin/python" || $(PYTHON) -m venv "$(PREFIX)"
+	@test -x "$(PREFIX)/bin/python" || $(HUB_PYTHON) -m venv "$(PREFIX)"
 	"$(PREFIX)/bin/python" -m pip install --quiet --upgrade pip
 	"$(PREFIX)/bin/python" -m pip install --quiet ".[hub]"
 	"$(PREFIX)/bin/python" -m pip install --quiet --no-deps --force-reinstall .

@@ -17,6 +17,8 @@ from nbgrader.converters import Autograde, GenerateAssignment, NbGraderException
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.preprocessors import ClearHiddenTests, Execute, GetGrades, NbGraderPreprocessor
 
+from normref.handback_files import HANDBACK_ENV
+
 #: The tag of a source notebook's "Standard answer" cell (a markdown cell directly after the
 #: answer cell it answers): removed from release/, shown in the feedback.
 STANDARD_ANSWER_TAG = "standard-answer"
@@ -59,21 +61,17 @@ class StandardAnswers(NbGraderPreprocessor):
         return nb, resources
 
 
-#: Where a run's question keys are, relative to ``$NORMREF_HANDBACK_DIR`` (``logs/handback``):
-#: ``logs/scoring/handback-keys.json``, written by ``grader.scoring.prepare_inputs``.
-HANDBACK_KEYS = os.path.join("..", "scoring", "handback-keys.json")
 _RESOURCE = "normref_handback"
 #: The assignments whose questions are numpy or short answers: their grading kernel starts
 #: without torch (``seal(torch=False)``: 1.5-4 s less per notebook); the others' seal imports it.
-#: tests/test_handback_lazy.py checks this against grader.scoring's questions.
+#: tests/test_lazy_torch.py checks this against grader.scoring's questions.
 TORCH_FREE_ASSIGNMENTS = frozenset({"layernorm", "layernorm_backward", "practice"})
 
 
-def _keys_file() -> str | None:
-    """This run's keys file (``$NORMREF_HANDBACK_DIR/../scoring/handback-keys.json``), or None
-    outside ``make grade``."""
-    folder = os.environ.get("NORMREF_HANDBACK_DIR")
-    path = os.path.join(folder, HANDBACK_KEYS) if folder else None
+def _inputs_file() -> str | None:
+    """This run's graded inputs (``$NORMREF_HANDBACK_INPUTS``: ``logs/scoring/handback-inputs.json``,
+    written by ``grader.scoring.prepare_inputs``), or None outside ``make grade``."""
+    path = os.environ.get(HANDBACK_ENV)
     return path if path and os.path.isfile(path) else None
 
 
@@ -93,12 +91,14 @@ def handed_back(path: str) -> list[str]:
     return out
 
 
-#: What a keyless ``nbgrader autograde`` says (formgrader's Autograde button shows it in its log).
-KEYLESS = ("nbgrader autograde cannot grade {what}: {questions} graded by `make grade` (python -m grader), "
-           "which draws each run's inputs and keys, runs the students' code in its sandbox and scores what "
-           "it hands back; nbgrader autograde on its own (formgrader's Autograde button included) would run "
-           "that code unsandboxed and score it 0. Nothing was run, graded or changed: grade with "
-           "`make grade SUBMISSIONS=submitted` (nbgrader's submitted/, in place) or SUBMISSIONS=<an LMS download>.")
+#: What an ``nbgrader autograde`` without the run's inputs says (formgrader's Autograde button shows it
+#: in its log).
+WITHOUT_INPUTS = (
+    "nbgrader autograde cannot grade {what}: {questions} graded by `make grade` (python -m grader), "
+    "which draws each run's inputs, runs the students' code in its sandbox and scores what "
+    "it hands back; nbgrader autograde on its own (formgrader's Autograde button included) would run "
+    "that code unsandboxed and score it 0. Nothing was run, graded or changed: grade with "
+    "`make grade SUBMISSIONS=submitted` (nbgrader's submitted/, in place) or SUBMISSIONS=<an LMS download>.")
 
 
 def _few(names: list[str], most: int = 5) -> str:
@@ -107,8 +107,8 @@ def _few(names: list[str], most: int = 5) -> str:
 
 class GradedByMakeGrade(NotebookExporter):
     """Autograde's exporter (``Autograde.exporter_class``): refuses, before anything is
-    touched, an ``nbgrader autograde`` without this run's keys (formgrader's Autograde button, a
-    bare ``nbgrader autograde``) of an assignment whose hidden tests hand back to the grader.
+    touched, an ``nbgrader autograde`` without this run's inputs (formgrader's Autograde button,
+    a bare ``nbgrader autograde``) of an assignment whose hidden tests hand back to the grader.
 
     Such a run would execute the students' code unsandboxed, as the instructor, and save 0 for
     every handed-back test over the grader's scores. nbgrader builds the exporter once per
@@ -117,14 +117,15 @@ class GradedByMakeGrade(NotebookExporter):
     the one configurable point where refusing leaves everything as it was.
 
     Raises:
-        NbGraderException: keys missing for such an assignment (the message, :data:`KEYLESS`,
-            is logged first: ``nbgrader autograde`` exits 1 and formgrader shows the log).
+        NbGraderException: the run's inputs missing for such an assignment (the message,
+            :data:`WITHOUT_INPUTS`, is logged first: ``nbgrader autograde`` exits 1 and
+            formgrader shows the log).
     """
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         converter = kwargs.get("parent")
-        if not isinstance(converter, Autograde) or _keys_file():
+        if not isinstance(converter, Autograde) or _inputs_file():
             return
         cd = converter.coursedir
         pattern = converter._format_source("(?P<assignment_id>.*)", "(?P<student_id>.*)", escape=True)
@@ -143,42 +144,58 @@ class GradedByMakeGrade(NotebookExporter):
         if questions:
             what = "; ".join(f"{a} ({_few(sorted(who[a]))})" for a, _ in questions)
             n = sum(len(gs) for _, gs in questions)
-            msg = KEYLESS.format(what=what, questions=f"{'its' if len(questions) == 1 else 'their'} {n} "
-                                                      f"hidden test{'s are' if n != 1 else ' is'}")
+            msg = WITHOUT_INPUTS.format(what=what, questions=f"{'its' if len(questions) == 1 else 'their'} {n} "
+                                                            f"hidden test{'s are' if n != 1 else ' is'}")
             converter.log.error(msg)
             raise NbGraderException(msg)
 
 
-class HandbackKeys(NbGraderPreprocessor):
-    """Autograde only, just before ``Execute``: give each hidden test the key to its question's
+def with_inputs(source: str, grade_id: str, name: str, text: str) -> str:
+    """``source`` (a hidden test) with each line that calls ``hand_back("<grade_id>", ...)`` made
+    a call of the sealed hand-back ``name``, preceded by a line that gives it the question's
+    inputs ``text`` (at the same indentation): ``<name>.inputs("<grade_id>", "<text>")``. The
+    inputs have a line of their own, so that no traceback of the call (a timeout's) shows them."""
+    call = _hand_back_call(grade_id)
+    out = []
+    for line in source.split("\n"):
+        if call.search(line):
+            indent = line[:len(line) - len(line.lstrip())]
+            out.append(f'{indent}{name}.inputs("{grade_id}", "{text}")')
+            line = call.sub(lambda m: f'{name}("{grade_id}"', line)
+        out.append(line)
+    return "\n".join(out)
+
+
+class HandbackInputs(NbGraderPreprocessor):
+    """Autograde only, just before ``Execute``: give each hidden test its question's graded
     inputs, and the hand-back it is to use.
 
-    ``make grade`` locks every question's graded inputs with a key of its own, new every run
-    (``grader.scoring.prepare_inputs``); the keys are in a file no kernel can read. This puts, as
-    the notebook's first cell, ``<name> = normref.handback.seal()`` (``<name>`` random, new per
-    notebook: the hand-back as it is before any student cell runs), and rewrites each hidden
-    test's ``hand_back("<grade_id>", ...)`` into ``<name>("<grade_id>", "<key>", ...)`` (the seal
-    without torch, ``seal(torch=False)``, for :data:`TORCH_FREE_ASSIGNMENTS`). So an
-    answer cell, which runs before, cannot read a question's inputs, and patching
-    ``normref.handback`` afterwards changes no hand-back unnoticed. :class:`HandbackKeysRemoved`
-    undoes both right after ``Execute``: neither the keys nor the name reach the autograded
-    notebook or the feedback (they are useless to a later run anyway: new keys every run).
-    Without the keys file (no ``make grade`` inputs) the notebook is left as it is.
+    ``make grade`` draws every question's inputs, new every run, into a file no kernel can read
+    (``grader.scoring.prepare_inputs``). This puts, as the notebook's first cell,
+    ``<name> = normref.handback.seal()`` (``<name>`` random, new per notebook: the hand-back as
+    it is before any student cell runs; ``seal(torch=False)`` for :data:`TORCH_FREE_ASSIGNMENTS`),
+    and rewrites each hidden test's ``hand_back("<grade_id>", ...)`` into the question's inputs
+    given to ``<name>`` and a call of it (:func:`with_inputs`). So an answer cell, which runs
+    before, cannot read a question's inputs: they are in no file of the kernel's and in no cell
+    that ran; and patching ``normref.handback`` afterwards changes no hand-back unnoticed.
+    :class:`HandbackInputsRemoved` undoes both right after ``Execute``: neither the inputs nor
+    the name reach the autograded notebook or the feedback. Without the inputs file (no
+    ``make grade`` run) the notebook is left as it is.
     """
 
     def preprocess(self, nb, resources):
-        path = _keys_file()
+        path = _inputs_file()
         if path is None:
             return nb, resources
         with open(path) as f:
-            keys = json.load(f)
+            inputs = json.load(f)
         name = "_" + "".join(secrets.choice(string.ascii_letters) for _ in range(16))
         originals = {}
         for i, cell in enumerate(nb.cells):
             gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-            if cell.cell_type != "code" or gid not in keys:
+            if cell.cell_type != "code" or gid not in inputs:
                 continue
-            new = _hand_back_call(gid).sub(lambda m: f'{name}("{gid}", "{keys[gid]}"', cell.source)
+            new = with_inputs(cell.source, gid, name, inputs[gid])
             if new != cell.source:
                 originals[cell.get("id") or str(i)] = cell.source
                 cell.source = new
@@ -192,9 +209,9 @@ class HandbackKeys(NbGraderPreprocessor):
         return nb, resources
 
 
-class HandbackKeysRemoved(NbGraderPreprocessor):
+class HandbackInputsRemoved(NbGraderPreprocessor):
     """Autograde only, right after ``Execute``: the hidden tests' sources as they were, and the
-    sealing cell gone (see :class:`HandbackKeys`)."""
+    sealing cell gone (see :class:`HandbackInputs`)."""
 
     def preprocess(self, nb, resources):
         originals = resources.pop(_RESOURCE, None)
@@ -234,9 +251,9 @@ c.TagRemovePreprocessor.enabled = True
 c.TagRemovePreprocessor.remove_cell_tags = {STANDARD_ANSWER_TAG}
 _autograde = list(Autograde.class_traits()["autograde_preprocessors"].default())
 _at = _autograde.index(Execute)
-c.Autograde.autograde_preprocessors = [*_autograde[:_at], HandbackKeys, Execute, HandbackKeysRemoved,
+c.Autograde.autograde_preprocessors = [*_autograde[:_at], HandbackInputs, Execute, HandbackInputsRemoved,
                                        *_autograde[_at + 1:]]
-# Without this run's keys (formgrader's Autograde, a bare `nbgrader autograde`) nothing is run:
+# Without this run's inputs (formgrader's Autograde, a bare `nbgrader autograde`) nothing is run:
 # those hidden tests are graded by `make grade` only (GradedByMakeGrade).
 c.Autograde.exporter_class = GradedByMakeGrade
 c.Execute.extra_arguments = ["--HistoryManager.hist_file=:memory:", "--InteractiveShell.xmode=Plain"]

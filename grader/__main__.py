@@ -22,7 +22,7 @@ import signal
 import sys
 from pathlib import Path
 
-from .course import REPO_ROOT
+from .course import REPO_ROOT, RUN_LOG
 
 
 def _grade_parser() -> argparse.ArgumentParser:
@@ -71,8 +71,9 @@ def _grade_parser() -> argparse.ArgumentParser:
                    "(default: $DASK_SCHEDULER_ADDRESS, else an embedded local Dask cluster of --jobs "
                    "workers)")
     p.add_argument("--engine", choices=("dask", "processes"), default=None,
-                   help="without --scheduler: an embedded local Dask cluster (dask, the default) or "
-                   "--jobs plain `nbgrader autograde` processes (processes)")
+                   help="without --scheduler, where the autograde tasks (one per submission) run: an "
+                   "embedded local Dask cluster (dask, the default) or this machine's process pool of --jobs "
+                   "workers (processes)")
     p.add_argument("--db", default=None, metavar="URL",
                    help="the gradebook's database URL, e.g. postgresql://USER@HOST:5432/DBNAME (nbgrader's "
                    "CourseDirectory.db_url; the database must exist); default: gradebook.db here (SQLite)")
@@ -190,7 +191,7 @@ def grade(argv: list[str]) -> int:
         print(f"LMS import:   {run.lms_import}")
     for path in run.feedback_zips:
         print(f"LMS feedback: {path} (bulk feedback upload)")
-    print(f"run log:      {run.course_root / 'logs' / 'runs.jsonl'} (backups: {run.course_root / 'logs' / 'backups'})")
+    print(f"run log:      {run.course_root / 'logs' / RUN_LOG} (backups: {run.course_root / 'logs' / 'backups'})")
     print(f"done in {run.seconds:.1f} s")
     return 0
 

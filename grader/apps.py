@@ -5,7 +5,7 @@ nbgrader before it does any work; a class run needs a dozen of them (generate, d
 feedback and export for every assignment). :class:`Course` loads the course's
 ``nbgrader_config.py`` once and runs the same apps, with the same configuration and the same
 preprocessors, in this process. Autograde is not run here: it executes student code and runs
-in separate (sandboxed) processes, see :mod:`grader.parallel`.
+in worker processes, each kernel sandboxed, see :mod:`grader.engine`.
 """
 from __future__ import annotations
 
@@ -17,15 +17,15 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
-from .course import CourseTree, put_interpreter_on_path, split_round_robin
-from .parallel import die_with_parent
-
+from . import store
+from .course import CONFIG, CourseTree, put_interpreter_on_path, split_round_robin
+from .engine import die_with_parent
+# ``logs/generated.json``: per assignment, the digest of what its last generate read and wrote
+# (:func:`generate_inputs`) and of what it left in the gradebook (:func:`gradebook_record`)
+from .store import GENERATED
 
 #: Where ``generate_assignment`` writes before its output replaces ``release/<assignment>``.
 STAGING = ".release-staging"
-#: ``logs/generated.json``: per assignment, the digest of what its last generate read and wrote
-#: (:func:`generate_inputs`) and of what it left in the gradebook (:func:`gradebook_record`).
-GENERATED = "generated.json"
 
 
 def _digest(h, folder: Path) -> None:
@@ -42,7 +42,7 @@ def generate_inputs(tree: CourseTree, assignment: str) -> str:
     for folder in (tree.source(assignment), tree.release(assignment)):
         h.update(f"{folder.relative_to(tree.root)}\0".encode())
         _digest(h, folder)
-    config = tree.root / "nbgrader_config.py"
+    config = tree.root / CONFIG
     h.update(config.read_bytes() if config.is_file() else b"")
     return h.hexdigest()
 
@@ -75,14 +75,6 @@ def gradebook_record(tree: CourseTree, assignment: str, course_id: str) -> str |
     return hashlib.sha256(json.dumps(rows, default=str).encode()).hexdigest()
 
 
-def _read_generated(tree: CourseTree) -> dict:
-    try:
-        data = json.loads((tree.logs / GENERATED).read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 class AppError(RuntimeError):
     """An nbgrader app reported failure; the message quotes its log and traceback."""
 
@@ -106,7 +98,7 @@ class Course:
         put_interpreter_on_path()  # nbgrader runs `alembic` from PATH when it creates a gradebook
         self.tree = course if isinstance(course, CourseTree) else CourseTree(course)
         self.root = self.tree.root
-        cfg_file = self.root / "nbgrader_config.py"
+        cfg_file = self.root / CONFIG
         if not cfg_file.is_file():
             raise FileNotFoundError(f"{self.root} has no nbgrader_config.py: is it the course root?")
         config = Config()
@@ -152,7 +144,9 @@ class Course:
                 self._check(f"generate_assignment {assignment}",
                             self.api.generate_assignment(assignment, force=True, create=True))
             new, current = staging / assignment, self.tree.release(assignment)
-            if current.exists():  # swapped in only now that nbgrader succeeded
+            # swapped in only now that nbgrader succeeded (moved, not written: release/ is the
+            # course's output, not bookkeeping, and nbgrader wrote it whole into staging/ beside it)
+            if current.exists():
                 os.replace(current, staging / f"{assignment}.old")
             current.parent.mkdir(exist_ok=True)
             os.replace(new, current)
@@ -175,20 +169,17 @@ class Course:
             AppError: nbgrader failed (its log is quoted).
         """
         course_id = self.api.coursedir.course_id
-        done = _read_generated(self.tree).get(assignment)
+        done = store.generated(self.tree).get(assignment)
         inputs = generate_inputs(self.tree, assignment)
-        if isinstance(done, dict) and done.get("inputs") == inputs and \
+        if done and done.get("inputs") == inputs and \
                 done.get("gradebook") == gradebook_record(self.tree, assignment, course_id):
             return (f"source/{assignment}, release/{assignment} and nbgrader_config.py are unchanged since "
                     f"the generate that recorded it in the gradebook (logs/{GENERATED})")
         self.generate_assignment(assignment)
-        record = _read_generated(self.tree)
+        record = store.generated(self.tree)
         record[assignment] = {"inputs": generate_inputs(self.tree, assignment),
                               "gradebook": gradebook_record(self.tree, assignment, course_id)}
-        self.tree.logs.mkdir(parents=True, exist_ok=True)
-        part = self.tree.logs / (GENERATED + ".part")
-        part.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-        os.replace(part, self.tree.logs / GENERATED)
+        store.write_generated(self.tree, record)
         return None
 
     def generate_feedback(self, assignment: str) -> None:

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import shutil
-import subprocess
+import os
 import sys
 import tempfile
 import time
@@ -22,45 +21,12 @@ from pathlib import Path
 from nbclient import NotebookClient
 
 from . import bench_warm
+from .bench_base import course_copy as _course_copy
+from .bench_base import sequential_nbgrader
 from .demo.answer_bank import ANSWERS
-from .demo import apply_due_dates, demo_class, fill_answers, write_demo_submissions
-from .parallel import default_jobs
-from .course import nbgrader_env
-from .pipeline import REPO_ROOT, grade_class, list_assignments
-from .scoring import prepare_inputs
-from normref.handback import ENV
-
-
-def _course_copy(dst: Path) -> Path:
-    dst.mkdir(parents=True)
-    shutil.copy(REPO_ROOT / "nbgrader_config.py", dst)
-    shutil.copytree(REPO_ROOT / "source", dst / "source")
-    shutil.copytree(REPO_ROOT / "release", dst / "release")
-    return dst
-
-
-def _nbg(root: Path, *args: str, env: dict | None = None) -> None:
-    subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=ERROR"], cwd=root,
-                   check=False, capture_output=True, env={**nbgrader_env(), **(env or {})})
-
-
-def sequential_nbgrader(root: Path, limit: int | None = None) -> tuple[float, float]:
-    """Plain nbgrader, one command after another. Returns (pipeline seconds, autograde seconds)."""
-    t0 = time.perf_counter()
-    assignments = list_assignments(root)
-    for a in assignments:
-        _nbg(root, "generate_assignment", a, "--force")
-    write_demo_submissions(root, root / "submitted", limit)
-    apply_due_dates(root, lambda a, due: _nbg(root, "db", "assignment", "add", a, f"--duedate={due}"))
-    # the hidden tests' keys (nbgrader autograde without them refuses: GradedByMakeGrade)
-    _, inputs = prepare_inputs(root, log=lambda *_: None, set_env=False)
-    t1 = time.perf_counter()
-    _nbg(root, "autograde", "*", "--force", env={ENV: str(inputs)})
-    auto = time.perf_counter() - t1
-    for a in assignments:
-        _nbg(root, "generate_feedback", a, "--force")
-    _nbg(root, "export", "--to", "grades.csv")
-    return time.perf_counter() - t0, auto
+from .demo import demo_class, fill_answers, write_demo_submissions
+from .engine import default_jobs
+from .pipeline import REPO_ROOT, grade_class
 
 
 def floor_per_submission(root: Path) -> float:
@@ -80,7 +46,7 @@ def floor_per_submission(root: Path) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m grader.bench", description=__doc__)
-    p.add_argument("--jobs", type=int, default=None, help="parallel processes (default: all cores)")
+    p.add_argument("--jobs", type=int, default=None, help="worker processes (default: all cores)")
     p.add_argument("--students", type=int, default=None,
                    help="grade only the first N demo students (default: all 30)")
     p.add_argument("--db", default=None, metavar="URL",
@@ -92,8 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kernel-reps", type=int, default=3, metavar="N",
                    help="runs of each kernel row (the median is printed; default 3)")
     p.add_argument("--engines-only", action="store_true",
-                   help="only the two engines side by side (nbgrader processes, then local Dask, "
-                   "--jobs workers each, SQLite) in one run: the comparison issue 15 asks for")
+                   help="only the two engines side by side (this machine's process pool and local Dask, "
+                   "--jobs workers each, SQLite, alternating, --reps runs each): core-seconds per notebook "
+                   "(cpuacct, as root; else the stage's wall time x workers)")
+    p.add_argument("--reps", type=int, default=3, metavar="N", help="runs of each engine with --engines-only")
     args = p.parse_args(argv)
     from .kernel_bench import kernel_rows
 
@@ -105,9 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     n = sum(len(st.variants) for st in roster)
     if args.engines_only:
         with tempfile.TemporaryDirectory() as td:
-            print(f"demo class: {len(roster)} students, {n} submissions; {jobs} workers each", flush=True)
-            engine_rows(Path(td), args.students, n, jobs, None, None, None,
-                        configs=[("processes", jobs, None), ("dask", jobs, None)])
+            print(f"demo class: {len(roster)} students, {n} submissions; {jobs} workers each; load "
+                  + " ".join(f"{x:.2f}" for x in os.getloadavg()), flush=True)
+            if not bench_warm.engine_cpu_rows(Path(td), args.students, jobs, args.reps):
+                engine_rows(Path(td), args.students, n, jobs, None, None, None,
+                            configs=[("processes", jobs, None), ("dask", jobs, None)])
         return 0
     with tempfile.TemporaryDirectory() as td:
         print(f"demo class: {len(roster)} students, {n} submissions over {len(ANSWERS)} "
@@ -137,12 +107,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def engine_rows(td: Path, students: int | None, n: int, jobs: int, seq_total: float | None,
                 seq_auto: float | None, db_url: str | None, configs: list | None = None) -> None:
-    """Issue 15's rows: the whole pipeline with autograde as ``jobs`` nbgrader processes (before
-    Dask), as Dask tasks on an embedded local cluster of 1 and ``jobs`` workers, and the same with
-    the gradebook on PostgreSQL (``db_url``, or a private server when Debian's postgresql is
-    installed). Per row: submissions per minute and core-seconds per submission of the autograde
-    stage, and the speed-up over sequential nbgrader (autograde stage; whole pipeline; "-" when
-    sequential nbgrader was not run). ``configs``: ``[(engine, workers, None or "pg")]`` instead."""
+    """Issue 15's rows: the whole pipeline with autograde on this machine's pool of ``jobs``
+    processes (``jobs`` nbgrader processes before issue 24), as Dask tasks on an embedded local
+    cluster of 1 and ``jobs`` workers, and the same with the gradebook on PostgreSQL (``db_url``,
+    or a private server when Debian's postgresql is installed). Per row: submissions per minute
+    and core-seconds per submission of the autograde stage, and the speed-up over sequential
+    nbgrader (autograde stage; whole pipeline; "-" when sequential nbgrader was not run).
+    ``configs``: ``[(engine, workers, None or "pg")]`` instead."""
     with contextlib.ExitStack() as stack:
         pg = db_url
         if configs is None:
@@ -161,7 +132,7 @@ def engine_rows(td: Path, students: int | None, n: int, jobs: int, seq_total: fl
             run = grade_class(course_root=root, submissions=td / f"engine-{i}-submitted", jobs=workers,
                               engine=engine, db_url=url, fresh=True, yes=True, log=lambda *_: None)
             auto = run.autograde.seconds
-            name = "nbgrader processes" if engine == "processes" else "Dask (local cluster)"
+            name = "process pool" if engine == "processes" else "Dask (local cluster)"
             ratios = (f"{seq_auto / auto:>19.2f}x{seq_total / run.seconds:>9.2f}x" if seq_auto
                       else f"{'-':>20}{'-':>10}")
             print(f"{name:<26}{workers:>7}  {'PostgreSQL' if db else 'SQLite':<10}{60 * n / auto:>10.1f}"

@@ -22,10 +22,12 @@ import threading
 import time
 from pathlib import Path
 
-from . import warm
+from . import sandbox, warm
+from .bench_base import course_copy, sequential_nbgrader
 from .demo import write_demo_submissions
 from .demo.answer_bank import ANSWERS
-from .parallel import default_jobs
+from .course import CONFIG
+from .engine import default_jobs
 from .pipeline import REPO_ROOT, grade_class
 
 CPUACCT = Path("/sys/fs/cgroup/cpuacct")
@@ -122,7 +124,7 @@ def _kinds(procs: dict[int, tuple[int, list[bytes], int]]) -> dict[int, str]:
 def _course(td: Path, name: str, assignments: list[str] | None) -> Path:
     root = td / name
     root.mkdir(parents=True)
-    shutil.copy(REPO_ROOT / "nbgrader_config.py", root)
+    shutil.copy(REPO_ROOT / CONFIG, root)
     for sub in ("source", "release"):
         shutil.copytree(REPO_ROOT / sub, root / sub)
         for d in (root / sub).iterdir():
@@ -134,7 +136,8 @@ def _course(td: Path, name: str, assignments: list[str] | None) -> Path:
 def graded(td: Path, name: str, *, warm_on: bool, jobs: int, students: int | None,
            assignments: list[str] | None = None, engine: str = "dask") -> dict:
     """Grade the demo class (these assignments, the first ``students``) with warm or fresh
-    kernels: ``{"cpu", "wall", "n", "scores", "memory", "lines"}`` of the autograde stage."""
+    kernels: ``{"cpu", "wall", "n", "scores", "memory", "lines"}`` of the autograde stage, and
+    ``"cpu_run"``: the CPU of the whole ``grade_class`` (every stage, the engine's start)."""
     root = _course(td, name, assignments)
     write_demo_submissions(root, td / f"{name}-submitted", students)
     marks, lines = {}, []
@@ -142,7 +145,7 @@ def graded(td: Path, name: str, *, warm_on: bool, jobs: int, students: int | Non
 
     def log(line: str) -> None:
         lines.append(line)
-        if line.startswith("autograde: ") and ("Dask tasks on" in line or "nbgrader process" in line):
+        if line.startswith("autograde: ") and " tasks on " in line:  # the stage's first line (grader.pipeline)
             marks.setdefault("start", (acct.seconds(), time.perf_counter()))
         elif re.match(r"autograde: \d+ notebooks in", line):
             marks["end"] = (acct.seconds(), time.perf_counter())
@@ -152,8 +155,10 @@ def graded(td: Path, name: str, *, warm_on: bool, jobs: int, students: int | Non
     try:
         with CpuAccount() as acct:
             sampler.start()
+            t0 = acct.seconds()
             run = grade_class(course_root=root, submissions=td / f"{name}-submitted", jobs=jobs, engine=engine,
                               fresh=True, yes=True, log=log)
+            cpu_run = acct.seconds() - t0
             sampler.stop.set()
     finally:
         if saved is None:
@@ -163,13 +168,14 @@ def graded(td: Path, name: str, *, warm_on: bool, jobs: int, students: int | Non
     cpu = marks["end"][0] - marks["start"][0]
     wall = marks["end"][1] - marks["start"][1]
     return {"cpu": cpu, "wall": wall, "n": len(run.autograde.graded), "scores": run.scores, "pipeline": run.seconds,
+            "cpu_run": cpu_run,
             "memory": sampler.peak,
             "lines": [x for x in lines if x.startswith("autograde: ") and ("warm" in x or "fresh kernel" in x)]}
 
 
 def zygote_start_cpu() -> float:
     """CPU seconds one zygote takes to start (its imports), in a grading kernel's environment."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    env = {**os.environ, **dict.fromkeys(sandbox.SINGLE_THREAD_VARS, "1")}
     with CpuAccount() as acct:
         t0 = acct.seconds()
         z = warm._Zygote(env)
@@ -216,6 +222,35 @@ def class_rows(td: Path, students: int | None, jobs: int, seq: tuple[float, floa
     return out
 
 
+def engine_cpu_rows(td: Path, students: int | None, jobs: int, reps: int = 3) -> dict:
+    """The two engines on the same class, ``reps`` runs each, alternating (warm kernels, SQLite):
+    medians of core-seconds per notebook (cpuacct: the autograde stage; the whole run, the
+    engine's start and the canary included), the stage's wall time and submissions per minute."""
+    import statistics
+
+    if not os.access(CPUACCT, os.W_OK):
+        print(f"engine CPU rows skipped: {CPUACCT} is not writable here (needs root)")
+        return {}
+    runs: dict[str, list[dict]] = {"processes": [], "dask": []}
+    for i in range(reps):
+        for engine in (("processes", "dask") if i % 2 == 0 else ("dask", "processes")):
+            runs[engine].append(graded(td, f"engine-{engine}-{i}", warm_on=True, jobs=jobs, students=students,
+                                       engine=engine))
+    same = all(r["scores"] == runs["processes"][0]["scores"] for rs in runs.values() for r in rs)
+    print(f"autograde engines, {runs['dask'][0]['n']} notebooks, {jobs} workers, {reps} runs each (medians); "
+          f"grades equal in every run: {same}")
+    print("  engine                 core-s/notebook (stage)  core-s/notebook (run)  stage wall s  notebooks/min")
+    out = {}
+    for engine, rs in runs.items():
+        med = {k: statistics.median(r[k] / (r["n"] if k.startswith("cpu") else 1) for r in rs)
+               for k in ("cpu", "cpu_run", "wall")}
+        out[engine] = med
+        name = "process pool" if engine == "processes" else "Dask (local cluster)"
+        print(f"  {name:<22}{med['cpu']:>25.2f}{med['cpu_run']:>23.2f}{med['wall']:>14.1f}"
+              f"{60 * rs[0]['n'] / med['wall']:>15.1f}", flush=True)
+    return out
+
+
 def assignment_rows(td: Path, students: int) -> None:
     """Per assignment, one Dask worker (notebooks one after another): CPU and wall time per
     notebook, fresh vs warm (the zygote's start shared by the ``students`` notebooks)."""
@@ -246,9 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as td:
         seq = None
         if args.sequential:
-            from .bench import _course_copy, sequential_nbgrader
-
-            seq = sequential_nbgrader(_course_copy(Path(td) / "seq"), args.students)
+            seq = sequential_nbgrader(course_copy(Path(td) / "seq"), args.students)
             print(f"sequential nbgrader: pipeline {seq[0]:.1f} s, autograde {seq[1]:.1f} s", flush=True)
         class_rows(Path(td), args.students, args.jobs or default_jobs(), seq)
         if args.per_assignment and os.access(CPUACCT, os.W_OK):

@@ -3,7 +3,7 @@
 Each run first grades ``source/``'s solutions as a student's submission (the released notebook
 with every answer cell holding the solution, its ``### BEGIN/END SOLUTION`` lines removed) in a
 scratch course folder, through what the students get: nbgrader's generate and autograde, the
-run's engine (its Dask cluster, or ``nbgrader autograde`` processes), the bubblewrap sandbox,
+run's engine (:mod:`grader.engine`: its Dask cluster or this machine's process pool), the bubblewrap sandbox,
 the hand-back and the scoring outside the kernel (:mod:`grader.scoring`). If any automatic
 question (an autograder test cell; written answers are graded by hand) scores below full, the
 run stops before the course's gradebook is touched (:class:`CanaryFailed`, one line naming the
@@ -15,7 +15,7 @@ and ``nbgrader_config.py``, the installed packages (every distribution's name an
 the ``normref`` and ``grader`` packages' files), the sandbox settings, this host, and over an
 existing Dask cluster every worker's packages and sandbox (:func:`facts`). A pass is kept by
 the hash of those in ``logs/canary.json`` (kept by ``make clean``), and in the user's cache
-(:func:`grader.sandbox.shared_cache_dir`, ``$NORMREF_CANARY_CACHE``; ``0`` turns it off) so a
+(:func:`grader.store.user_cache_dir`, ``$NORMREF_CANARY_CACHE``; ``0`` turns it off) so a
 second course folder with the same ``source/`` on the same machine and environment skips it too.
 Over an existing cluster, the canary runs once per distinct worker environment, on a worker
 that has it: a worker whose environment differs is caught as well.
@@ -35,10 +35,11 @@ from pathlib import Path
 
 import nbformat
 
-from . import sandbox, warm
-from .course import CourseTree
+from . import sandbox, store, warm
+from .batch import Batch, GradeRun, read_gradebook
+from .course import CONFIG, CourseTree
 
-CACHE = "canary.json"
+CACHE = store.CANARY
 STUDENT = "canary"
 _MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 
@@ -82,13 +83,13 @@ def facts() -> dict:
     worker, where it is run with ``client.run``): the packages, the sandbox, the host."""
     return {"environment": environment_digest(), "host": os.uname().nodename,
             "sandbox": sandbox.available(), "memory_cgroup": sandbox.memory_cgroups_work(),
-            "mem_mb": sandbox.default_mem_mb(), "as_mb": os.environ.get("NORMREF_KERNEL_AS_MB"),
+            "mem_mb": sandbox.default_mem_mb(), "as_mb": os.environ.get(sandbox.ENV_KERNEL_AS_MB),
             "max_procs": sandbox.MAX_PROCS, "max_write_bytes": sandbox.MAX_WRITE_BYTES,
             "warm": os.environ.get(warm.SWITCH, "1") != "0"}
 
 
 def _course_digest(tree: CourseTree, assignments: list[str]) -> str:
-    files = [(tree.root, tree.root / "nbgrader_config.py")]
+    files = [(tree.root, tree.root / CONFIG)]
     for a in assignments:
         files += [(tree.root, p) for _, p in _tree_files(tree.source(a))]
     return _digest_files(files)
@@ -101,9 +102,9 @@ def _key(parts: dict) -> str:
 def _worker_groups(b) -> dict[str, list[str]]:
     """``{key of a worker's facts: [worker addresses]}`` of an existing Dask cluster; ``{"": []}``
     without one (the embedded cluster's workers are forked from this process)."""
-    if b.dask is None or b.dask.address is None:
+    if b.engine is None or b.engine.address is None:
         return {"": []}
-    client = b.dask.client(use_sandbox=b.use_sandbox is not False)
+    client = b.engine.client(use_sandbox=b.use_sandbox is not False)
     groups: dict[str, list[str]] = {}
     for addr, f in client.run(facts).items():
         groups.setdefault(_key(f), []).append(addr)
@@ -112,31 +113,19 @@ def _worker_groups(b) -> dict[str, list[str]]:
 
 # -- the cache -----------------------------------------------------------------------------------
 
-def _shared(key: str) -> Path | None:
-    d = sandbox.shared_cache_dir()
-    return d / "canary" / f"{key}.json" if d else None
-
-
 def cached(tree: CourseTree, key: str) -> dict | None:
     """The passing canary recorded for ``key`` (this course's ``logs/canary.json``, else the
     user's cache), or None."""
-    for path in (tree.logs / CACHE, _shared(key)):
-        with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
-            rec = json.loads(path.read_text())
-            if rec.get("key") == key and rec.get("status") == "passed":
-                return rec
+    for rec in (store.canary(tree), store.cached(f"canary/{key}.json")):
+        if rec and rec.get("key") == key and rec.get("status") == "passed":
+            return rec
     return None
 
 
-def _remember(tree: CourseTree, rec: dict) -> None:
-    for path in (tree.logs / CACHE, _shared(rec["key"])):
-        if path is None:
-            continue
-        with contextlib.suppress(OSError):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            part = path.with_name(f"{path.name}.{os.getpid()}.part")
-            part.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
-            os.replace(part, path)
+def _remember(tree: CourseTree, rec: dict, log=print) -> None:
+    with contextlib.suppress(OSError):  # a pass not kept only means the next run grades it again
+        store.write_canary(tree, rec, log=log)
+    store.cache(f"canary/{rec['key']}.json", rec)
 
 
 # -- the instructor's submission -------------------------------------------------------------------
@@ -209,16 +198,17 @@ def grade_solutions(b, scratch_root: Path, workers: list[str] | None = None) -> 
 
     Returns:
         ``{"failures": [one line each], "questions": automatic questions graded,
-        "peak_mb": {assignment: a kernel's peak memory in MiB (processes engine, memory cgroup)}}``.
+        "peak_mb": {assignment: a kernel's peak memory in MiB (where kernels have a memory cgroup)}}``.
 
     Raises:
         CanaryFailed: generate failed for ``source/`` (nbgrader's log quoted).
     """
-    from . import cluster, parallel, pipeline, scoring
+    from . import engine, scoring
+    from .scores import scoring_stage
     from .apps import AppError, Course
 
     tree, assignments = b.tree, b.run.assignments
-    shutil.copy2(tree.root / "nbgrader_config.py", scratch_root / "nbgrader_config.py")
+    shutil.copy2(tree.root / CONFIG, scratch_root / CONFIG)
     for a in assignments:
         shutil.copytree(tree.source(a), scratch_root / "source" / a)
     scratch = CourseTree(scratch_root)
@@ -231,32 +221,23 @@ def grade_solutions(b, scratch_root: Path, workers: list[str] | None = None) -> 
             raise CanaryFailed(str(e)) from e
         auto[a] = write_submission(scratch, a)
     quiet = lambda *_: None  # noqa: E731 - the canary's own lines are said by stage()
-    sb_b = pipeline.Batch(tree=scratch, run=pipeline.GradeRun(course_root=scratch_root, assignments=assignments),
-                          submissions=None, jobs=max(1, min(b.jobs, len(assignments))), fresh=True,
-                          progress=False, use_sandbox=b.use_sandbox, cell_timeout=b.cell_timeout, duedates={},
-                          log=quiet)
+    sb_b = Batch(tree=scratch, run=GradeRun(course_root=scratch_root, assignments=assignments),
+                 submissions=None, jobs=max(1, min(b.jobs, len(assignments))), fresh=True,
+                 progress=False, use_sandbox=b.use_sandbox, cell_timeout=b.cell_timeout, duedates={},
+                 log=quiet)
     scoring.inputs_stage(sb_b)
     sandboxed = sandbox.available() if b.use_sandbox is None else bool(b.use_sandbox)
     extra = [f"--Execute.timeout={b.cell_timeout}"] if b.cell_timeout else []
-    peak: dict[str, float] = {}
-    with (sandbox.SandboxSession(scratch_root) if sandboxed else contextlib.nullcontext()) as sb:
-        if b.dask is not None:
-            out = cluster.autograde(scratch, assignments, client=b.dask.client(use_sandbox=sandboxed), log=quiet,
-                                    extra_args=extra, use_sandbox=sandboxed, workers=workers,
-                                    course_id=course.api.coursedir.course_id)
-            flags = dict(out.limit_flags)
-        else:
-            out = parallel.autograde(scratch, assignments, jobs=sb_b.jobs, log=quiet, extra_args=extra,
-                                     worker_setup=sb.worker if sandboxed else None)
-            flags = {}
-        if sandboxed:
-            for pr, notes in sandbox.limit_flags(scratch_root, sb, list(out.graded) + list(out.failed)).items():
-                flags.setdefault(pr, []).extend(notes)
-            for cwd, mb in sb.peak_memory_mb().items():  # autograded/canary/<assignment>
-                peak[cwd.name] = round(mb, 1)
+    out = engine.autograde(scratch, assignments, b.engine, course_id=course.api.coursedir.course_id, log=quiet,
+                           extra_args=extra, use_sandbox=sandboxed, workers=workers)
+    flags = {pr: list(notes) for pr, notes in out.limit_flags.items()}  # seen in the kernels' cgroups
+    if sandboxed:  # and the caps the kernel guard reported in the autograded notebooks
+        for pr, notes in sandbox.limit_flags(scratch_root, None, list(out.graded) + list(out.failed)).items():
+            flags.setdefault(pr, []).extend(notes)
+    peak = {a: round(mb, 1) for (a, _), mb in out.peak_mb.items()}
     sb_b.run.autograde = out
-    scoring.scoring_stage(sb_b)
-    scores, max_points = pipeline.read_gradebook(scratch, assignments)
+    scoring_stage(sb_b)
+    scores, max_points = read_gradebook(scratch, assignments)
     failures = []
     for a in assignments:
         got = scores.get((a, STUDENT), {})
@@ -292,7 +273,7 @@ def _stage(b) -> None:
     local = facts()
     base = {"course": _course_digest(tree, assignments), "assignments": assignments, "here": local,
             "sandbox_asked": b.use_sandbox, "cell_timeout": b.cell_timeout,
-            "engine": "dask" if b.dask is not None else "processes"}
+            "engine": b.engine.name if b.engine is not None else "processes"}
     todo = []
     for group, workers in groups.items():
         key = _key({**base, "workers": group})
@@ -324,7 +305,7 @@ def _stage(b) -> None:
               f"({seconds:.1f} s)")
         _remember(tree, {"key": key, "status": "passed", "time": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
                          "run_id": b.run_id, "course": str(tree.root), "seconds": seconds,
-                         "kernel_peak_mb": got["peak_mb"], "workers": workers, "facts": local})
+                         "kernel_peak_mb": got["peak_mb"], "workers": workers, "facts": local}, log=b.log)
 
 
 __all__ = ["stage", "CanaryFailed", "facts", "environment_digest", "grade_solutions", "kernel_error",

@@ -15,12 +15,27 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+# under ``logs/`` (:mod:`grader.store` owns every file there): one line per run, and the canary's
+# last pass, both kept by ``clean``
+from .store import CANARY as CANARY_RECORD
+from .store import RUN_LOG
+
 #: How long a writer waits for the SQLite gradebook lock before giving up (seconds).
 SQLITE_BUSY_TIMEOUT_S = 600
 #: The gradebook's file name in the course root (nbgrader's default).
 GRADEBOOK = "gradebook.db"
+#: The course root's nbgrader configuration (it also marks the folder as a course root).
+CONFIG = "nbgrader_config.py"
+#: What a run exports beside the gradebook: nbgrader's export, one row per graded cell, who is who.
+GRADES_CSV = "grades.csv"
+QUESTIONS_CSV = "grades_by_question.csv"
+ROSTER_CSV = "roster.csv"
 #: This repository's own course root (the default ``--course-root``).
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+class CourseStateError(RuntimeError):
+    """The course folder is not in a state a run may write to; nothing was written."""
 
 
 def split_round_robin(items: list, n: int) -> list[list]:
@@ -38,7 +53,9 @@ def nbgrader_env(single_thread: bool = False) -> dict[str, str]:
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     env["PYTHONWARNINGS"] = "ignore"
     if single_thread:
-        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        from .sandbox import SINGLE_THREAD_VARS  # here: `python -m grader --help` loads no normref
+
+        for var in SINGLE_THREAD_VARS:
             env[var] = "1"
     return env
 
@@ -130,11 +147,11 @@ class CourseTree:
 
     @property
     def grades_csv(self) -> Path:
-        return self.root / "grades.csv"
+        return self.root / GRADES_CSV
 
     @property
     def questions_csv(self) -> Path:
-        return self.root / "grades_by_question.csv"
+        return self.root / QUESTIONS_CSV
 
     # -- what is there
     def assignments(self) -> list[str]:
@@ -167,5 +184,6 @@ class CourseTree:
         return [(a, s) for s in self.students(step) for a in assignments if self.has_notebook(step, s, a)]
 
 
-__all__ = ["CourseTree", "split_round_robin", "nbgrader_env", "put_interpreter_on_path",
-           "SQLITE_BUSY_TIMEOUT_S"]
+__all__ = ["CourseTree", "CourseStateError", "split_round_robin", "nbgrader_env", "put_interpreter_on_path",
+           "SQLITE_BUSY_TIMEOUT_S", "GRADEBOOK", "CONFIG", "GRADES_CSV", "QUESTIONS_CSV", "ROSTER_CSV", "RUN_LOG",
+           "CANARY_RECORD"]

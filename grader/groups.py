@@ -3,7 +3,7 @@
 No student code runs here. Each question of :data:`grader.scoring.QUESTIONS` with a drawn
 battery is a hidden test that hands the student's outputs on the run's drawn inputs back to
 the grader (``hand_back(grade_id, fn)``); the scoring stage replays them through the checker in
-the grader's own process (:func:`grader.scoring.score_notebook`) and keeps, in the test cell's
+the grader's own process (:func:`grader.scores.score_notebook`) and keeps, in the test cell's
 output metadata, the record of what they computed case by case
 (:func:`normref.diagnosis.record.result_record`). Every student graded in one run has the same
 inputs, so their records compare. This module reads the records from the autograded notebooks:
@@ -51,9 +51,10 @@ def handed_back_name(source: str, grade_id: str) -> str | None:
 
 def question_records(nb) -> dict[str, tuple[dict, str | None]]:
     """``{grade_id: (record, the name handed back)}`` of an autograded notebook's scored
-    questions (the record :func:`grader.scoring.score_class` put in the test cell's output
+    questions (the record :func:`grader.scores.score_class` put in the test cell's output
     metadata). Only test cells of :data:`grader.scoring.QUESTIONS` are read."""
-    from .scoring import QUESTIONS, RECORD_KEY
+    from .scores import RECORD_KEY
+    from .scoring import QUESTIONS
 
     out: dict[str, tuple[dict, str | None]] = {}
     for cell in nb.cells:

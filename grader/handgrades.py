@@ -17,19 +17,17 @@ which is what the test ran.
 """
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import nbformat
 
+from . import store
 from .course import CourseTree
-from .state import CourseStateError
 
 #: ``logs/handgrades.json``: hand grades and comments captured from replaced submissions and
-#: not yet written back (a list of :class:`HandGrade` as dicts).
-PENDING = "handgrades.json"
+#: not yet written back (a list of :class:`HandGrade` as dicts; :mod:`grader.store`).
+PENDING = store.HANDGRADES
 
 
 @dataclass(frozen=True)
@@ -80,25 +78,11 @@ def _answers(folder: Path) -> dict[tuple[str, str], tuple[str, bool]]:
 
 
 def _read_pending(tree: CourseTree) -> list[HandGrade]:
-    path = tree.logs / PENDING
-    if not path.is_file():
-        return []
-    try:
-        return [HandGrade(**d) for d in json.loads(path.read_text(encoding="utf-8"))]
-    except (ValueError, TypeError) as e:
-        raise CourseStateError(f"{path} cannot be read ({e}): it holds hand grades of resubmitted notebooks "
-                               "not yet written back; fix it (or move it away to drop them), then run again") from None
+    return [HandGrade(**d) for d in store.hand_grades(tree)]
 
 
 def _write_pending(tree: CourseTree, grades: list[HandGrade]) -> None:
-    path = tree.logs / PENDING
-    if not grades:
-        path.unlink(missing_ok=True)
-        return
-    tree.logs.mkdir(parents=True, exist_ok=True)
-    part = path.with_name(PENDING + ".part")
-    part.write_text(json.dumps([asdict(g) for g in grades], indent=1, ensure_ascii=False), encoding="utf-8")
-    os.replace(part, path)
+    store.write_hand_grades(tree, [asdict(g) for g in grades])
 
 
 def pending(tree: CourseTree) -> list[HandGrade]:
@@ -114,7 +98,8 @@ def capture(tree: CourseTree, assignment: str, student: str, graded: Path | None
     Args:
         graded: the folder of the notebooks the gradebook's grades were given to, when it is not
             ``submitted/`` (a restored older gradebook graded the earlier submission, kept in
-            ``logs/replaced/``).
+            ``logs/replaced/``; graded in place, ``submitted/`` already holds the resubmission and
+            the notebook as graded is ``autograded/``'s, :mod:`grader.inplace`).
     """
     out = read(tree, assignment, student, graded=graded)
     record(tree, out)
@@ -194,6 +179,6 @@ def carry_over(tree: CourseTree, captured: list[HandGrade]) -> tuple[list[HandGr
 def forget(tree: CourseTree, done: list[HandGrade]) -> None:
     """Remove hand grades that were carried over (or named as to redo) from
     ``logs/handgrades.json``; the record is deleted when nothing is left in it."""
-    if not done or not (tree.logs / PENDING).is_file():
+    if not done or not _read_pending(tree):
         return
     _write_pending(tree, [g for g in _read_pending(tree) if g not in done])

@@ -2,7 +2,7 @@
 split into start-up, cells and shutdown, "before" and "after" issue 22's cheap start-up.
 
 One graded notebook is the assignment's source notebook (its solutions: a correct submission, with
-the hidden tests) after the course's ``HandbackKeys`` preprocessor, run by nbgrader's own
+the hidden tests) after the course's ``HandbackInputs`` preprocessor, run by nbgrader's own
 ``Execute`` preprocessor with the course's configuration, in the grading sandbox when bubblewrap
 works here (else a plain ``python3`` kernel). Phases:
 
@@ -30,6 +30,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from normref.handback_files import HANDBACK_ENV
 
 CPUACCT_ROOT = Path("/sys/fs/cgroup/cpuacct")
 PHASES = ("start-up", "cells", "shutdown")
@@ -108,13 +110,13 @@ def _kernelspec(dest: Path, sandboxed: bool) -> str:
 
 def _cells(course, assignment: str, inputs: Path, before: bool):
     """The graded notebook: the source notebook (a correct answer, hidden tests in) after the course's
-    HandbackKeys; ``before``: its sealing cell imports torch and every normref module first."""
+    HandbackInputs; ``before``: its sealing cell imports torch and every normref module first."""
     import nbformat
 
-    (keys,) = [p for p in course.config.Autograde.autograde_preprocessors if p.__name__ == "HandbackKeys"]
+    (give,) = [p for p in course.config.Autograde.autograde_preprocessors if p.__name__ == "HandbackInputs"]
     nb = nbformat.read(course.tree.source(assignment) / f"{assignment}.ipynb", as_version=4)
-    with _env(NORMREF_HANDBACK_DIR=str(inputs)):
-        nb, _ = keys(config=course.config).preprocess(nb, {"nbgrader": {"assignment": assignment}})
+    with _env(**{HANDBACK_ENV: str(inputs)}):
+        nb, _ = give(config=course.config).preprocess(nb, {"nbgrader": {"assignment": assignment}})
     if before:
         nb.cells[0].source = EAGER + nb.cells[0].source.replace("seal(torch=False)", "seal()")
     code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
@@ -158,7 +160,7 @@ def grade_one(course, assignment: str, inputs: Path, before: bool, kernel: str, 
     cfg = Config(course.config)
     cfg.merge(Config({"Execute": {"kernel_name": kernel, "shutdown_kernel": "graceful" if before else "immediate"},
                       "KernelManager": kernel_args}))
-    env = {"NBGRADER_EXECUTION": "autograde", "NORMREF_HANDBACK_DIR": str(inputs)}
+    env = {"NBGRADER_EXECUTION": "autograde"}  # the inputs are in the cells (HandbackInputs)
     if meter.cgroup is not None:
         env["NORMREF_BENCH_CGROUP"] = str(meter.cgroup)
     try:
@@ -187,14 +189,14 @@ def kernel_rows(reps: int = 3, assignments: list[str] | None = None, log=_print)
     ``{(assignment, "before"|"after"): {phase: median CPU s}}``."""
     from . import sandbox
     from .apps import Course
-    from .course import REPO_ROOT, CourseTree
+    from .course import CONFIG, REPO_ROOT, CourseTree
     from .scoring import prepare_inputs
 
     out: dict = {}
     with tempfile.TemporaryDirectory(prefix="kernel-bench-") as td:
         root = Path(td) / "course"
         root.mkdir()
-        shutil.copy(REPO_ROOT / "nbgrader_config.py", root)
+        shutil.copy(REPO_ROOT / CONFIG, root)
         for sub in ("source", "release"):
             shutil.copytree(REPO_ROOT / sub, root / sub)
         course = Course(CourseTree(root))

@@ -30,7 +30,13 @@ import threading
 MAX_OUTPUT_BYTES = int(os.environ.get("NORMREF_MAX_OUTPUT_BYTES", 2**20))
 
 
+#: Inside the sandbox: the kernel's cgroup event counter, bound read-only by grader/sandbox.py.
 PIDS_EVENTS = "/run/normref/pids.events"
+#: The caps grader/sandbox.py sets for this kernel (``--setenv``), read here; one name each.
+ENV_MAX_PROCS = "NORMREF_MAX_PROCS"
+ENV_MAX_WRITE_BYTES = "NORMREF_MAX_WRITE_BYTES"
+#: "1": no pids cgroup counts this kernel's processes, so this script sets ``RLIMIT_NPROC``.
+ENV_NPROC_RLIMIT = "NORMREF_NPROC_RLIMIT"
 WRITE_DIR = "/tmp"
 
 
@@ -69,12 +75,12 @@ def _write_space_left() -> int | None:
 def _limits_hit() -> list[str]:
     """The caps this cell ran into (compared with the state before the cell)."""
     hit = []
-    procs = os.environ.get("NORMREF_MAX_PROCS", "64")
+    procs = os.environ.get(ENV_MAX_PROCS, "64")
     if _refused_forks() > _state["refused"]:
         hit.append(f"tried to run more than {procs} processes at once (the grading sandbox's "
                    "process cap)")
     left = _write_space_left()
-    cap = int(os.environ.get("NORMREF_MAX_WRITE_BYTES", 0) or 0)
+    cap = int(os.environ.get(ENV_MAX_WRITE_BYTES, 0) or 0)
     if cap and left is not None and left < min(2**20, cap // 64) and not _state["full"]:
         hit.append(f"wrote more than the {cap // 2**20} MiB the grading sandbox lets a kernel write "
                    "(its folder and /tmp together)")
@@ -83,7 +89,7 @@ def _limits_hit() -> list[str]:
 
 def _pre(*_a, **_k):
     left = _write_space_left()
-    cap = int(os.environ.get("NORMREF_MAX_WRITE_BYTES", 0) or 0)
+    cap = int(os.environ.get(ENV_MAX_WRITE_BYTES, 0) or 0)
     _state.update(in_cell=True, written=0, noticed=False, refused=_refused_forks(),
                   full=bool(cap and left is not None and left < min(2**20, cap // 64)))
 
@@ -210,10 +216,10 @@ def main() -> None:
     the script's folder is taken off ``sys.path`` again, and IPython finds this module under
     the name ``normref_kernel_guard``.
     """
-    if os.environ.get("NORMREF_NPROC_RLIMIT") == "1":
+    if os.environ.get(ENV_NPROC_RLIMIT) == "1":
         import resource
 
-        n = int(os.environ.get("NORMREF_MAX_PROCS", "64"))
+        n = int(os.environ.get(ENV_MAX_PROCS, "64"))
         resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
     from ipykernel import kernelapp
 

@@ -9,8 +9,8 @@ assignment (Moodle's number, ``Participant <id>``, is one per student and assign
 it with the download's name, ``logs/lms_files.json``). The points are the gradebook's, for every
 student graded in any batch (nbgrader's score less its late penalty, as in ``grades.csv``). The
 LMS imports that file as it is. Students the LMS lists but the gradebook has no submission of
-are left blank and listed. Every file is written whole (``.part``, then renamed), and an earlier,
-different one is first kept in ``logs/lms-exports/`` (:func:`replace_keeping_earlier`).
+are left blank and listed. Every file is written whole (:func:`grader.store.atomic_path`), and an
+earlier, different one is first kept in ``logs/lms-exports/`` (:func:`keep_earlier`).
 
 :func:`feedback_zips` packs each student's feedback HTML into the zip the LMS's bulk feedback
 upload reads, named from the student's own download (kept by collect, ``logs/lms_files.json``):
@@ -36,8 +36,9 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .collect import _PATTERNS, lms_files, lms_kind, moodle_participants, notebook_key
+from . import store
 from .course import CourseTree
+from .lms_names import _PATTERNS, lms_files, lms_kind, moodle_participants, notebook_key
 
 
 @dataclass
@@ -107,7 +108,7 @@ def fill_lms_gradebook(tree: CourseTree, export: Path, assignments: list[str]) -
 
     Returns:
         :class:`LmsImport`; the file is ``<course>/lms-import-canvas.csv`` or
-        ``<course>/lms-import-moodle-<assignment>.csv``, written whole (``.part``, then renamed);
+        ``<course>/lms-import-moodle-<assignment>.csv``, written whole (:func:`grader.store.atomic_path`);
         an earlier, different one is kept first (:func:`keep_earlier`, ``LmsImport.kept``).
 
     Raises:
@@ -193,7 +194,7 @@ def _moodle(tree, export, rows, assignments) -> LmsImport:
 
 #: Where an earlier ``lms-import-*.csv`` or ``feedback-*.zip`` is kept before a different one
 #: replaces it (inside ``logs/``, so ``make clean``'s state backup holds them too).
-EARLIER = Path("logs") / "lms-exports"
+EARLIER = store.LMS_EXPORTS
 
 
 def _zip_entries(path: Path) -> dict[str, tuple[int, int]] | None:
@@ -206,49 +207,41 @@ def _zip_entries(path: Path) -> dict[str, tuple[int, int]] | None:
 
 def _same(a: Path, b: Path) -> bool:
     """Same content: the bytes, or for zips the same entries (a zip written again holds new dates)."""
-    if b.suffix == ".zip":  # ``a`` may be the unfinished ``<name>.zip.part``
+    if b.suffix == ".zip":  # ``a`` is the finished part file, named ``<name>.zip.<pid>-<n>.part``
         return _zip_entries(a) is not None and _zip_entries(a) == _zip_entries(b)
     return a.read_bytes() == b.read_bytes()
 
 
-def replace_keeping_earlier(tree: CourseTree, part: Path, path: Path) -> Path | None:
-    """Put the finished ``part`` at ``path`` (an atomic rename). An earlier ``path`` with other
-    content is first copied to ``logs/lms-exports/<name>-<its UTC time><suffix>`` (never over
-    another one), so an export already imported into the LMS, or handed out, is never lost.
+def keep_earlier(tree: CourseTree, part: Path, path: Path) -> Path | None:
+    """Before the finished ``part`` replaces ``path``: an earlier ``path`` with other content is
+    copied to ``logs/lms-exports/<name>-<its UTC time><suffix>`` (never over another one), so an
+    export already imported into the LMS, or handed out, is never lost.
 
     Returns:
         Where the earlier one was kept, or None (there was none, or it was the same).
     """
-    kept = None
-    if path.is_file() and not _same(part, path):
-        keep_dir = tree.root / EARLIER
-        keep_dir.mkdir(parents=True, exist_ok=True)
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(path.stat().st_mtime))
-        kept = keep_dir / f"{path.stem}-{stamp}{path.suffix}"
-        n = 1
-        while kept.exists():
-            n += 1
-            kept = keep_dir / f"{path.stem}-{stamp}-{n}{path.suffix}"
-        tmp = kept.with_name(kept.name + ".part")
-        try:
-            shutil.copy2(path, tmp)
-            os.replace(tmp, kept)
-        finally:
-            tmp.unlink(missing_ok=True)
-    os.replace(part, path)
+    if not path.is_file() or _same(part, path):
+        return None
+    keep_dir = tree.root / EARLIER
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(path.stat().st_mtime))
+    kept = keep_dir / f"{path.stem}-{stamp}{path.suffix}"
+    n = 1
+    while kept.exists():
+        n += 1
+        kept = keep_dir / f"{path.stem}-{stamp}-{n}{path.suffix}"
+    with store.atomic_path(kept) as tmp:
+        shutil.copy2(path, tmp)
     return kept
 
 
 def _write(tree: CourseTree, path: Path, rows: list[list[str]]) -> Path | None:
-    """The CSV written whole: into ``<path>.part``, then :func:`replace_keeping_earlier`; a failure
-    (a full disk) leaves no ``.part`` and the earlier file as it was."""
-    part = path.with_name(path.name + ".part")
-    try:
+    """The CSV written whole (:func:`grader.store.atomic_path`), the earlier one kept first
+    (:func:`keep_earlier`); a failure (a full disk) leaves no part file and the earlier file as
+    it was. Returns where the earlier one was kept, or None."""
+    with store.atomic_path(path) as part:
         with part.open("w", newline="", encoding="utf-8") as f:
             csv.writer(f).writerows(rows)
-        return replace_keeping_earlier(tree, part, path)
-    finally:
-        part.unlink(missing_ok=True)
+        return keep_earlier(tree, part, path)
 
 
 def upload_name(download: str, feedback_file: str) -> str | None:
@@ -281,10 +274,10 @@ def feedback_zips(tree: CourseTree, assignments: list[str],
 
     Args:
         kept: filled with ``{zip path: where its earlier, different version was kept}``
-            (:func:`replace_keeping_earlier`).
+            (:func:`keep_earlier`).
 
     Returns:
-        ``{zip path: [student ids in it]}``; a zip is written whole (``.part``, then renamed).
+        ``{zip path: [student ids in it]}``; a zip is written whole (:func:`grader.store.atomic_path`).
     """
     by_zip: dict[Path, list[tuple[str, str, Path]]] = {}
     for (a, st), download in sorted(lms_files(tree).items()):
@@ -296,15 +289,12 @@ def feedback_zips(tree: CourseTree, assignments: list[str],
                 (st, upload_name(download, html.name), html))
     out = {}
     for path, entries in sorted(by_zip.items()):
-        part = path.with_name(path.name + ".part")
-        try:
+        with store.atomic_path(path) as part:
             with zipfile.ZipFile(part, "w", zipfile.ZIP_DEFLATED) as zf:
                 for _, name, html in entries:
                     zf.write(html, name)
-            earlier = replace_keeping_earlier(tree, part, path)
-            if earlier is not None and kept is not None:
-                kept[path] = earlier
-        finally:
-            part.unlink(missing_ok=True)
+            earlier = keep_earlier(tree, part, path)
+        if earlier is not None and kept is not None:
+            kept[path] = earlier
         out[path] = sorted({st for st, _, _ in entries})
     return out

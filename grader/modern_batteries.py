@@ -13,7 +13,7 @@ __all__ = ["draw_peri_battery", "draw_qk_battery", "draw_dyt_battery"]
 def _tools(g):
     import torch
 
-    from .scoring import _pick, _token
+    from .batteries import draw_token, pick
 
     def rnd(*shape, scale=1.0, shift=0.0):
         return torch.randn(*shape, generator=g) * scale + shift
@@ -29,7 +29,7 @@ def _tools(g):
                 norm.bias.copy_(shift * rnd(d))
         return norm
 
-    return rnd, seed, trained, (lambda options: _pick(g, options)), (lambda: _token(g))
+    return rnd, seed, trained, (lambda options: pick(g, options)), (lambda: draw_token(g))
 
 
 def draw_peri_battery(g) -> list:

@@ -26,22 +26,28 @@ from __future__ import annotations
 
 import ast
 import copy
-import json
-import os
 import shutil
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 
-from .collect import notebook_key, received_hashes
+from normref._syntax import parse
+
+from . import store
 from .course import CourseTree
+from .lms_names import notebook_key
+from .store import UNREADABLE
+from .notebooks import read_notebook_leniently
 from .tamper import protected_bindings, scan, shadowing_modules, startup_files
 
 #: Why the scan removed an answer cell that calls the reference (grader.scoring reads it back and
 #: counts the question under the ``reference_call`` fault).
 REFERENCE_REASON = "it calls the reference implementation instead of implementing it"
+#: Why the scan removed an answer cell that changes how grading works.
+TAMPER_REASON = "it tried to change how grading works"
+#: How a cell the grader removed starts, followed by the reason (read back by :mod:`grader.scores`).
+REMOVED_PREFIX = "# The grader removed this cell: "
 
 
 @dataclass
@@ -60,75 +66,20 @@ def _nbg(cell) -> dict:
     return cell.get("metadata", {}).get("nbgrader", {}) or {}
 
 
-def _decode(raw: bytes) -> tuple[str, str | None]:
-    for enc in ("utf-8-sig", "utf-8"):
-        try:
-            return raw.decode(enc), None
-        except UnicodeDecodeError:
-            pass
-    try:
-        return raw.decode("cp1252"), "cp1252"
-    except UnicodeDecodeError:
-        return raw.decode("latin-1"), "latin-1"
-
-
-def read_notebook_leniently(path: Path) -> tuple[nbformat.NotebookNode | None, list[str], str | None]:
-    """``(notebook or None, notes, reason it is unreadable)`` for any file a student sent."""
-    notes: list[str] = []
-    raw = path.read_bytes()
-    text, enc = _decode(raw)
-    if enc:
-        notes.append(f"{path.name} was not UTF-8; decoded as {enc}")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        try:
-            data = json.loads(text, strict=False)  # raw control characters inside strings
-            notes.append(f"{path.name} had control characters inside JSON strings; accepted")
-        except json.JSONDecodeError as e:
-            return None, notes, f"{path.name} is not valid JSON ({e.msg} at line {e.lineno})"
-    if not isinstance(data, dict) or "cells" not in data and "worksheets" not in data:
-        return None, notes, f"{path.name} is JSON but not a Jupyter notebook"
-    try:
-        major = int(data.get("nbformat", 4))
-        with warnings.catch_warnings():  # duplicate cell ids etc. are normalised, not fatal
-            warnings.simplefilter("ignore")
-            nb = nbformat.reads(json.dumps(data), as_version=4)
-    except Exception as e:  # noqa: BLE001 - any failure here means "cannot be graded"
-        return None, notes, f"{path.name} could not be read as a notebook ({type(e).__name__}: {e})"
-    if major < 4:
-        notes.append(f"{path.name} was nbformat {major}; converted to nbformat 4")
-    try:
-        nbformat.validator.normalize(nb)
-    except Exception:  # noqa: BLE001
-        pass
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            cell.setdefault("outputs", [])
-            cell.setdefault("execution_count", None)
-        else:
-            cell.pop("outputs", None)
-            cell.pop("execution_count", None)
-        cell.setdefault("metadata", {})
-        if isinstance(cell.get("source"), list):
-            cell["source"] = "".join(cell["source"])
-    return nb, notes, None
-
-
 def _answered_count(nb) -> int:
     return sum(1 for c in nb.cells if _nbg(c).get("solution") and "NotImplementedError" not in c.get("source", ""))
 
 
 def _defined_names(src: str) -> set[str]:
     try:
-        tree = ast.parse(src)
+        tree = parse(src)
     except SyntaxError:
         return set()
     return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))}
 
 
 def _stub(reason: str) -> str:
-    return (f"# The grader removed this cell: {reason}\n"
+    return (f"{REMOVED_PREFIX}{reason}\n"
             f"raise RuntimeError({('removed by the grader: ' + reason)!r})")
 
 
@@ -218,7 +169,7 @@ def repair_notebook(nb, release_nb, rep: Repair) -> nbformat.NotebookNode:
         what = "; ".join(f"line {f.line}: {f.what}" for f in findings)
         if "tamper" in kinds:
             rep.flags.append(f"tampering in {where} ({what}): cell removed, its question earns 0")
-            cell.source = _stub("it tried to change how grading works")
+            cell.source = _stub(TAMPER_REASON)
         else:
             rep.flags.append(f"{where} calls the reference instead of implementing it ({what}): "
                              "cell removed, its question earns 0")
@@ -233,11 +184,10 @@ def unreadable_note(reason: str) -> str:
     return f"{reason}: the released notebook is graded in its place (0 points)"
 
 
-#: ``logs/unreadable.json``: ``{"<student>/<assignment>": {"reason": why, "received": sha256}}``
-#: for each submission whose file could not be read as a notebook (its ``submitted/`` notebook is
-#: the released one since), with the hash of the files as received (``logs/received.json``): the
-#: entry holds until another file is received for that submission.
-UNREADABLE = "unreadable.json"
+# ``logs/unreadable.json`` (:data:`grader.store.UNREADABLE`): ``{"<student>/<assignment>":
+# {"reason": why, "received": sha256}}`` for each submission whose file could not be read as a
+# notebook (its ``submitted/`` notebook is the released one since), with the hash of the files as
+# received (``logs/received.json``): the entry holds until another file is received for it.
 
 
 def unreadable(course: CourseTree | Path) -> dict[tuple[str, str], str]:
@@ -246,67 +196,42 @@ def unreadable(course: CourseTree | Path) -> dict[tuple[str, str], str]:
     submission has been received again since (another hash in ``logs/received.json``) or is gone
     is not one. An unreadable record reads as ``{}``."""
     tree = course if isinstance(course, CourseTree) else CourseTree(course)
-    entries, _ = _unreadable_entries(tree)
-    hashes = received_hashes(tree)
+    hashes = store.received(tree)
     out = {}
-    for key, entry in entries.items():
-        st, _, a = key.partition("/")
-        if (isinstance(entry, dict) and entry.get("received") == hashes.get(key)
-                and tree.has_notebook("submitted", st, a)):
+    for key, entry in store.unreadable(tree).items():
+        a, st = store.pair(key)
+        if entry.get("received") == hashes.get(key) and tree.has_notebook("submitted", st, a):
             out[(a, st)] = str(entry.get("reason", ""))
     return out
 
 
-def _unreadable_entries(tree: CourseTree) -> tuple[dict, str | None]:
-    """``logs/unreadable.json`` as a dict, and what is wrong with it (None: nothing, or no file)."""
-    path = tree.logs / UNREADABLE
-    try:
-        entries = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    except (OSError, ValueError) as e:
-        return {}, f"it could not be read ({type(e).__name__})"
-    if not isinstance(entries, dict):
-        return {}, f"it holds a {type(entries).__name__}, not the record of each submission"
-    return entries, None
-
-
 def set_aside_damaged_unreadable(course: CourseTree | Path) -> str | None:
-    """If ``logs/unreadable.json`` is damaged (not JSON, not a dict: edited by hand, a full disk),
-    move it to ``logs/unreadable.json.damaged`` (never overwritten in place, so nothing in it is
-    lost) and say so in one line; None when it is fine or absent. The submissions it recorded are
-    then graded as their ``submitted/`` notebooks (0 points either way) until received again."""
+    """A damaged ``logs/unreadable.json`` set aside (:func:`grader.store.set_aside`: moved to
+    ``unreadable.json.damaged``, never written over) with one line saying so; None when it is
+    fine or absent. The submissions it recorded are then graded as their ``submitted/`` notebooks
+    (0 points either way) until received again."""
     tree = course if isinstance(course, CourseTree) else CourseTree(course)
-    _, problem = _unreadable_entries(tree)
-    if problem is None:
-        return None
-    aside = tree.logs / (UNREADABLE + ".damaged")
-    os.replace(tree.logs / UNREADABLE, aside)
-    return (f"{tree.logs / UNREADABLE}: {problem}; kept as {aside}: the submissions it listed as unreadable "
-            "are no longer reported so (their scores stay 0); check it by hand")
+    return store.set_aside(tree, UNREADABLE)
 
 
-def remember_unreadable(course: CourseTree | Path, repairs: dict[tuple[str, str], Repair]) -> None:
+def remember_unreadable(course: CourseTree | Path, repairs: dict[tuple[str, str], Repair], log=print) -> None:
     """Add the submissions of ``repairs`` found unreadable (``Repair.unrecoverable``) to
-    ``logs/unreadable.json`` (written whole, atomically), so that every later run reports them
-    as could not be graded until another file is received for them (:func:`unreadable`); entries
-    that no longer hold are dropped.
+    ``logs/unreadable.json`` (written whole, atomically; a damaged one is set aside first and said
+    in ``log``), so that every later run reports them as could not be graded until another file
+    is received for them (:func:`unreadable`); entries that no longer hold are dropped.
 
     Raises:
         OSError: ``logs/`` cannot be written.
     """
     tree = course if isinstance(course, CourseTree) else CourseTree(course)
-    set_aside_damaged_unreadable(tree)  # never written over (the repair stage says so first)
-    hashes = received_hashes(tree)
-    entries = {f"{st}/{a}": {"reason": why, "received": hashes.get(f"{st}/{a}")}
+    hashes = store.received(tree)
+    entries = {store.key(a, st): {"reason": why, "received": hashes.get(store.key(a, st))}
                for (a, st), why in unreadable(tree).items()}
-    new = {f"{st}/{a}": {"reason": rep.unrecoverable, "received": hashes.get(f"{st}/{a}")}
+    new = {store.key(a, st): {"reason": rep.unrecoverable, "received": hashes.get(store.key(a, st))}
            for (a, st), rep in repairs.items() if rep.unrecoverable}
     if not new and not (tree.logs / UNREADABLE).is_file():
         return
-    entries.update(new)
-    tree.logs.mkdir(parents=True, exist_ok=True)
-    part = tree.logs / (UNREADABLE + ".part")
-    part.write_text(json.dumps(entries, indent=1, sort_keys=True))
-    part.replace(tree.logs / UNREADABLE)
+    store.write_unreadable(tree, {**entries, **new}, log=log)
 
 
 def repair_submission(course: CourseTree | Path, student: str, assignment: str,
@@ -316,7 +241,7 @@ def repair_submission(course: CourseTree | Path, student: str, assignment: str,
     tree = course if isinstance(course, CourseTree) else CourseTree(course)
     rep = Repair(student, assignment)
     sub = tree.submitted(student, assignment)
-    keep = (keep or tree.logs / "originals") / student / assignment
+    keep = (keep or store.originals(tree)) / student / assignment
     released = sorted(tree.release(assignment).glob("*.ipynb"))
     files = sorted(p for p in sub.iterdir() if p.is_file() and p.suffix.lower() == ".ipynb")
     rep.flags += [f"{line}: the grading kernel imports the course's own first, so it is ignored"
@@ -359,9 +284,8 @@ def repair_submission(course: CourseTree | Path, student: str, assignment: str,
             nb = repair_notebook(nb, release_nb, rep)
         # the repaired notebook first, then the files it replaces: a run stopped in between
         # leaves the submission readable or as received, never without a notebook
-        part = sub / (rel_path.name + ".part")
-        nbformat.write(nb, part)
-        os.replace(part, sub / rel_path.name)
+        with store.atomic_path(sub / rel_path.name) as part:
+            nbformat.write(nb, part)
         for f in cands:
             if f.name != rel_path.name:
                 f.unlink()

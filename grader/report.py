@@ -26,11 +26,12 @@ import nbformat
 
 from normref.faults import ALIASES, FAULTS, parse_tags
 
+from . import store
+from .course import GRADEBOOK, GRADES_CSV, QUESTIONS_CSV, CourseTree
+from .report_plots import plot_scores
+
 #: Every fault kind the checkers name, with its description (normref.faults is the registry).
 KNOWN_FAULTS = {k: f.message for k, f in FAULTS.items()}
-
-# Okabe-Ito: readable for colour-blind readers.
-_BLUE, _ORANGE, _GREEN, _VERMILION, _GREY = "#0072B2", "#E69F00", "#009E73", "#D55E00", "#999999"
 
 #: Earlier names of a fault kind (notebooks graded before the checkers used one name for one
 #: mistake): the report shows them under the kind on the right and counts a student once.
@@ -40,9 +41,21 @@ FAULT_ALIASES: dict[str, str] = dict(ALIASES)
 #: from the registry. Kinds missing here get a phrase cut from their ``KNOWN_FAULTS`` description.
 FAULT_LABELS: dict[str, str] = {k: f.label for k, f in FAULTS.items()}
 
-#: Where the instructor grades the questions marked for manual grading.
+#: Where the instructor grades the questions marked for manual grading (on a laptop).
 FORMGRADER_HINT = ("grade them in formgrader: run `make lab-instructor`, then Nbgrader > Formgrader > "
                    "Manual Grading (nbgrader 0.9.6 has no `nbgrader formgrader` command)")
+
+
+def formgrader_hint(environ=os.environ) -> str:
+    """:data:`FORMGRADER_HINT`, or on a JupyterHub (``make grade`` run in a terminal of the
+    instructor's own server, which sets ``JUPYTERHUB_SERVICE_PREFIX`` to ``/user/<name>/``)
+    formgrader's address there: formgrader inside JupyterLab is blank on a hub (its pages refuse
+    to be framed), and ``make lab-instructor`` does not apply."""
+    prefix = environ.get("JUPYTERHUB_SERVICE_PREFIX")
+    if not prefix:
+        return FORMGRADER_HINT
+    return (f"grade them in formgrader: open {prefix.rstrip('/')}/formgrader on your JupyterHub "
+            "(its own browser tab), then Manual Grading")
 
 
 def canonical_fault(kind: str) -> str:
@@ -127,7 +140,7 @@ class ManualGrading:
         if not n:
             return head + ": none waits for a grader."
         return (f"{head}: {n} submission{'s' if n != 1 else ''} wait{'s' if n == 1 else ''} for it; "
-                f"{FORMGRADER_HINT}; until then {'they count' if n != 1 else 'it counts'} 0.")
+                f"{formgrader_hint()}; until then {'they count' if n != 1 else 'it counts'} 0.")
 
     def to_json(self) -> dict:
         return {"questions": self.questions, "points": self.points,
@@ -329,7 +342,7 @@ def build_report(course_root: Path, assignments: list[str], scores, max_points,
             rep.students_with_mistake[(a, kind)] = students
     rep.not_diagnosed = {a: sorted(v) for a, v in rep.not_diagnosed.items()}
     rep.questions = {a: dict(q) for a, q in rep.questions.items()}
-    db = course_root / "gradebook.db"
+    db = course_root / GRADEBOOK
     url = gradebook_url or (f"sqlite:///{db}" if db.is_file() else None)
     if url:
         from nbgrader.api import Gradebook
@@ -339,8 +352,7 @@ def build_report(course_root: Path, assignments: list[str], scores, max_points,
             rep.late = read_lateness(gb, assignments)
             rep.names = {st.id: name for st in gb.students
                          if (name := " ".join(x for x in (st.first_name, st.last_name) if x))}
-    from .collect import lms_late
-    from .course import CourseTree
+    from .lms_names import lms_late
 
     rep.lms_late = {k for k in lms_late(CourseTree(course_root)) if k[1] in rep.totals.get(k[0], {})}
     rep.runs = read_runs(course_root)
@@ -382,17 +394,9 @@ def read_lateness(gradebook, assignments: list[str]) -> dict[tuple[str, str], fl
 
 
 def read_runs(course_root: Path) -> list[dict]:
-    """The batch history: ``logs/runs.jsonl``, one dict per grading run (unreadable lines skipped)."""
-    path = Path(course_root) / "logs" / "runs.jsonl"
-    if not path.is_file():
-        return []
-    runs = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            runs.append(json.loads(line))
-        except ValueError:
-            continue
-    return runs
+    """The batch history: ``logs/runs.jsonl``, one dict per grading run (unreadable lines skipped;
+    :func:`grader.store.read_runs`)."""
+    return store.read_runs(CourseTree(course_root))
 
 
 def summary_text(rep: ClassReport) -> str:
@@ -441,172 +445,44 @@ def summary_text(rep: ClassReport) -> str:
     return "\n".join(lines)
 
 
-def _wrap(text: str, width: int = 34) -> str:
-    return "\n".join(textwrap.wrap(text, width)) or text
+#: The report page's template, with its style and script beside it (``report.css``, ``report.js``).
+TEMPLATES = Path(__file__).with_name("templates")
 
 
-def _plot_scores(rep: ClassReport, out: Path) -> list[tuple[str, str]]:
-    import matplotlib
+def _escaped(value):
+    """Jinja's ``finalize``: every value is written as :func:`html.escape` writes it, unless it is
+    HTML already (``|safe``)."""
+    from markupsafe import Markup
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figs: list[tuple[str, str]] = []
-    for a, totals in rep.totals.items():
-        if not totals:
-            continue
-        n = len(totals)
-        qs = list(rep.max_points[a])
-        manual = rep.manual.get(a, ManualGrading())
-        fig, axes = plt.subplots(1, 2, figsize=(10, max(3.6, 0.42 * len(qs) + 1.6)),
-                                 layout="constrained")
-        fig.suptitle(a, fontweight="bold")
-        ax = axes[0]
-        bins = [i * rep.max_total[a] / 10 for i in range(11)]
-        ax.hist(list(totals.values()), bins=bins, color=_BLUE, edgecolor="white")
-        ax.set_title(f"total score per student (n = {n})")
-        xlabel = f"points (of {rep.max_total[a]:g})"
-        if manual.submissions_waiting:
-            one = manual.points == 1
-            xlabel += (f"; the {manual.points:g} point{'' if one else 's'} graded by hand "
-                       f"{'is' if one else 'are'} 0 until graded")
-        ax.set_xlabel(_wrap(xlabel, 60))
-        ax.set_ylabel("students")
-        ax.yaxis.get_major_locator().set_params(integer=True)
-        ax = axes[1]
-        means = [
-            (sum(rep.questions[a].get(q, {}).values()) / n) / rep.max_points[a][q]
-            if rep.max_points[a][q] else 0.0
-            for q in qs
-        ]
-        waiting = rep.waiting_questions(a)
-        labels = [f"{q} (by hand)" if q in manual.questions else q for q in qs]
-        ys = list(range(len(qs)))
-        ax.barh(ys, [0.0 if q in waiting else 100 * m for q, m in zip(qs, means)], color=_GREEN)
-        for y, q in zip(ys, qs):
-            if q in waiting:
-                k = len(manual.waiting[q])
-                ax.barh(y, 100, color="none", edgecolor=_GREY, hatch="//", linewidth=0.8)
-                ax.text(50, y, f"graded by hand: {k} of {n} not graded yet",
-                        ha="center", va="center", fontsize=9, style="italic",
-                        bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.5})
-        ax.set_yticks(ys, labels)
-        ax.set_xlim(0, 100)
-        ax.set_xlabel("mean score (% of the question's points)")
-        ax.set_title("per question")
-        ax.invert_yaxis()
-        name = f"scores_{a}.png"
-        fig.savefig(out / name, dpi=110)
-        plt.close(fig)
-        alt = f"Histogram of total scores and mean score per question for {a}."
-        if waiting:
-            alt += (f" Hatched: graded by hand, not graded yet ({', '.join(sorted(waiting))}),"
-                    " not a score.")
-        figs.append((name, alt))
-    who: dict[str, set[str]] = defaultdict(set)
-    for (_, kind), students in rep.students_with_mistake.items():
-        who[kind].update(students)
-    counts = Counter({k: len(v) for k, v in who.items()})
-    if counts:
-        kinds = [k for k, _ in counts.most_common()]
-        labels = [_wrap(fault_label(k), 44) for k in kinds]
-        lines = sum(lab.count("\n") + 1 for lab in labels)
-        fig, ax = plt.subplots(figsize=(8, 0.22 * lines + 0.12 * len(kinds) + 1.2), layout="constrained")
-        ax.barh(range(len(kinds)), [counts[k] for k in kinds], color=_VERMILION)
-        ax.set_yticks(range(len(kinds)), labels)
-        ax.invert_yaxis()
-        ax.xaxis.get_major_locator().set_params(integer=True)
-        ax.set_xlabel("students (each counted once, over all assignments)")
-        ax.set_title("Diagnosed mistakes, whole class")
-        fig.savefig(out / "faults.png", dpi=110)
-        plt.close(fig)
-        figs.append(("faults.png", "Number of students with each diagnosed mistake."))
-    return figs
+    return value if hasattr(value, "__html__") else Markup(html.escape(str(value)))
 
 
-_CSS = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
-        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;vertical-align:top}"
-        "th{background:#eee}img{max-width:100%}pre{white-space:pre-wrap;overflow-wrap:anywhere}"
-        ".manual{border:2px solid #E69F00;background:#fff6e0;padding:.4em 1em;margin:.6em 0}"
-        ".manual.done{border-color:#ccc;background:#f6f6f6}"
-        "nav a{margin-right:1em}"
-        "#students th[data-col]{cursor:pointer;user-select:none}"
-        "#students th[aria-sort=ascending]::after{content:' \\25B2'}"
-        "#students th[aria-sort=descending]::after{content:' \\25BC'}"
-        "#students td.num{text-align:right}.late{color:#D55E00;font-weight:bold}"
-        ".chip{display:inline-block;background:#eef;border-radius:3px;padding:0 4px;margin:1px;font-size:85%}"
-        ".controls{margin:.5em 0}.controls input,.controls select{margin-right:1em}"
-        "table.sbs td{width:50%}mark{background:#ffe08a}details pre{background:#f6f8fa;padding:.5em}")
+def _joined(items, sep: str = "") -> str:
+    """The template's ``join``: plain text, which :func:`_escaped` then escapes as a whole."""
+    return sep.join(map(str, items))
 
-#: The student table's script: click a header to sort, type to filter, pick a group of wrong
-#: answers to show only its students. Hand-written, no library, works from file://.
-_TABLE_JS = """
-(function () {
-  var table = document.getElementById('students');
-  if (!table) return;
-  var body = table.tBodies[0], text = document.getElementById('filter'),
-      group = document.getElementById('group'), shown = document.getElementById('shown');
-  function key(row, i, numeric) {
-    var c = row.cells[i], v = c.getAttribute('data-v');
-    if (v === null) v = c.textContent.trim();
-    if (!numeric) return v.toLowerCase();
-    var x = parseFloat(v);
-    return isNaN(x) ? -Infinity : x;
-  }
-  Array.prototype.forEach.call(table.tHead.rows[0].cells, function (th) {
-    if (!th.hasAttribute('data-col')) return;
-    th.addEventListener('click', function () {
-      var i = th.cellIndex, numeric = th.getAttribute('data-type') === 'num',
-          dir = th.getAttribute('aria-sort') === 'ascending' ? -1 : 1;
-      var rows = Array.prototype.slice.call(body.rows);
-      rows.sort(function (a, b) {
-        var x = key(a, i, numeric), y = key(b, i, numeric);
-        return x < y ? -dir : x > y ? dir : 0;
-      });
-      rows.forEach(function (r) { body.appendChild(r); });
-      Array.prototype.forEach.call(table.tHead.rows[0].cells, function (h) { h.removeAttribute('aria-sort'); });
-      th.setAttribute('aria-sort', dir === 1 ? 'ascending' : 'descending');
-    });
-  });
-  function apply() {
-    var q = text.value.trim().toLowerCase(), g = group.value, n = 0;
-    Array.prototype.forEach.call(body.rows, function (r) {
-      var ok = (!q || r.textContent.toLowerCase().indexOf(q) >= 0) &&
-               (!g || (' ' + r.getAttribute('data-groups') + ' ').indexOf(' ' + g + ' ') >= 0);
-      r.hidden = !ok;
-      if (ok) n++;
-    });
-    shown.textContent = n;
-  }
-  text.addEventListener('input', apply);
-  group.addEventListener('change', apply);
-  document.getElementById('clear').addEventListener('click', function () {
-    text.value = ''; group.value = ''; apply();
-  });
-  Array.prototype.forEach.call(document.querySelectorAll('[data-show-group]'), function (b) {
-    b.addEventListener('click', function () {
-      group.value = b.getAttribute('data-show-group'); apply(); table.scrollIntoView();
-    });
-  });
-  apply();
-})();
-"""
+
+def _template():
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, trim_blocks=True,
+                             lstrip_blocks=True, finalize=_escaped, undefined=jinja2.StrictUndefined)
+    env.filters["join"] = _joined
+    return env.get_template("report.html.j2")
 
 
 def _rel(target: Path, out_dir: Path) -> str:
     return Path(os.path.relpath(target, out_dir)).as_posix()
 
 
-def _links(rep: ClassReport, out_dir: Path, student: str, assignment: str) -> str:
-    """Links to the student's feedback (HTML) and autograded notebook of one assignment."""
+def _links(rep: ClassReport, out_dir: Path, student: str, assignment: str) -> list[tuple[str, str]]:
+    """``[(kind, href)]``: the student's feedback (HTML) and autograded notebook of one assignment."""
     if rep.course_root is None:
-        return ""
-    e, out = html.escape, []
-    for p in sorted((rep.course_root / "feedback" / student / assignment).glob("*.html")):
-        out.append(f"<a class='feedback' href='{e(_rel(p, out_dir))}'>feedback</a>")
-    for p in sorted((rep.course_root / "autograded" / student / assignment).glob("*.ipynb")):
-        out.append(f"<a class='notebook' href='{e(_rel(p, out_dir))}'>notebook</a>")
-    return " ".join(out)
+        return []
+    return ([("feedback", _rel(p, out_dir))
+             for p in sorted((rep.course_root / "feedback" / student / assignment).glob("*.html"))]
+            + [("notebook", _rel(p, out_dir))
+               for p in sorted((rep.course_root / "autograded" / student / assignment).glob("*.ipynb"))])
 
 
 def late_note(rep: ClassReport, assignment: str, student: str) -> str:
@@ -620,190 +496,72 @@ def late_note(rep: ClassReport, assignment: str, student: str) -> str:
     return ""
 
 
-def _student_table(rep: ClassReport, out_dir: Path) -> list[str]:
-    e = html.escape
+def _student_table(rep: ClassReport, out_dir: Path) -> dict:
+    """What the student table shows: its group filter's options, its header, one row per student."""
     member: dict[str, list[str]] = defaultdict(list)
-    chip: dict[str, str] = {}
+    chip: dict[str, tuple[str, str]] = {}
+    options = []
     for a, gs in rep.groups.items():
         for g in gs:
-            n = g.group_id.rsplit("-", 1)[-1]
-            chip[g.group_id] = (f"<span class='chip' title='{e(a)}: {e(g.diagnosis)}'>"
-                                f"{e(g.checker)} #{e(n)}</span>")
+            chip[g.group_id] = (f"{a}: {g.diagnosis}", f"{g.checker} #{g.group_id.rsplit('-', 1)[-1]}")
+            options.append((g.group_id, f"{a} / {g.checker}: {g.size} student{'s' if g.size != 1 else ''}: "
+                                        f"{textwrap.shorten(g.diagnosis, 60)}"))
             for s in g.students:
                 member[s].append(g.group_id)
     assignments = list(rep.totals)
-    max_all = sum(rep.max_total.values())
-    parts = ["<h2 id='student-table'>Students</h2>",
-             "<div class='controls'><label>filter <input id='filter' type='search' "
-             "placeholder='name, flag, assignment...'></label>"
-             "<label>mistake group <select id='group'><option value=''>(any)</option>"]
-    for a, gs in rep.groups.items():
-        for g in gs:
-            parts.append(f"<option value='{e(g.group_id)}'>{e(a)} / {e(g.checker)}: {g.size} "
-                         f"student{'s' if g.size != 1 else ''}: {e(textwrap.shorten(g.diagnosis, 60))}</option>")
-    parts.append("</select></label><button id='clear' type='button'>clear</button> "
-                 f"<span><span id='shown'>{len(rep.students)}</span> of {len(rep.students)} shown</span></div>")
-    head = ["<th data-col data-type='text'>student</th>",
-            f"<th data-col data-type='num'>total (of {max_all:g})</th>"]
-    head += [f"<th data-col data-type='num'>{e(a)} (of {rep.max_total[a]:g})</th>" for a in assignments]
-    head += ["<th data-col data-type='text'>late</th>", "<th data-col data-type='text'>missing</th>",
-             "<th data-col data-type='num'>flags</th>", "<th>mistake groups</th>", "<th>links</th>"]
-    parts.append("<table id='students'><thead><tr>" + "".join(head) + "</tr></thead><tbody>")
+    head = [("text", "student"), ("num", f"total (of {sum(rep.max_total.values()):g})")]
+    head += [("num", f"{a} (of {rep.max_total[a]:g})") for a in assignments]
+    head += [("text", "late"), ("text", "missing"), ("num", "flags"), ("", "mistake groups"), ("", "links")]
+    rows = []
     for s in rep.students:
-        total = sum(rep.totals[a].get(s, 0.0) for a in assignments)
-        name = f" <small class='lms-name'>({e(rep.names[s])})</small>" if rep.names.get(s) else ""
-        cells = [f"<td>{e(s)}{name}</td>", f"<td class='num' data-v='{total:.4f}'>{total:.2f}</td>"]
-        for a in assignments:
-            v = rep.totals[a].get(s)
-            cells.append(f"<td class='num' data-v='{'' if v is None else f'{v:.4f}'}'>"
-                         f"{'—' if v is None else f'{v:.2f}'}</td>")
-        late_text = ", ".join(late_note(rep, a, s) for a in assignments if late_note(rep, a, s))
-        cells.append(f"<td class='late'>{e(late_text)}</td>")
-        cells.append(f"<td>{e(', '.join(rep.missing(s)))}</td>")
-        notes = rep.flags.get(s, [])
-        cells.append(f"<td class='num' data-v='{len(notes)}' title='{e(' | '.join(notes))}'>"
-                     f"{len(notes) or ''}</td>")
-        chips = "".join(chip[g] for g in member.get(s, []))
-        cells.append(f"<td>{chips}</td>")
-        links = "<br>".join(f"{e(a)}: {_links(rep, out_dir, s, a)}" for a in assignments if _links(rep, out_dir, s, a))
-        cells.append(f"<td>{links}</td>")
-        parts.append(f"<tr data-student='{e(s)}' data-groups='{e(' '.join(member.get(s, [])))}'>"
-                     + "".join(cells) + "</tr>")
-    parts.append("</tbody></table>")
-    return parts
+        points = [sum(rep.totals[a].get(s, 0.0) for a in assignments)] + [rep.totals[a].get(s) for a in assignments]
+        links = [(a, _links(rep, out_dir, s, a)) for a in assignments]
+        rows.append({
+            "student": s, "name": rep.names.get(s), "groups": " ".join(member.get(s, [])),
+            "scores": [("", "—") if v is None else (f"{v:.4f}", f"{v:.2f}") for v in points],
+            "late": ", ".join(late_note(rep, a, s) for a in assignments if late_note(rep, a, s)),
+            "missing": ", ".join(rep.missing(s)), "flags": rep.flags.get(s, []),
+            "chips": [chip[g] for g in member.get(s, [])], "links": [(a, ls) for a, ls in links if ls]})
+    return {"options": options, "n": len(rep.students), "head": head, "rows": rows}
 
 
-def _groups_html(rep: ClassReport) -> list[str]:
-    e = html.escape
-    if not rep.groups and not rep.groups_missing:
-        return []
-    parts = ["<h2 id='groups'>Groups of wrong answers</h2>",
-             "<p>Submissions whose wrong outputs agree on every case of a graded battery (the outputs "
-             "handed back on the run's drawn inputs, within twice the checker's tolerance; no code is "
-             "run again) form a group, whether or not a fault kind names the mistake: one "
-             "comment per group reaches all of its students. Largest first.</p>"]
-    if rep.groups_missing:
-        parts.append("<p>Not in the groups: "
-                     + e("; ".join(f"{s}: {w}" for s, w in sorted(rep.groups_missing.items()))) + "</p>")
-    for a, gs in rep.groups.items():
-        parts.append(f"<h3>{e(a)}</h3><table class='groups'><tr><th>students</th><th>checker</th>"
-                     "<th>diagnosis (or what was measured)</th><th>who</th><th>a representative answer</th></tr>")
-        for g in gs:
-            kinds = ", ".join(g.faults) + (f"; variant {g.variant}" if g.variant else "")
-            parts.append(
-                f"<tr id='{e(g.group_id)}' data-group='{e(g.group_id)}'><td>{g.size}</td>"
-                f"<td>{e(g.checker)} #{e(g.group_id.rsplit('-', 1)[-1])}<br>"
-                f"<small>{g.failed} of {g.cases} cases fail</small></td>"
-                f"<td>{e(g.diagnosis)}<br><small><code>{e(kinds)}</code></small></td>"
-                f"<td>{e(', '.join(g.students))}<br><button type='button' data-show-group='{e(g.group_id)}'>"
-                "show in the table</button></td>"
-                f"<td><details><summary>{e(g.representative)}'s answer</summary><pre>{e(g.cell)}</pre>"
-                "</details></td></tr>")
-        parts.append("</table>")
-    return parts
-
-
-def _similar_html(rep: ClassReport) -> list[str]:
+def _similar(rep: ClassReport) -> dict:
     from .similarity import MIN_OVERLAP, THRESHOLD, side_by_side
 
-    e = html.escape
-    parts = ["<h2 id='similar'>Similar submissions</h2>",
-             f"<p>Pairs whose answer code is near-identical after names, whitespace and comments are "
-             f"normalised and the starter code, the reference solution and code common to many "
-             f"submissions are removed (copydetect's winnowing): score = the share of each one's own "
-             f"code found in the other, the smaller of the two; listed from {THRESHOLD:.0%} with at least "
-             f"{MIN_OVERLAP} characters of normalised code in common. A flag to look at, not a verdict.</p>"]
-    if not rep.similar:
-        return parts + ["<p>None above the threshold.</p>"]
-    for a, pairs in rep.similar.items():
-        parts.append(f"<h3>{e(a)}</h3><table class='pairs'><tr><th>pair</th><th>score</th>"
-                     "<th>in common</th><th>side by side</th></tr>")
-        for p in pairs:
-            parts.append(f"<tr><td>{e(p.a)} &amp; {e(p.b)}</td><td>{100 * p.score:.0f}%</td>"
-                         f"<td>{p.overlap} chars</td><td><details><summary>compare</summary>"
-                         f"{side_by_side(p)}</details></td></tr>")
-        parts.append("</table>")
-    return parts
+    return {"threshold": f"{THRESHOLD:.0%}", "min_overlap": MIN_OVERLAP,
+            "pairs": [(a, [(p, side_by_side(p)) for p in pairs]) for a, pairs in rep.similar.items()]}
 
 
-def _history_html(rep: ClassReport, out_dir: Path) -> list[str]:
-    e = html.escape
-    parts = ["<h2 id='history'>Batches and files</h2>"]
-    files = []
-    if rep.course_root is not None:
-        for name in ("grades.csv", "grades_by_question.csv"):
-            if (rep.course_root / name).is_file():
-                files.append(f"<a class='csv' href='{e(_rel(rep.course_root / name, out_dir))}'>{e(name)}</a>")
-    files.append("<a href='report.json'>report.json</a>")
-    parts.append("<p>" + " · ".join(files) + "</p>")
-    if not rep.runs:
-        return parts + ["<p>No earlier grading run recorded (logs/runs.jsonl).</p>"]
-    parts.append("<table class='runs'><tr><th>when (UTC)</th><th>status</th><th>students in the batch</th>"
-                 "<th>skipped</th><th>replaced</th><th>seconds</th><th>command</th></tr>")
-    for r in reversed(rep.runs):
-        batch = r.get("batch") or []
-        why = e(str(r.get("error", "")))  # a failed or interrupted run: its error, on hover
-        parts.append(f"<tr><td>{e(str(r.get('time', '')))}</td><td title='{why}'>{e(str(r.get('status', '')))}</td>"
-                     f"<td title='{e(', '.join(map(str, batch)))}'>{len(batch)}</td>"
-                     f"<td>{len(r.get('skipped') or {})}</td><td>{len(r.get('replaced') or [])}</td>"
-                     f"<td>{r.get('seconds', '')}</td><td><code>{e(str(r.get('command', '')))}</code></td></tr>")
-    parts.append("</table>")
-    return parts
+def _history(rep: ClassReport, out_dir: Path) -> dict:
+    """The CSV files beside the report, and the batch history, newest first."""
+    files = [(name, _rel(rep.course_root / name, out_dir)) for name in (GRADES_CSV, QUESTIONS_CSV)
+             if rep.course_root is not None and (rep.course_root / name).is_file()]
+    runs = [{"time": r.get("time", ""), "status": r.get("status", ""), "error": r.get("error", ""),
+             "batch": r.get("batch") or [], "skipped": len(r.get("skipped") or {}),
+             "replaced": len(r.get("replaced") or []), "seconds": r.get("seconds", ""), "command": r.get("command", "")}
+            for r in reversed(rep.runs)]
+    return {"files": files, "runs": runs}
+
+
+def render_html(rep: ClassReport, out_dir: Path, figures: list[tuple[str, str]]) -> str:
+    """The report page (``grader/templates/report.html.j2``), its links relative to ``out_dir``."""
+    return _template().render(
+        rep=rep, css="".join((TEMPLATES / "report.css").read_text(encoding="utf-8").splitlines()),
+        js=(TEMPLATES / "report.js").read_text(encoding="utf-8"), summary=summary_text(rep),
+        manual=[(a, mg) for a, mg in rep.manual.items() if mg.submissions_waiting or mg.graded],
+        table=_student_table(rep, out_dir), figures=figures, similar=_similar(rep),
+        groups_missing="; ".join(f"{s}: {w}" for s, w in sorted(rep.groups_missing.items())),
+        fault_label=fault_label, fault_description=fault_description, **_history(rep, out_dir))
 
 
 def write_report(rep: ClassReport, out_dir: Path) -> Path:
-    """Write ``index.html`` (one self-contained page: its table script is inline), the PNG
-    figures and ``report.json`` into ``out_dir``; return the HTML path."""
+    """Write ``index.html`` (one self-contained page: its style and table script are inline), the
+    PNG figures and ``report.json`` into ``out_dir``; return the HTML path."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    figs = _plot_scores(rep, out_dir)
-    e = html.escape
-    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>Class report</title>",
-             f"<style>{_CSS}</style></head><body><h1>Class report</h1>",
-             "<nav><a href='#student-table'>students</a><a href='#groups'>groups of wrong answers</a>"
-             "<a href='#similar'>similar submissions</a><a href='#history'>batches and files</a></nav>"]
-    for a, mg in rep.manual.items():
-        if not (mg.submissions_waiting or mg.graded):
-            continue
-        cls = "manual" if mg.submissions_waiting else "manual done"
-        who = ""
-        if mg.submissions_waiting:
-            who = f"<br><small>waiting: {e(', '.join(mg.submissions_waiting))}</small>"
-        parts.append(f"<div class='{cls}'><b>{e(a)}: graded by hand.</b> {e(mg.message())}{who}</div>")
-    parts.append(f"<pre>{e(summary_text(rep))}</pre>")
-    parts += _student_table(rep, out_dir)
-    parts += _groups_html(rep)
-    for name, alt in figs:
-        parts.append(f"<figure><img src='{e(name)}' alt='{e(alt)}'><figcaption>{e(alt)}</figcaption></figure>")
-    for a, counter in rep.faults.items():
-        if not counter:
-            continue
-        m = rep.diagnosed(a)
-        parts.append(f"<h2>{e(a)}: diagnosed mistakes</h2>")
-        if rep.not_diagnosed.get(a):
-            parts.append(f"<p>Out of {m} submissions; not counted (could not be graded): "
-                         f"{e(', '.join(rep.not_diagnosed[a]))}.</p>")
-        parts.append("<table><tr><th>mistake</th><th>students</th><th>what it means</th><th>who</th></tr>")
-        for kind, count in counter.most_common():
-            who = ", ".join(rep.students_with_mistake.get((a, kind), []))
-            parts.append(f"<tr><td>{e(fault_label(kind))}<br><small><code>{e(kind)}</code></small></td>"
-                         f"<td>{count} of {m}</td><td>{e(fault_description(kind))}</td><td>{e(who)}</td></tr>")
-        parts.append("</table>")
-    parts += _similar_html(rep)
-    if rep.ungraded:
-        parts.append("<h2>Could not be graded</h2><table><tr><th>who</th><th>why</th></tr>")
-        for who, why in sorted(rep.ungraded.items()):
-            parts.append(f"<tr><td>{e(who)}</td><td>{e(why)}</td></tr>")
-        parts.append("</table>")
-    if rep.flags:
-        parts.append("<h2>Flags</h2><table><tr><th>student</th><th>notes</th></tr>")
-        for who, notes in sorted(rep.flags.items()):
-            parts.append(f"<tr><td>{e(who)}</td><td>{'<br>'.join(e(n) for n in notes)}</td></tr>")
-        parts.append("</table>")
-    parts += _history_html(rep, out_dir)
-    parts.append(f"<script>{_TABLE_JS}</script></body></html>")
+    figs = plot_scores(rep, out_dir, fault_label)
     path = out_dir / "index.html"
-    path.write_text("\n".join(parts), encoding="utf-8")
+    path.write_text(render_html(rep, out_dir, figs), encoding="utf-8")
     kinds = sorted({k for c in rep.faults.values() for k in c})
     (out_dir / "report.json").write_text(json.dumps({
         "totals": rep.totals, "max_total": rep.max_total,

@@ -11,19 +11,20 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
-from . import database, state
-from .course import CourseTree
+from . import database, state, store
+from .course import GRADEBOOK, GRADES_CSV, QUESTIONS_CSV, ROSTER_CSV, CourseTree
+from .store import KEPT_LOGS
 
 #: Written when the grading state is the embedded demo class's (removed before real work).
 DEMO_MARKER = ".demo-class"
 #: What a fresh run removes (nbgrader's grading state; never source/ or release/).
-GRADING_STATE = ("submitted", "autograded", "feedback", "downloaded", "reports", "logs", "gradebook.db",
-                 "grades.csv", "grades_by_question.csv", "roster.csv", DEMO_MARKER)
+GRADING_STATE = ("submitted", "autograded", "feedback", "downloaded", "reports", "logs", GRADEBOOK,
+                 GRADES_CSV, QUESTIONS_CSV, ROSTER_CSV, DEMO_MARKER)
 #: Grading state named per LMS and assignment (grader.lms's import files and feedback zips).
 GRADING_STATE_PATTERNS = ("lms-import-*.csv", "feedback-*.zip")
 
@@ -32,9 +33,6 @@ def _state_names(root: Path) -> list[str]:
     """:data:`GRADING_STATE`, then the files of ``root`` matching :data:`GRADING_STATE_PATTERNS`."""
     found = sorted({p.name for pat in GRADING_STATE_PATTERNS for p in Path(root).glob(pat) if p.is_file()})
     return list(GRADING_STATE) + found
-#: What :func:`clean` keeps of ``logs/``: the backups, the run history, and the note of how long
-#: that history was when the course was last cleaned (:data:`grader.state.CLEANED`).
-KEPT_LOGS = ("backups", "runs.jsonl", "cleaned.json", "canary.json")  # canary.json: not grading state
 
 
 def clean(course_root: Path) -> None:
@@ -56,10 +54,7 @@ def clean(course_root: Path) -> None:
     (root / "autograded" / ".gitkeep").touch()
     # the run log is kept, but the runs it holds graded a class that is gone: the next class
     # starts without a gradebook and must not be told to restore the old one
-    runs = root / "logs" / "runs.jsonl"
-    n = sum(1 for ln in runs.read_text(encoding="utf-8").splitlines() if ln.strip()) if runs.is_file() else 0
-    (root / "logs").mkdir(exist_ok=True)
-    (root / "logs" / "cleaned.json").write_text(json.dumps({"runs": n}) + "\n")
+    store.write_cleaned(CourseTree(root))
 
 
 def start_over(tree: CourseTree, *, yes: bool, tag: str, log=print) -> None:
@@ -79,7 +74,7 @@ def start_over(tree: CourseTree, *, yes: bool, tag: str, log=print) -> None:
     if real:
         n = len(tree.students())
         if not state.confirm(f"This removes the grading state of {n} students in {tree.root} "
-                             f"(it is backed up under {tree.logs / 'backups'} first).", yes):
+                             f"(it is backed up under {store.backups(tree)} first).", yes):
             raise state.CourseStateError(
                 f"{tree.root} holds the grading state of {n} students: starting over needs --yes "
                 f"(make ... YES=1) or a yes at the terminal; nothing was removed or written")
@@ -105,36 +100,30 @@ def _archive_state(tree: CourseTree, tag: str, gradebook: Path | None = None) ->
     gradebook backup ``gradebook`` as ``gradebook.db`` (one archive is a whole course state)."""
     import tarfile
 
-    names = [n for n in _state_names(tree.root) if n not in ("logs", "gradebook.db") and (tree.root / n).exists()]
+    names = [n for n in _state_names(tree.root) if n not in ("logs", GRADEBOOK) and (tree.root / n).exists()]
     logs = _logs_state(tree)
     if not names and not logs and gradebook is None:
         return None
-    dest = tree.logs / "backups" / f"state-{tag}.tar.gz"
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    part = dest.with_name(dest.name + ".part")
-    try:
-        with tarfile.open(part, "w:gz") as tf:
-            for n in names:
-                tf.add(tree.root / n, arcname=n)
-            for c in logs:
-                tf.add(c, arcname=f"logs/{c.name}")
-            if gradebook is not None:
-                tf.add(gradebook, arcname=GRADEBOOK_IN_ARCHIVE)
-        os.replace(part, dest)
-    finally:
-        part.unlink(missing_ok=True)
+    dest = store.backups(tree) / f"state-{tag}.tar.gz"
+    with store.atomic_path(dest) as part, tarfile.open(part, "w:gz") as tf:
+        for n in names:
+            tf.add(tree.root / n, arcname=n)
+        for c in logs:
+            tf.add(c, arcname=f"logs/{c.name}")
+        if gradebook is not None:
+            tf.add(gradebook, arcname=GRADEBOOK_IN_ARCHIVE)
     for old in sorted(dest.parent.glob("state-*.tar.gz"))[:-state.KEEP_BACKUPS]:
         old.unlink()
     return dest
 
 
 #: The gradebook's name inside a state archive.
-GRADEBOOK_IN_ARCHIVE = "gradebook.db"
+GRADEBOOK_IN_ARCHIVE = GRADEBOOK
 
 
 def state_backups(tree: CourseTree) -> list[Path]:
     """The state archives ``logs/backups/state-*.tar.gz``, oldest first."""
-    d = tree.logs / "backups"
+    d = store.backups(tree)
     return sorted(d.glob("state-*.tar.gz")) if d.is_dir() else []
 
 
@@ -147,7 +136,7 @@ def current_state(tree: CourseTree) -> list[str]:
         out.append(GRADEBOOK_IN_ARCHIVE)
     for n in _state_names(tree.root):
         p = tree.root / n
-        if n in ("logs", "gradebook.db") or not p.exists():
+        if n in ("logs", GRADEBOOK) or not p.exists():
             continue
         if p.is_dir():
             if any(f.name != ".gitkeep" for f in p.rglob("*")):
@@ -192,21 +181,7 @@ def restore_state(tree: CourseTree, archive: Path, *, yes: bool, log=print) -> l
 
     archive = Path(archive).resolve()
     fail = state.CourseStateError
-    try:
-        with tarfile.open(archive) as tf:
-            members = tf.getmembers()
-    except (OSError, tarfile.TarError, EOFError) as e:
-        why = (str(e).splitlines() or [type(e).__name__])[0].rstrip(":")  # tarfile lists every method tried
-        raise fail(f"{archive} is not a readable state backup ({why}); nothing was changed") from None
-    bad = [m.name for m in members if not _restorable(m.name)]
-    if bad:
-        raise fail(f"{archive} holds {bad[0]!r}, which is not grading state: nothing was changed")
-    names = sorted({Path(m.name).parts[0] for m in members})
-    tag = archive.name.removeprefix("state-").removesuffix(".tar.gz")
-    gb_backup = tree.logs / "backups" / f"gradebook-{tag}.db"
-    if GRADEBOOK_IN_ARCHIVE not in names and not gb_backup.is_file():
-        raise fail(f"{archive} holds no gradebook and {gb_backup} is gone: nothing was changed "
-                   "(restore its files by hand with tar if you mean to)")
+    gb_backup = _check_archive(tree, archive)
     here = current_state(tree)
     if here and not state.confirm(f"Restoring {archive.name} replaces the grading state of {tree.root} "
                                   f"({', '.join(here)}); it is backed up first.", yes):
@@ -218,7 +193,10 @@ def restore_state(tree: CourseTree, archive: Path, *, yes: bool, log=print) -> l
     staging.mkdir()
     try:
         with tarfile.open(archive) as tf:
-            tf.extractall(staging, filter="data")  # no links out, no devices, no absolute paths
+            if hasattr(tarfile, "data_filter"):  # Python 3.11.4+: no links out, no devices, no absolute paths
+                tf.extractall(staging, filter="data")
+            else:  # older: _check_archive let through plain files and folders only, under safe names
+                tf.extractall(staging)
         gb = staging / GRADEBOOK_IN_ARCHIVE
         if not gb.is_file():
             shutil.copy2(gb_backup, gb)
@@ -232,24 +210,64 @@ def restore_state(tree: CourseTree, archive: Path, *, yes: bool, log=print) -> l
             start_over(tree, yes=True, tag=state.run_id(), log=log)
         else:
             clean(tree.root)
-        done = [f"{GRADEBOOK_IN_ARCHIVE} ({n_students} students, {n_subs} submissions)"]
-        for item in sorted(staging.iterdir()):
-            if item.name == GRADEBOOK_IN_ARCHIVE:
-                continue
-            for src in sorted(item.iterdir()) if item.name == "logs" else [item]:
-                dest = tree.root / src.relative_to(staging)
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                if dest.is_dir():  # autograded/ with only .gitkeep, left by clean()
-                    shutil.rmtree(dest)
-                os.replace(src, dest)
-                label = str(src.relative_to(staging)) + ("/" if dest.is_dir() else "")
-                if src.name in ("submitted", "autograded", "feedback") and src.parent == staging:
-                    label += f" ({len(tree.students(src.name))} students)"
-                done.append(label)
-        os.replace(gb, tree.gradebook_path)
+        done = [f"{GRADEBOOK_IN_ARCHIVE} ({n_students} students, {n_subs} submissions)"] + _move_in(tree, staging)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     log(f"restore: {tree.root} is now the state of {archive.name}: {', '.join(done)}")
+    return done
+
+
+def _check_archive(tree: CourseTree, archive: Path) -> Path:
+    """The gradebook backup of ``archive``'s run (used when the archive holds no gradebook), after
+    checking that the archive is readable and holds only grading state.
+
+    Raises:
+        CourseStateError: not a readable archive, a member outside the grading state, or no
+            gradebook for it."""
+    import tarfile
+
+    fail = state.CourseStateError
+    try:
+        with tarfile.open(archive) as tf:
+            members = tf.getmembers()
+    except (OSError, tarfile.TarError, EOFError) as e:
+        why = (str(e).splitlines() or [type(e).__name__])[0].rstrip(":")  # tarfile lists every method tried
+        raise fail(f"{archive} is not a readable state backup ({why}); nothing was changed") from None
+    bad = [m.name for m in members if not _restorable(m.name)]
+    if bad:
+        raise fail(f"{archive} holds {bad[0]!r}, which is not grading state: nothing was changed")
+    odd = [m.name for m in members if not (m.isfile() or m.isdir())]
+    if odd and not hasattr(tarfile, "data_filter"):  # this Python cannot extract links safely
+        raise fail(f"{archive} holds {odd[0]!r}, a link or device, which this Python ({sys.version.split()[0]}) "
+                   "cannot extract safely: nothing was changed (Python 3.11.4 or later can)")
+    names = sorted({Path(m.name).parts[0] for m in members})
+    tag = archive.name.removeprefix("state-").removesuffix(".tar.gz")
+    gb_backup = store.backups(tree) / f"gradebook-{tag}.db"
+    if GRADEBOOK_IN_ARCHIVE not in names and not gb_backup.is_file():
+        raise fail(f"{archive} holds no gradebook and {gb_backup} is gone: nothing was changed "
+                   "(restore its files by hand with tar if you mean to)")
+    return gb_backup
+
+
+def _move_in(tree: CourseTree, staging: Path) -> list[str]:
+    """Move the archive extracted in ``staging`` into the (cleaned) course, its gradebook last;
+    returns what was put back, one entry per top-level name. Moved, not written: each file is
+    whole already, on the same file system."""
+    done = []
+    for item in sorted(staging.iterdir()):
+        if item.name == GRADEBOOK_IN_ARCHIVE:
+            continue
+        for src in sorted(item.iterdir()) if item.name == "logs" else [item]:
+            dest = tree.root / src.relative_to(staging)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if dest.is_dir():  # autograded/ with only .gitkeep, left by clean()
+                shutil.rmtree(dest)
+            os.replace(src, dest)
+            label = str(src.relative_to(staging)) + ("/" if dest.is_dir() else "")
+            if src.name in ("submitted", "autograded", "feedback") and src.parent == staging:
+                label += f" ({len(tree.students(src.name))} students)"
+            done.append(label)
+    os.replace(staging / GRADEBOOK_IN_ARCHIVE, tree.gradebook_path)
     return done
 
 

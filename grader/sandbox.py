@@ -26,7 +26,7 @@ the ``normref-sandbox`` kernelspec that ``make grade`` hands nbgrader. It
 * runs :mod:`grader.kernel_guard` first, which turns ``os._exit``/``sys.exit`` into
   errors of the cell that called them and caps a cell's printed output.
 
-What it does not prevent is written in the README ("What the grader protects against").
+What it does not prevent is written in docs/SECURITY.md ("What the grader protects against").
 """
 from __future__ import annotations
 
@@ -41,6 +41,20 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
+try:
+    from . import store
+    from .cgroups import (MEMORY_CGROUP_ROOT, PIDS_CGROUP_ROOT, counters, hierarchy,  # noqa: F401
+                          join_memory_cgroup, join_pids_cgroup, make_cgroup, memory_cgroups_work, sweep_stale)
+    from .kernel_guard import ENV_MAX_PROCS, ENV_MAX_WRITE_BYTES, ENV_NPROC_RLIMIT
+    from .kernel_guard import PIDS_EVENTS as SANDBOX_PIDS_EVENTS
+except ImportError:  # run by path, as the kernelspec does
+    import store  # type: ignore[no-redef]
+    from cgroups import (MEMORY_CGROUP_ROOT, PIDS_CGROUP_ROOT, counters, hierarchy,  # type: ignore[no-redef]  # noqa: F401
+                         join_memory_cgroup, join_pids_cgroup, make_cgroup, memory_cgroups_work, sweep_stale)
+    from kernel_guard import ENV_MAX_PROCS, ENV_MAX_WRITE_BYTES, ENV_NPROC_RLIMIT  # type: ignore[no-redef]
+    from kernel_guard import PIDS_EVENTS as SANDBOX_PIDS_EVENTS  # type: ignore[no-redef]
+from normref.handback_files import HANDBACK_ENV
+
 BWRAP = shutil.which("bwrap") or "/usr/bin/bwrap"
 KERNEL_NAME = "normref-sandbox"
 DEFAULT_MEM_MB = 3072
@@ -51,17 +65,25 @@ MAX_SCRATCH_COPY_FILES = 256
 MAX_PROCS = 64
 #: Bytes one grading kernel may write: its folder, /tmp and its home share one tmpfs this size.
 MAX_WRITE_BYTES = 256 * 2**20
-#: cgroup v1 ``pids`` hierarchy (``make grade`` makes one child per kernel when it may).
-PIDS_CGROUP_ROOT = Path("/sys/fs/cgroup/pids")
-#: cgroup v1 ``memory`` hierarchy (the same: one child per kernel, capped at its memory).
-MEMORY_CGROUP_ROOT = Path("/sys/fs/cgroup/memory")
-#: Environment variables naming each hierarchy's root (tests point them elsewhere).
-_CGROUP_ROOTS = {"pids": ("NORMREF_PIDS_CGROUP_ROOT", PIDS_CGROUP_ROOT),
-                 "memory": ("NORMREF_MEMORY_CGROUP_ROOT", MEMORY_CGROUP_ROOT)}
 #: Inside the sandbox: the tmpfs, the student's folder in it, and the cgroup's event counter.
 SANDBOX_WORK = "/tmp/work"
-SANDBOX_PIDS_EVENTS = "/run/normref/pids.events"
-SANDBOX_HANDBACK = "/run/normref/handback"
+#: Variables the sandbox and its launchers (grader/warm.py, grader/zygote.py) pass each other,
+#: and those that cap a kernel's memory or name the canary's shared cache: one name each.
+ENV_SCRATCH_ROOT = "NORMREF_SCRATCH_ROOT"
+ENV_PIDS_CGROUP = "NORMREF_PIDS_CGROUP"
+ENV_MEMORY_CGROUP = "NORMREF_MEMORY_CGROUP"
+ENV_KERNEL_MEM_MB = "NORMREF_KERNEL_MEM_MB"
+ENV_KERNEL_AS_MB = "NORMREF_KERNEL_AS_MB"
+ENV_CANARY_CACHE = store.ENV_CANARY_CACHE
+#: This user's cache folder (the canary's passes, a kernel's measured address space).
+shared_cache_dir = store.user_cache_dir
+#: Warm kernels (grader/warm.py): the jupyter_client provisioner that starts them (registered by
+#: tools/grading-kernels), and the variable that turns them off (``NORMREF_WARM_KERNELS=0``).
+WARM_PROVISIONER = "normref-warm"
+WARM_ENTRY_POINT_GROUP = "jupyter_client.kernel_provisioners"
+WARM_SWITCH = "NORMREF_WARM_KERNELS"
+#: One BLAS/OpenMP thread per process: N kernels (or nbgrader processes) on N cores.
+SINGLE_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 _ETC = ("/etc/ld.so.cache", "/etc/localtime", "/etc/nsswitch.conf", "/etc/hosts", "/etc/mime.types")
 
 
@@ -79,20 +101,9 @@ def available() -> bool:
 
 def default_mem_mb() -> int:
     """A grading kernel's memory cap in MiB: ``$NORMREF_KERNEL_MEM_MB``, else :data:`DEFAULT_MEM_MB`."""
-    return int(os.environ.get("NORMREF_KERNEL_MEM_MB") or DEFAULT_MEM_MB)
+    return int(os.environ.get(ENV_KERNEL_MEM_MB) or DEFAULT_MEM_MB)
 
 
-def hierarchy(kind: str) -> Path:
-    """The cgroup v1 hierarchy ``kind`` (``"pids"`` or ``"memory"``): its usual mount point, or
-    ``$NORMREF_PIDS_CGROUP_ROOT`` / ``$NORMREF_MEMORY_CGROUP_ROOT``."""
-    var, default = _CGROUP_ROOTS[kind]
-    return Path(os.environ.get(var) or default)
-
-
-def memory_cgroups_work() -> bool:
-    """True if kernels' memory is capped by a cgroup here (a writable v1 ``memory`` hierarchy)."""
-    root = hierarchy("memory")
-    return (root / "cgroup.procs").exists() and (root / "memory.limit_in_bytes").exists() and os.access(root, os.W_OK)
 
 
 def write_kernelspec(dest: Path, mem_mb: int = DEFAULT_MEM_MB, provisioner: str | None = None,
@@ -109,7 +120,7 @@ def write_kernelspec(dest: Path, mem_mb: int = DEFAULT_MEM_MB, provisioner: str 
         "argv": [sys.executable, str(Path(__file__).resolve()), "-f", "{connection_file}"],
         "display_name": "Python 3 (normref grading sandbox)",
         "language": "python",
-        "env": {"NORMREF_KERNEL_MEM_MB": str(mem_mb), **({"NORMREF_KERNEL_AS_MB": str(as_mb)} if as_mb else {})},
+        "env": {ENV_KERNEL_MEM_MB: str(mem_mb), **({ENV_KERNEL_AS_MB: str(as_mb)} if as_mb else {})},
         "interrupt_mode": "message",  # signals do not cross into bwrap's PID namespace
         "metadata": {"debugger": False},
     }
@@ -117,6 +128,20 @@ def write_kernelspec(dest: Path, mem_mb: int = DEFAULT_MEM_MB, provisioner: str 
         spec["metadata"]["kernel_provisioner"] = {"provisioner_name": provisioner, "config": {}}
     (kdir / "kernel.json").write_text(json.dumps(spec, indent=1))
     return kdir
+
+
+def warm_unavailable() -> str | None:
+    """None when this machine's kernels may start warm (:mod:`grader.warm`), else why not (for
+    the run's log)."""
+    if os.environ.get(WARM_SWITCH, "1").strip().lower() in ("0", "no", "off", "false"):
+        return f"{WARM_SWITCH}={os.environ[WARM_SWITCH]}"
+    from importlib.metadata import entry_points
+
+    if not entry_points(group=WARM_ENTRY_POINT_GROUP, name=WARM_PROVISIONER):
+        return f"the {WARM_PROVISIONER} kernel provisioner is not installed here: run make install"
+    if not hasattr(os, "pidfd_open"):
+        return "this system has no pidfd_open"
+    return None
 
 
 class SandboxSession:
@@ -144,15 +169,13 @@ class SandboxSession:
         self.warm_off: str | None = None
 
     def __enter__(self) -> "SandboxSession":
-        from . import warm
-
-        self.warm_off = warm.unavailable()
+        self.warm_off = warm_unavailable()
         self.swept = sweep_stale()  # what killed runs left (never one in use)
         name = f"normref-{os.getpid()}-{os.urandom(3).hex()}"
-        self.pids_cgroup = _make_cgroup("pids", name)
-        self.memory_cgroup = _make_cgroup("memory", name)
+        self.pids_cgroup = make_cgroup("pids", name)
+        self.memory_cgroup = make_cgroup("memory", name)
         self.as_mb = None if self.memory_cgroup else address_space_mb(self.mem_mb)
-        write_kernelspec(self.jupyter_dir, self.mem_mb, None if self.warm_off else warm.PROVISIONER, self.as_mb)
+        write_kernelspec(self.jupyter_dir, self.mem_mb, None if self.warm_off else WARM_PROVISIONER, self.as_mb)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -186,11 +209,11 @@ class SandboxSession:
         args = [f"--Execute.kernel_name={KERNEL_NAME}", "--KernelManager.transport=ipc",
                 f"--KernelManager.ip={ipc}/k"]
         env = {"JUPYTER_PATH": os.pathsep.join([str(self.jupyter_dir), os.environ.get("JUPYTER_PATH", "")]),
-               "NORMREF_SCRATCH_ROOT": str(self.records / f"w{i}")}
+               ENV_SCRATCH_ROOT: str(self.records / f"w{i}")}
         if self.pids_cgroup is not None:
-            env["NORMREF_PIDS_CGROUP"] = str(self.pids_cgroup)
+            env[ENV_PIDS_CGROUP] = str(self.pids_cgroup)
         if self.memory_cgroup is not None:
-            env["NORMREF_MEMORY_CGROUP"] = str(self.memory_cgroup)
+            env[ENV_MEMORY_CGROUP] = str(self.memory_cgroup)
         return args, env
 
     def limits_hit(self) -> dict[Path, list[str]]:
@@ -208,12 +231,12 @@ class SandboxSession:
                 info = json.loads(rec.read_text())
             except (OSError, ValueError):
                 continue
-            events = _counters(info.get("cgroup"), "pids.events")
+            events = counters(info.get("cgroup"), "pids.events")
             if events.get("max", 0) > 0:
                 out.setdefault(Path(info["cwd"]), []).append(
                     f"hit the grading sandbox's process cap ({info.get('max_procs', MAX_PROCS)} per kernel): "
                     f"{events['max']} process starts were refused")
-            if _counters(info.get("memory_cgroup"), "memory.oom_control").get("oom_kill", 0) > 0:
+            if counters(info.get("memory_cgroup"), "memory.oom_control").get("oom_kill", 0) > 0:
                 out.setdefault(Path(info["cwd"]), []).append(
                     f"hit the grading sandbox's memory cap ({info.get('mem_mb', DEFAULT_MEM_MB)} MiB per kernel): "
                     "the kernel was killed by the out-of-memory killer while that cell ran")
@@ -232,19 +255,6 @@ class SandboxSession:
                 continue
             out[Path(info["cwd"])] = max(out.get(Path(info["cwd"]), 0.0), peak / 2**20)
         return out
-
-
-def _counters(cgroup: str | None, name: str) -> dict[str, int]:
-    """The ``key value`` lines of a cgroup file (``pids.events``, ``memory.oom_control``) as
-    ``{key: int}``; ``{}`` without the cgroup or the file."""
-    if not cgroup:
-        return {}
-    try:
-        text = Path(cgroup, name).read_text()
-    except OSError:
-        return {}
-    return {k: int(v) for k, v in (ln.split() for ln in text.splitlines() if len(ln.split()) == 2)
-            if v.lstrip("-").isdigit()}
 
 
 def limit_flags(course_root: Path, session: "SandboxSession | None", pairs) -> dict[tuple[str, str], list[str]]:
@@ -279,182 +289,6 @@ def limit_flags(course_root: Path, session: "SandboxSession | None", pairs) -> d
                         flags.setdefault((a, st), []).append(f"{where}: {out.get('evalue', '')}")
     return flags
 
-
-def _make_cgroup(kind: str, name: str) -> Path | None:
-    """A new child of the cgroup v1 hierarchy ``kind`` (``"pids"``, ``"memory"``) for this grading
-    run, or None when this machine has none or will not let us write to it (then
-    :data:`MAX_PROCS` is enforced with ``RLIMIT_NPROC``, which holds for a non-root instructor
-    only, and memory with ``RLIMIT_AS``)."""
-    root = hierarchy(kind)
-    if not (root / "cgroup.procs").exists() or not os.access(root, os.W_OK):
-        return None
-    if kind == "memory" and not memory_cgroups_work():
-        return None
-    try:
-        (root / name).mkdir()
-    except OSError:
-        return None
-    return root / name
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _cgroup_procs(cg: Path) -> int:
-    """Processes in cgroup ``cg`` and its children (a count; unreadable counts as in use)."""
-    n = 0
-    for procs in [cg / "cgroup.procs", *cg.glob("*/cgroup.procs")]:
-        try:
-            n += len(procs.read_text().split())
-        except OSError:
-            n += 1
-    return n
-
-
-def _kill_cgroup(cg: Path, wait_s: float = 2.0) -> int:
-    """SIGKILL every process in cgroup ``cg`` and its children; wait up to ``wait_s`` for them to
-    leave it. Returns how many were signalled."""
-    import time
-
-    pids = set()
-    for procs in [cg / "cgroup.procs", *cg.glob("*/cgroup.procs")]:
-        with contextlib.suppress(OSError, ValueError):
-            pids |= {int(p) for p in procs.read_text().split()}
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + wait_s
-    while _cgroup_procs(cg) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return len(pids)
-
-
-def _named_by_a_live_process(path: str) -> bool:
-    """Does any live process's command line name ``path`` (an autograde worker's
-    ``--KernelManager.ip=<path>/k``, a kernel launcher's ``--bind <path> <path>``)?"""
-    me = os.getpid()
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == me:
-            continue
-        try:
-            if path.encode() in (proc / "cmdline").read_bytes():
-                return True
-        except OSError:
-            continue
-    return False
-
-
-def sweep_stale(cgroup_root: Path | None = None, tmp: Path = Path("/tmp")) -> dict[str, int]:
-    """Remove what grading runs killed with ``kill -9`` left behind on this machine: their
-    ``normref-<pid>-<hex>`` cgroups in the ``pids`` and ``memory`` hierarchies and their ``nr-ipc-*`` kernel-socket
-    folders under ``/tmp`` (tmpfs mounts, as root).
-
-    Never one in use: a cgroup is removed only when the process that made it (the ``<pid>`` in
-    its name: the run's grader or Dask worker) is gone; a process still in it or its children
-    (``cgroup.procs``) is a sandbox that outlived its run (seen: a ``bwrap`` whose worker was
-    killed while it started, asleep forever) and is killed first; a socket
-    folder only when the process named in it (``nr-ipc-<pid>-``; older folders carry none) is
-    gone and no live process names it on its command line (the autograde worker that uses it,
-    a kernel sandbox bound to it). Other users' runs are safe the same way.
-
-    Returns:
-        ``{"cgroups": removed, "ipc": removed, "killed": processes of dead runs killed,
-        "in_use": left because in use}``.
-    """
-    import re
-    import subprocess
-
-    out = {"cgroups": 0, "ipc": 0, "killed": 0, "in_use": 0}
-    roots = [Path(cgroup_root)] if cgroup_root else [hierarchy(k) for k in _CGROUP_ROOTS]
-    for root in roots:
-        if not ((root / "cgroup.procs").exists() and os.access(root, os.W_OK)):
-            continue
-        for cg in sorted(root.glob("normref-*")):
-            m = re.fullmatch(r"normref-(\d+)-[0-9a-f]+", cg.name)
-            if not m or not cg.is_dir() or _alive(int(m.group(1))):
-                continue
-            if _cgroup_procs(cg):
-                out["killed"] += _kill_cgroup(cg)
-            if _cgroup_procs(cg):
-                out["in_use"] += 1
-                continue
-            try:
-                for child in sorted((c for c in cg.iterdir() if c.is_dir()), reverse=True):
-                    child.rmdir()
-                cg.rmdir()
-                out["cgroups"] += 1
-            except OSError:
-                out["in_use"] += 1
-    try:
-        mounts = {line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()
-                  if len(line.split()) > 1}
-    except OSError:
-        mounts = set()
-    for d in sorted(Path(tmp).glob("nr-ipc-*")):
-        m = re.match(r"nr-ipc-(\d+)-", d.name)
-        if not d.is_dir() or d.is_symlink() or (m and _alive(int(m.group(1)))):
-            continue
-        if _named_by_a_live_process(str(d)):
-            out["in_use"] += 1
-            continue
-        if str(d) in mounts:
-            subprocess.run(["umount", "-l", str(d)], capture_output=True)
-        shutil.rmtree(d, ignore_errors=True)
-        out["ipc"] += 0 if d.exists() else 1
-    return out
-
-
-def _join_pids_cgroup(parent: Path, kernel: str, max_procs: int) -> Path | None:
-    """Move this process (and so the sandbox it becomes) into a new ``parent/kernel`` cgroup
-    that allows ``max_procs`` processes; None if that fails."""
-    cg = parent / kernel
-    try:
-        cg.mkdir()
-        (cg / "pids.max").write_text(str(max_procs))
-        (cg / "cgroup.procs").write_text(str(os.getpid()))
-    except OSError:
-        with contextlib.suppress(OSError):
-            cg.rmdir()
-        return None
-    return cg
-
-
-def _join_memory_cgroup(parent: Path, kernel: str, mem_mb: int) -> Path | None:
-    """Move this process (and so the sandbox it becomes) into a new ``parent/kernel`` memory
-    cgroup capped at ``mem_mb`` MiB (memory and swap together where swap is accounted); None
-    if that fails."""
-    cg = parent / kernel
-    limit = str(mem_mb * 2**20)
-    try:
-        cg.mkdir()
-        (cg / "memory.limit_in_bytes").write_text(limit)
-        if (cg / "memory.memsw.limit_in_bytes").exists():  # no swapping past the cap either
-            (cg / "memory.memsw.limit_in_bytes").write_text(limit)
-        (cg / "cgroup.procs").write_text(str(os.getpid()))
-    except OSError:
-        with contextlib.suppress(OSError):
-            cg.rmdir()
-        return None
-    return cg
-
-
-def shared_cache_dir() -> Path | None:
-    """This user's cache of what depends only on the installed environment (a kernel's measured
-    address space; :mod:`grader.canary`'s passes, by content hash): ``$NORMREF_CANARY_CACHE``,
-    else ``$XDG_CACHE_HOME/normref`` (``~/.cache/normref``); None when that variable is ``0``."""
-    var = os.environ.get("NORMREF_CANARY_CACHE")
-    if var == "0":
-        return None
-    if var:
-        return Path(var)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "normref"
 
 
 #: What a grading kernel imports before the student's first cell (the zygote's :data:`PRELOAD`).
@@ -500,14 +334,9 @@ def kernel_address_space_mb() -> int:
     key = f"{sys.executable}|{torch_version}"
     if key in _as_measured:
         return _as_measured[key]
-    shared = shared_cache_dir()
-    cache = shared / "address-space.json" if shared else None
-    known = {}
-    if cache is not None and cache.is_file():
-        with contextlib.suppress(OSError, ValueError):
-            known = json.loads(cache.read_text())
+    known = store.cached("address-space.json") or {}
     if key not in known:
-        env = {**os.environ, **{v: "1" for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}}
+        env = {**os.environ, **dict.fromkeys(SINGLE_THREAD_VARS, "1")}
         out = subprocess.run([sys.executable, "-c", _AS_PROBE, *_KERNEL_IMPORTS], capture_output=True,
                              text=True, env=env, cwd="/", timeout=300)
         last = (out.stdout.strip().splitlines() or [""])[-1]  # after ipykernel's own notes
@@ -515,12 +344,7 @@ def kernel_address_space_mb() -> int:
             raise RuntimeError("measuring a grading kernel's address space failed: "
                                + (out.stderr.strip().splitlines() or ["no output"])[-1])
         known[key] = -(-int(last) // 1024)  # kB -> MiB, rounded up
-        if cache is not None:
-            with contextlib.suppress(OSError):
-                cache.parent.mkdir(parents=True, exist_ok=True)
-                tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_text(json.dumps(known, indent=1))
-                tmp.replace(cache)
+        store.cache("address-space.json", known)
     _as_measured[key] = int(known[key])
     return _as_measured[key]
 
@@ -530,8 +354,8 @@ def address_space_mb(mem_mb: int) -> int:
     (:func:`kernel_address_space_mb`) plus ``mem_mb`` for its cells, unless
     ``$NORMREF_KERNEL_AS_MB`` sets it. A CUDA build of torch maps several GiB of libraries it
     never touches on a CPU-only grader: a fixed cap would refuse to import it."""
-    if os.environ.get("NORMREF_KERNEL_AS_MB"):
-        return int(os.environ["NORMREF_KERNEL_AS_MB"])
+    if os.environ.get(ENV_KERNEL_AS_MB):
+        return int(os.environ[ENV_KERNEL_AS_MB])
     return kernel_address_space_mb() + mem_mb
 
 
@@ -630,11 +454,9 @@ def bwrap_argv(connection_file: str, cwd: str, kernel_args: list[str], *,
         argv += ["--file", str(fd), f"{SANDBOX_WORK}/{rel}"]
     if pids_events:
         argv += ["--ro-bind", pids_events, SANDBOX_PIDS_EVENTS]
-    handback = os.environ.get("NORMREF_HANDBACK_DIR")
-    if handback and os.path.isdir(handback):  # this run's graded inputs (grader.scoring), read-only
-        argv += ["--ro-bind", handback, SANDBOX_HANDBACK, "--setenv", "NORMREF_HANDBACK_DIR", SANDBOX_HANDBACK]
-    else:
-        argv += ["--unsetenv", "NORMREF_HANDBACK_DIR"]
+    # this run's graded inputs are nbgrader's to write into the hidden tests (HandbackInputs in
+    # nbgrader_config.py): the kernel gets neither their file nor where it is
+    argv += ["--unsetenv", HANDBACK_ENV]
     argv += ["--symlink", SANDBOX_WORK, cwd,  # the student's folder: a private, writable copy
              "--chdir", cwd,
              "--setenv", "HOME", "/tmp/home", "--setenv", "MPLCONFIGDIR", "/tmp/home/mpl",
@@ -643,11 +465,11 @@ def bwrap_argv(connection_file: str, cwd: str, kernel_args: list[str], *,
              # no user site (usercustomize.py, *.pth under ~/.local); HOME and IPYTHONDIR (below)
              # are empty folders of the tmpfs, so no profile's startup/ or ipython_config.py is read
              "--setenv", "PYTHONNOUSERSITE", "1",
-             "--setenv", "NORMREF_MAX_PROCS", str(max_procs),
-             "--setenv", "NORMREF_MAX_WRITE_BYTES", str(max_write_bytes),
+             "--setenv", ENV_MAX_PROCS, str(max_procs),
+             "--setenv", ENV_MAX_WRITE_BYTES, str(max_write_bytes),
              # without a cgroup, the guard sets RLIMIT_NPROC inside: counted per (user
              # namespace, uid), i.e. per sandbox (set outside, it would count all our processes)
-             "--setenv", "NORMREF_NPROC_RLIMIT", "0" if pids_events else "1",
+             "--setenv", ENV_NPROC_RLIMIT, "0" if pids_events else "1",
              # ipykernel would see its parent as PID 1 in the new PID namespace and exit;
              # bwrap's --die-with-parent already ends the kernel with its parent.
              "--unsetenv", "JPY_PARENT_PID",
@@ -699,19 +521,19 @@ def prepare(args: list[str], extra_procs: int = 0) -> tuple[list[str], list[int]
     connection_file = args[i + 1]
     kernel_args = args[:i] + args[i + 2:]
     cwd = os.getcwd()
-    max_procs = int(os.environ.get("NORMREF_MAX_PROCS", MAX_PROCS))
-    max_write = int(os.environ.get("NORMREF_MAX_WRITE_BYTES", MAX_WRITE_BYTES))
+    max_procs = int(os.environ.get(ENV_MAX_PROCS, MAX_PROCS))
+    max_write = int(os.environ.get(ENV_MAX_WRITE_BYTES, MAX_WRITE_BYTES))
     # A record of this kernel (its folder, its cgroup) for make grade, outside the sandbox
     # (NORMREF_SCRATCH_ROOT is removed after the run; nothing of ours outlives bwrap).
-    root = os.environ.get("NORMREF_SCRATCH_ROOT") or tempfile.gettempdir()
+    root = os.environ.get(ENV_SCRATCH_ROOT) or tempfile.gettempdir()
     os.makedirs(root, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="kernel-", dir=root))
     cgroup = memory = None
     mem_mb = default_mem_mb()
-    if os.environ.get("NORMREF_PIDS_CGROUP"):
-        cgroup = _join_pids_cgroup(Path(os.environ["NORMREF_PIDS_CGROUP"]), work.name, max_procs + extra_procs)
-    if os.environ.get("NORMREF_MEMORY_CGROUP"):
-        memory = _join_memory_cgroup(Path(os.environ["NORMREF_MEMORY_CGROUP"]), work.name, mem_mb)
+    if os.environ.get(ENV_PIDS_CGROUP):
+        cgroup = join_pids_cgroup(Path(os.environ[ENV_PIDS_CGROUP]), work.name, max_procs + extra_procs)
+    if os.environ.get(ENV_MEMORY_CGROUP):
+        memory = join_memory_cgroup(Path(os.environ[ENV_MEMORY_CGROUP]), work.name, mem_mb)
     (work / "record.json").write_text(json.dumps({"cwd": cwd, "cgroup": str(cgroup) if cgroup else None,
                                                   "max_procs": max_procs, "mem_mb": mem_mb,
                                                   "memory_cgroup": str(memory) if memory else None}))

@@ -17,7 +17,7 @@ A pair's *score* is copydetect's similarity (tokens in common / the tokens of th
 code that are not boilerplate), the smaller of the two students' values; a pair is listed when
 its score is at least :data:`THRESHOLD` and the code in common is at least
 :data:`MIN_OVERLAP` characters of normalised code (about two lines: a shared one-token slip is
-not evidence). How the numbers were chosen is in ``tests/test_similarity.py`` and the README.
+not evidence). How the numbers were chosen is in ``tests/test_similarity.py`` and docs/CLASS_REPORT.md.
 """
 from __future__ import annotations
 

@@ -13,6 +13,8 @@ and a history of every run.
   empty or corrupt stops the run before anything is written, naming the newest backup and the
   command that restores it (:func:`restore_gradebook`, ``python -m grader restore``).
 * :func:`record_run`: one JSON line per run appended to ``logs/runs.jsonl``.
+
+The files under ``logs/`` are read and written through :mod:`grader.store`.
 """
 from __future__ import annotations
 
@@ -27,19 +29,13 @@ import sqlite3
 import sys
 from pathlib import Path
 
-from .course import CourseTree
+from . import store
+from .course import CourseStateError, CourseTree
 
 LOCK_FILE = ".grader.lock"
-#: ``logs/graded.json``: the submissions whose autograde finished (a killed run's half-written
-#: ``autograded/`` notebook is not one of them).
-GRADED = "graded.json"
 KEEP_BACKUPS = 10
 #: Folders whose content means "a class has been graded here" (so a gradebook must exist).
 _STATE_DIRS = ("submitted", "autograded", "feedback")
-
-
-class CourseStateError(RuntimeError):
-    """The course folder is not in a state a run may write to; nothing was written."""
 
 
 def now_utc() -> str:
@@ -111,7 +107,7 @@ def backups(tree: CourseTree) -> list[Path]:
     """The gradebook backups, oldest first: ``gradebook-<run id>-before.db`` (written before a
     run writes), ``gradebook-<run id>-after.db`` (as a successful run left it) and
     ``gradebook-<run id>.db`` (before ``clean`` / ``--fresh``)."""
-    d = tree.logs / "backups"
+    d = store.backups(tree)
     return sorted(d.glob("gradebook-*.db"), key=_backup_order) if d.is_dir() else []
 
 
@@ -156,20 +152,17 @@ def backup_gradebook(tree: CourseTree, tag: str, log=print) -> Path | None:
     if problem:  # a broken gradebook must never become "the newest backup" that restore picks
         log(f"backup: skipped, {problem}")
         return None
-    dest_dir = tree.logs / "backups"
+    dest_dir = store.backups(tree)
     dest_dir.mkdir(parents=True, exist_ok=True)
     dest = dest_dir / f"gradebook-{tag}.db"
-    part = dest.with_suffix(".db.part")
-    try:
-        with contextlib.closing(sqlite3.connect(f"file:{src}?mode=ro", uri=True)) as s, \
-                contextlib.closing(sqlite3.connect(part)) as d:
-            s.backup(d)
-    except sqlite3.DatabaseError:  # unreadable as a database: keep its bytes as they are
-        shutil.copy2(src, part)
-    except BaseException:
-        part.unlink(missing_ok=True)
-        raise
-    os.replace(part, dest)
+    with store.atomic_path(dest) as part:
+        try:
+            with contextlib.closing(sqlite3.connect(f"file:{src}?mode=ro", uri=True)) as s, \
+                    contextlib.closing(sqlite3.connect(part)) as d:
+                s.backup(d)
+        except sqlite3.DatabaseError:  # unreadable as a database: keep its bytes as they are
+            part.unlink(missing_ok=True)
+            shutil.copy2(src, part)
     for old in backups(tree)[:-KEEP_BACKUPS]:
         old.unlink()
     return dest
@@ -188,32 +181,21 @@ def gradebook_pairs(tree: CourseTree) -> set[tuple[str, str]]:
         return {(a.name, sub.student.id) for a in gb.assignments for sub in a.submissions}
 
 
-#: Written by ``clean`` into ``logs/``: ``{"runs": lines of runs.jsonl when the course was cleaned}``.
-CLEANED = "cleaned.json"
-
-
 def has_grading_state(tree: CourseTree) -> bool:
     """True if a class has been graded here: student folders, or runs logged since the course
     was last cleaned (``clean`` keeps the run log, and notes its length in :data:`CLEANED`),
     other than runs stopped by the canary, which wrote nothing (:mod:`grader.canary`)."""
     if any(tree.students(step) for step in _STATE_DIRS):
         return True
-    runs = tree.logs / "runs.jsonl"
-    if not runs.is_file():
-        return False
-    lines = [ln for ln in runs.read_text(encoding="utf-8").splitlines() if ln.strip()]
-    try:
-        cleaned_at = int(json.loads((tree.logs / CLEANED).read_text()).get("runs", -1))
-    except (OSError, ValueError, AttributeError, TypeError):
-        cleaned_at = -1
-    return any(not _stopped_by_canary(ln) for ln in lines[max(cleaned_at, 0):])
+    return any(not _stopped_by_canary(rec) for rec in store.runs_since_clean(tree))
 
 
-def _stopped_by_canary(line: str) -> bool:
+def _stopped_by_canary(rec: dict | None) -> bool:
+    """True for the run log's record of a run the canary stopped (it wrote nothing); False for any
+    other, and for a line that cannot be read (None)."""
     try:
-        rec = json.loads(line)
         return str(rec.get("error", "")).startswith("CanaryFailed:") and "prepare" not in rec.get("stage_seconds", {})
-    except (ValueError, AttributeError, TypeError):
+    except (AttributeError, TypeError):
         return False
 
 
@@ -241,7 +223,7 @@ def check_gradebook(tree: CourseTree) -> None:
         how = (f"the newest good backup is {found[-1]} ({len(found)} kept); restore it with "
                f"`python -m grader restore --course-root {tree.root}` (or `cp {found[-1]} {tree.gradebook_path}`)")
     else:
-        how = f"no backup exists under {tree.logs / 'backups'}"
+        how = f"no backup exists under {store.backups(tree)}"
     raise CourseStateError(f"{problem}: nothing was written. {how}, then run again.")
 
 
@@ -261,7 +243,7 @@ def restore_gradebook(tree: CourseTree, backup: Path | None = None, log=print) -
     found = good_backups(tree)
     if backup is None:
         if not found:
-            raise CourseStateError(f"no readable gradebook backup to restore under {tree.logs / 'backups'}")
+            raise CourseStateError(f"no readable gradebook backup to restore under {store.backups(tree)}")
         backup = found[-1]
     backup = Path(backup)
     problem = (f"{backup} does not exist" if not backup.exists() else f"{backup} is not a file"
@@ -272,12 +254,11 @@ def restore_gradebook(tree: CourseTree, backup: Path | None = None, log=print) -
     dest = tree.gradebook_path
     newer = _hand_grades_since(tree, backup) if dest.is_file() and _gradebook_file_problem(dest) is None else []
     if dest.exists() and dest.stat().st_size:
-        keep = tree.logs / "backups" / f"replaced-{run_id()}.db"
+        keep = store.backups(tree) / f"replaced-{run_id()}.db"
         shutil.copy2(dest, keep)
         log(f"restore: the gradebook it replaces is kept as {keep}")
-    part = dest.with_suffix(".db.part")
-    shutil.copy2(backup, part)
-    os.replace(part, dest)
+    with store.atomic_path(dest) as part:
+        shutil.copy2(backup, part)
     log(f"restore: {dest} is now {backup}")
     _roll_back_graded(tree, backup, log)
     _keep_hand_grades(tree, newer, log)
@@ -312,7 +293,7 @@ def _keep_hand_grades(tree: CourseTree, newer: list, log) -> None:
     wait in ``logs/handgrades.json`` for the next run, which grades that submission again."""
     if not newer:
         return
-    from .handgrades import carry_over, forget, record
+    from .handgrades import PENDING, carry_over, forget, record
 
     record(tree, newer)  # on disk before the gradebook is touched
     kept, waiting = carry_over(tree, newer)
@@ -321,7 +302,7 @@ def _keep_hand_grades(tree: CourseTree, newer: list, log) -> None:
         what = " and ".join(w for w, v in (("hand grade", g.manual_score), ("comment", g.comment)) if v is not None)
         log(f"restore: kept the {what} typed after that backup: {g.student} ({g.assignment}) {g.grade_id}")
     if waiting:
-        log(f"restore: {len(waiting)} hand grade(s) typed after that backup wait in {tree.logs / 'handgrades.json'} "
+        log(f"restore: {len(waiting)} hand grade(s) typed after that backup wait in {tree.logs / PENDING} "
             "for the next run, which grades their submissions again: "
             + ", ".join(f"{g.student} ({g.assignment}) {g.grade_id}" for g in waiting))
 
@@ -345,15 +326,15 @@ def _roll_back_graded(tree: CourseTree, backup: Path, log) -> None:
     replaced. A replaced one's restored rows graded the earlier submission: their hand grades
     are captured against it (``logs/replaced/``) and the rows removed, so the next run carries
     them over like a resubmission's (kept where the answer is unchanged, named as to redo)."""
-    path = tree.logs / GRADED
     later = _rolled_back_runs(tree, backup)
     if later:
         who = sorted({st for r in later for st in r.get("batch") or []})
         log(f"restore: rolled back {len(later)} run(s) after that backup ({', '.join(r['run_id'] for r in later)}; "
             f"students {', '.join(who) or 'none'}): their work is not in the restored gradebook")
-    if not path.is_file():
+    graded = store.graded(tree)
+    if graded is None:
         return
-    graded, held = {tuple(p) for p in json.loads(path.read_text())}, gradebook_pairs(tree)
+    held = gradebook_pairs(tree)
     replaced = graded & held & {tuple(p) for r in later for p in r.get("replaced") or []}
     again = (graded - held) | replaced
     if not again:
@@ -364,33 +345,19 @@ def _roll_back_graded(tree: CourseTree, backup: Path, log) -> None:
         from .handgrades import capture
 
         for a, st in sorted(replaced):  # the earlier notebook gone: each hand grade is to redo
-            capture(tree, a, st, graded=tree.logs / "replaced" / st / a)
+            capture(tree, a, st, graded=store.replaced(tree, a, st))
         with Gradebook(tree.gradebook_url) as gb:
             for a, st in sorted(replaced):
                 gb.remove_submission(a, st)
-    part = tree.logs / (GRADED + ".part")
-    part.write_text(json.dumps(sorted(graded - again)))
-    os.replace(part, path)
+    store.write_graded(tree, graded - again, log=log)
     log(f"restore: {len(again)} submission(s) will be graded again by the next run (kept in submitted/): "
         + ", ".join(f"{st} ({a})" for a, st in sorted(again)))
 
 
 # --------------------------------------------------------------------------- history
 
-def record_run(tree: CourseTree, record: dict) -> Path:
-    """Append one run's record to ``logs/runs.jsonl`` (one JSON object per line)."""
-    path = tree.logs / "runs.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as f:
-        f.write(json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n")
-    return path
-
-
-def read_runs(tree: CourseTree) -> list[dict]:
-    path = tree.logs / "runs.jsonl"
-    if not path.is_file():
-        return []
-    return [json.loads(ln) for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+record_run = store.append_run
+read_runs = store.read_runs
 
 
 def confirm(question: str, yes: bool) -> bool:

@@ -5,8 +5,8 @@ A fresh grading kernel (:mod:`grader.sandbox`) spends ~3 of its ~3.4 CPU seconds
 Python interpreter, importing torch and finalizing it again; the student's cells are ~0.2 s.
 Here the ``normref-sandbox`` kernelspec names the jupyter_client kernel provisioner
 :class:`WarmProvisioner` (entry point ``normref-warm``, registered by ``make install``), so
-nbgrader, nbclient and both autograde engines are unchanged. Per worker process (an
-``nbgrader autograde`` process, a Dask worker):
+nbgrader, nbclient and the autograde engine (:mod:`grader.engine`) are unchanged. Per worker
+process (of this machine's process pool, or a Dask worker):
 
 * **the zygote**: ``python grader/zygote.py``, started with the kernel's environment
   (as bubblewrap gives it, without the per-notebook variables of :data:`VOLATILE`), imports
@@ -53,18 +53,20 @@ from jupyter_client.provisioning import LocalProvisioner
 from . import sandbox
 from .zygote import REPLY_TIMEOUT_S, START_TIMEOUT_S, VOLATILE, Refused, _recv, _send, bwrap_env
 
-PROVISIONER = "normref-warm"
-ENTRY_POINT_GROUP = "jupyter_client.kernel_provisioners"
-SWITCH = "NORMREF_WARM_KERNELS"
+# The sandbox session decides whether kernels start warm (grader/sandbox.py): its names, here too.
+PROVISIONER = sandbox.WARM_PROVISIONER
+ENTRY_POINT_GROUP = sandbox.WARM_ENTRY_POINT_GROUP
+SWITCH = sandbox.WARM_SWITCH
+unavailable = sandbox.warm_unavailable
 
 
 def _zygote_env(argv: list[str], cwd: str, env: dict[str, str]) -> dict[str, str]:
     """The kernel's environment inside its sandbox, less :data:`~grader.zygote.VOLATILE`."""
     i = argv.index("-f")  # the sandbox's own variables, as grader.sandbox.prepare sets them
     cmd = sandbox.bwrap_argv(argv[i + 1], cwd, [], connection_fd=0,
-                             pids_events="-" if env.get("NORMREF_PIDS_CGROUP") else None,
-                             max_procs=int(env.get("NORMREF_MAX_PROCS", sandbox.MAX_PROCS)),
-                             max_write_bytes=int(env.get("NORMREF_MAX_WRITE_BYTES", sandbox.MAX_WRITE_BYTES)))
+                             pids_events="-" if env.get(sandbox.ENV_PIDS_CGROUP) else None,
+                             max_procs=int(env.get(sandbox.ENV_MAX_PROCS, sandbox.MAX_PROCS)),
+                             max_write_bytes=int(env.get(sandbox.ENV_MAX_WRITE_BYTES, sandbox.MAX_WRITE_BYTES)))
     kenv = bwrap_env(env, cmd)[0]
     return {k: v for k, v in kenv.items() if k not in VOLATILE}
 
@@ -251,7 +253,7 @@ def launch(argv: list[str], cwd: str, env: dict[str, str]) -> WarmKernel | None:
 
 def _record(env: dict[str, str], why: str | None) -> None:
     """Count this launch in ``$NORMREF_SCRATCH_ROOT/warm-<pid>.json`` (read by :func:`kernel_counts`)."""
-    root = env.get("NORMREF_SCRATCH_ROOT")
+    root = env.get(sandbox.ENV_SCRATCH_ROOT)
     if not root:
         return
     c = _WORKER["counts"].setdefault(root, {"warm": 0, "fresh": 0, "why": []})
@@ -292,19 +294,6 @@ def describe(counts: dict, off: str | None = None) -> str | None:
         return (f"autograde: {counts['fresh']} of {counts['warm'] + counts['fresh']} notebooks started a fresh "
                 f"kernel instead of a warm one (same grades, ~3 CPU-s more each): {'; '.join(counts['why'])}")
     return f"autograde: warm kernels for all {counts['warm']} notebooks" if counts["warm"] else None
-
-
-def unavailable() -> str | None:
-    """None when this machine's kernels may start warm, else why not (for the run's log)."""
-    if os.environ.get(SWITCH, "1").strip().lower() in ("0", "no", "off", "false"):
-        return f"{SWITCH}={os.environ[SWITCH]}"
-    from importlib.metadata import entry_points
-
-    if not entry_points(group=ENTRY_POINT_GROUP, name=PROVISIONER):
-        return f"the {PROVISIONER} kernel provisioner is not installed here: run make install"
-    if not hasattr(os, "pidfd_open"):
-        return "this system has no pidfd_open"
-    return None
 
 
 def stop_zygote() -> None:

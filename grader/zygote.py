@@ -29,8 +29,8 @@ PRELOAD = ("ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.zmqshell", "n
            "normref.handback")
 #: Per-notebook (or per-run) variables, which the zygote is started without and may differ.
 VOLATILE = frozenset({"PWD", "OLDPWD", "_", "JPY_SESSION_NAME", "JPY_PARENT_PID", "JUPYTER_PATH",
-                      "NORMREF_SCRATCH_ROOT", "NORMREF_PIDS_CGROUP", "NORMREF_MEMORY_CGROUP",
-                      "NORMREF_HANDBACK_DIR"})
+                      sandbox.ENV_SCRATCH_ROOT, sandbox.ENV_PIDS_CGROUP, sandbox.ENV_MEMORY_CGROUP,
+                      sandbox.HANDBACK_ENV})
 #: Processes of ours in a warm kernel's cgroup beyond a fresh one's: the child and ``sleep``.
 EXTRA_PROCS = 2
 #: In the order they are joined: the user namespace last (setns(2) needs the rights of outside).

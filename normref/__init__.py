@@ -28,9 +28,10 @@ _LAZY = {
     "FAULT_KINDS": "checks",
 }
 #: The package's modules, also reachable as attributes (``normref.blocks``) before they are imported.
-_SUBMODULES = ("answers", "backward", "blocks", "checks", "diagnosis", "experiments", "faults", "functional",
-               "handback", "modern_experiments", "modern_plots", "modules", "placements", "plots", "practice",
-               "rules", "tamper", "widgets")
+_SUBMODULES = ("answer_parsing", "answers", "backward", "blocks", "calling", "checks", "diagnosis", "experiments",
+               "faults", "functional", "handback", "modern_experiments", "modern_plots", "modules", "placements",
+               "plan", "plot_style", "plots", "practice", "recorder", "reference_code", "rules", "tamper", "widgets",
+               "wire")
 
 __version__ = "0.1.0"
 

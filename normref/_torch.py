@@ -49,7 +49,7 @@ def import_if_named(*objs) -> None:
     the functions of the notebook they are defined in) names ``torch``: a numpy answer that
     imports torch inside its body then does not pay for the import inside a timed, recorded
     call (5 s, normref.checks.core.CALL_TIMEOUT_S). Anything else is left to import torch
-    itself, and the recorder follows it (normref.handback.ReferenceRecorder)."""
+    itself, and the recorder follows it (normref.recorder.ReferenceRecorder)."""
     if loaded() is not None:
         return
     import types

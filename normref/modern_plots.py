@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .placements import PLACEMENTS
-from .plots import OKABE_ITO, Plot, _figure, _takeaway
+from .plot_style import OKABE_ITO, Plot, _figure, _takeaway
 
 __all__ = ["PLACEMENT_STYLE", "plot_init_profiles", "plot_hidden_rms", "plot_training_curves",
            "plot_qk_logits", "plot_ln_map", "span"]

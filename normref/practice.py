@@ -246,13 +246,39 @@ def check(qid: str, answer) -> Feedback:
     faults = tuple(result.faults)
     if faults and set(faults) <= _NOT_AN_ATTEMPT and "not_answered" in faults:
         return Feedback(qid, None, f"replace the ... with your answer ({q.hint}), then run again.", faults)
-    messages = result.messages
+    messages = _said(result)
     if faults and set(faults) <= _NOT_AN_ATTEMPT:  # unreadable: not an attempt
         return Feedback(qid, False, " ".join(messages) + f" ({q.hint}).", faults)
     _ATTEMPTED.add(qid)
     if result.passed:
         return Feedback(qid, True, q.right)
     return Feedback(qid, False, " ".join(messages), faults)
+
+
+#: The label an answers message starts with in the graded assignment, where it names the
+#: answer's variable (``pre_ln_formula: did not recognise ...``, ``stats_axis is the float
+#: 1.0 ...``, ``ln_2244 entry 0: ...``); a lesson's question has one answer box and no variable.
+_LABEL = re.compile(r"^[a-z][a-z0-9]*_[a-z0-9_]*(?: (entry \d+))?(: | (?=is |should ))")
+
+
+def _said(result: CheckResult) -> list[str]:
+    """The failing cases' messages as the lesson says them: without the checker's case name
+    when the question has one answer (``"pre_ln formula: "``), nor the assignment's variable
+    name (``"pre_ln_formula: "``; ``"stats_axis is ..."`` is ``"your answer is ..."``)."""
+    out = []
+    for c in result.cases:
+        if c.passed:
+            continue
+        m = c.message
+        if len(result.cases) == 1 and m.startswith(f"{c.name}: "):
+            m = m[len(c.name) + 2:]
+        label = _LABEL.match(m)
+        if label:
+            rest = m[label.end():]
+            m = f"{label.group(1)}: {rest}" if label.group(1) else rest if label.group(2) == ": " \
+                else f"your answer {rest}"
+        out.append(m)
+    return out
 
 
 def attempted(qid: str) -> bool:

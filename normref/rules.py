@@ -7,7 +7,7 @@ normalization (``F.rms_norm``, ``torch.nn.functional.layer_norm``, ``torch.rms_n
 self-check (:mod:`normref.checks`):
 
 * at run time: every call of the student's code runs under
-  :class:`normref.handback.ReferenceRecorder` with this module's lists of names
+  :class:`normref.recorder.ReferenceRecorder` with this module's lists of names
   (:data:`NORM_REFERENCE`, :data:`BACKWARD_REFERENCE`, :data:`PLACEMENT_REFERENCE`,
   :data:`BLOCK_REFERENCE`), which sees a reference run however it was spelled
   (``getattr(F, "rms" + "_norm")``, a subclass of ``nn.RMSNorm``, ``RMSNorm = normref.RMSNorm``),
@@ -22,8 +22,8 @@ self-check (:mod:`normref.checks`):
   :func:`reference_calls_in`.
 
 Either way the student reads, in the notebook and in the feedback, :func:`rule_message`'s
-sentence: "calls torch's rms_norm: grading gives this question 0 — implement it with tensor
-operations".
+one line: "0 points: calls F.rms_norm — implement it with tensor operations" (one line per
+violation: the source's spelling and the recorder's words for one call are said once).
 
 Nothing here is secret: the rule is part of the assignment's instructions.
 """
@@ -35,13 +35,15 @@ import textwrap
 import types
 from typing import Mapping
 
+from ._syntax import parse
+
 __all__ = ["BACKWARD_REFERENCE", "BLOCK_REFERENCE", "DYT_REFERENCE", "NORM_REFERENCE", "NORMREF_BACKWARD",
            "NORMREF_DYT", "NORMREF_MODERN", "NORMREF_NORMS", "NORMREF_PLACEMENT", "NORMREF_QK", "PERI_REFERENCE",
-           "PLACEMENT_REFERENCE", "QK_REFERENCE", "REFERENCE_ATTRS", "REFERENCE_ROOTS", "RULE_CONSEQUENCE",
+           "PLACEMENT_REFERENCE", "QK_REFERENCE", "REFERENCE_ATTRS", "REFERENCE_ROOTS", "RULE_PREFIX",
            "TORCH_NORMS", "reference_calls", "reference_calls_in", "rule_message"]
 
 # What counts as running a reference, at run time (the arguments of
-# :class:`normref.handback.ReferenceRecorder`, used by grading and by the self-checks alike).
+# :class:`normref.recorder.ReferenceRecorder`, used by grading and by the self-checks alike).
 
 #: torch functions and ops that compute a normalization (names as a TorchFunctionMode sees them).
 TORCH_NORMS = ("layer_norm", "rms_norm", "group_norm", "instance_norm", "batch_norm", "native_layer_norm",
@@ -90,15 +92,31 @@ REFERENCE_ATTRS = frozenset({
 REFERENCE_PACKAGES = ("normref", "torch")
 REFERENCE_ROOTS = frozenset({"normref", "torch", "F", "nn"})
 
-#: What grading does, in the student's words.
-RULE_CONSEQUENCE = "grading gives this question 0"
+#: How a line about a broken rule starts: what grading gives the question.
+RULE_PREFIX = "0 points: "
 
 
-def rule_message(what: str, backend: str = "torch") -> str:
-    """The sentence a student reads, e.g. ``"calls F.rms_norm: grading gives this question 0 —
-    implement it with tensor operations"`` (``backend="numpy"``: array operations)."""
+def rule_message(what: str, backend: str = "torch", remedy: str | None = None) -> str:
+    """The one line a student reads for a broken rule, in the self-check, Validate and the
+    feedback alike: ``"0 points: calls F.rms_norm — implement it with tensor operations"``.
+
+    Args:
+        what: what the code does, as the source spells it or grading's recorder words it
+            (``"calls torch's rms_norm"``, ``"uses autograd"``, ``"switched off the grader's
+            call recorder (torch function mode)"``).
+        backend: ``"numpy"``: the remedy says array operations.
+        remedy: what to do instead; by default the remedy for ``what`` (implement it, write
+            the backward by hand, remove the code that does it).
+    """
     ops = "array operations" if backend == "numpy" else "tensor operations"
-    return f"{what}: {RULE_CONSEQUENCE} — implement it with {ops}"
+    if remedy is None:
+        if what.startswith("uses autograd"):
+            remedy = f"the assignment asks for the backward by hand: write it with {ops}"
+        elif what.startswith(("switched off", "changed the grader", "runs code in another")):
+            remedy = "remove the code that does it"
+        else:
+            remedy = f"implement it with {ops}"
+    return f"{RULE_PREFIX}{what} \u2014 {remedy}"
 
 
 def _dotted(node: ast.AST) -> str:
@@ -149,11 +167,12 @@ def reference_calls(source: str, bindings: Mapping[str, str | None] | None = Non
             own imports are read too (``import torch.nn.functional as G``; ``G.rms_norm(x)``).
 
     Returns:
-        ``[(line, what)]`` sorted by line, e.g. ``[(3, "calls F.rms_norm")]``; ``[]`` for code
+        ``[(line, what)]`` sorted by line, e.g. ``[(3, "calls F.rms_norm")]``, ``[(2, "calls rn
+        (torch.nn.functional.rms_norm)")]`` for a name bound to a reference; ``[]`` for code
         that does not parse (a syntax error costs the student the cell anyway).
     """
     try:
-        tree = ast.parse(textwrap.dedent(source))
+        tree = parse(textwrap.dedent(source))
     except SyntaxError:
         return []
     bindings = {**(bindings or {}), **_imports(tree)}  # the scope, then what the source imports
@@ -176,7 +195,7 @@ def reference_calls(source: str, bindings: Mapping[str, str | None] | None = Non
         elif isinstance(fn, ast.Name):
             target = bindings.get(fn.id)
             if _is_reference_package(target) and target.rsplit(".", 1)[-1] in REFERENCE_ATTRS:
-                found.add((line, f"calls {fn.id}"))
+                found.add((line, f"calls {fn.id} ({target})"))  # an alias: what it is
     return sorted(found)
 
 

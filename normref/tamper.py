@@ -13,7 +13,8 @@ tree and reports:
   ``__builtins__``, ``__import__``, ``exec``/``eval``/``compile``, ``globals()[...] =``,
   ``sys.modules``) or importing ``builtins``, ``ctypes``, ``gc``, ``inspect``, ``importlib``,
   ``IPython.core``, ``ipykernel``, ``nbgrader``; a module this cell imports is a module too
-  (``import normref.handback as h; h.run_calls = ...``); reaching ``normref.handback``; work the
+  (``import normref.handback as h; h.run_calls = ...``); reaching ``normref.handback`` (or the
+  grader's other kernel modules, :data:`GRADER_MODULES`: ``normref.recorder`` ...); work the
   grader's call recorder cannot see (``threading``, ``concurrent.futures``, ``multiprocessing``,
   TorchScript: ``torch.jit``, ``CompilationUnit``; ``torch.compile``; ``torch._C``);
 * ``reference``: calling the reference instead of implementing it (``normref.rms_norm``,
@@ -25,9 +26,10 @@ false alarm costs one question and is visible to the instructor, who can regrade
 
 The scan is pure (a syntax tree, the rules below; nothing of the grader's): the student's
 self-check runs it on the cells that defined the checked code and says what grading will do
-(``cell [3] line 1 imports threading: grading removes that cell ...``), so the self-check,
-``nbgrader validate`` and grading agree. Nothing here is secret: the rules are part of the
-assignment's instructions.
+(``0 points: imports threading (line 1 of the cell that defines rms_norm) — grading removes a
+cell that changes how grading works; remove the import``: a cell named by what it defines, the
+same in JupyterLab and in ``nbgrader validate``), so the self-check, Validate and grading agree.
+Nothing here is secret: the rules are part of the assignment's instructions.
 """
 from __future__ import annotations
 
@@ -35,15 +37,22 @@ import ast
 from dataclasses import dataclass
 
 from . import rules as _rules
+from ._syntax import parse
 
 MODULE_NAMES = {"normref", "np", "numpy", "torch", "F", "nn", "math", "sys", "os", "builtins",
                 "IPython", "ipykernel", "nbgrader", "unittest", "pytest", "functools", "operator"}
+#: The grader's other modules in the kernel besides ``normref.handback`` (the hand-back's plan of a
+#: class question, its wire format, the call recorder and the call helpers): reaching one is tamper,
+#: as reaching the hand-back is.
+GRADER_MODULES = {"plan": "the grader's hand-back", "wire": "the hand-back's wire format",
+                  "recorder": "the grader's call recorder", "reference_code": "the grader's call recorder",
+                  "calling": "the grader's call helpers"}
 DENY_IMPORTS = {"builtins", "ctypes", "gc", "inspect", "importlib", "ipykernel", "nbgrader",
                 "IPython.core", "IPython.terminal", "traceback", "atexit", "signal", "code", "codeop",
                 # the grader's hand-back, and work the grader's call recorder cannot see: other
                 # threads and processes (a pool started before the graded call), TorchScript
                 "normref.handback", "threading", "_thread", "concurrent", "multiprocessing", "torch.jit",
-                "torch._C", "torch.multiprocessing"}
+                "torch._C", "torch.multiprocessing", *(f"normref.{m}" for m in GRADER_MODULES)}
 #: Attributes whose use is tamper: TorchScript (``torch.jit``, ``CompilationUnit``; its ops run
 #: outside torch's function mode), ``torch.compile``, torch's C internals, the grader's hand-back.
 DENY_ATTRS = {"jit": "TorchScript (torch.jit)", "CompilationUnit": "TorchScript (CompilationUnit)",
@@ -87,7 +96,7 @@ def protected_bindings(locked_sources: list[str]) -> dict[str, str | None]:
     names: dict[str, str | None] = {}
     for src in locked_sources:
         try:
-            tree = ast.parse(src)
+            tree = parse(src)
         except SyntaxError:
             continue
         for node in tree.body:
@@ -99,6 +108,41 @@ def protected_bindings(locked_sources: list[str]) -> dict[str, str | None]:
     return names
 
 
+#: ``sys`` attributes whose use is tamper (the interpreter's hooks and module table).
+_SYS_ATTRS = ("modules", "displayhook", "excepthook", "stdout", "stderr", "settrace", "setprofile", "meta_path",
+              "path_hooks", "_getframe")
+#: Attributes of any object whose use is tamper (a function's or a frame's insides).
+_INSIDES = ("__globals__", "__code__", "__builtins__", "__dict__", "f_globals", "f_locals", "f_back",
+            "__subclasses__", "__closure__", "__defaults__", "__kwdefaults__")
+
+
+def _assignment_to(target, modules: set) -> str | None:
+    """What assigning to (or deleting) ``target`` is, when it is tamper: ``"modifies torch.allclose"``
+    (an attribute or item of a module, ``modules``), ``"writes into globals()"``; else None."""
+    if not isinstance(target, (ast.Attribute, ast.Subscript)):
+        return None
+    root = _root(target)
+    if root in modules:
+        return f"modifies {_dotted(target) or root}"
+    if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Call) and _root(target.value) in DENY_NAMES:
+        return f"writes into {_root(target.value)}()"
+    return None
+
+
+def _attribute_use(node: ast.Attribute, modules: set) -> str | None:
+    """What using this attribute is, when it is tamper (``"uses sys.modules"``), else None."""
+    dotted = _dotted(node)
+    if dotted.startswith("sys.") and dotted.split(".")[1] in _SYS_ATTRS:
+        return f"uses {dotted}"
+    if node.attr in _INSIDES:
+        return f"uses {node.attr}"
+    if node.attr in DENY_ATTRS or (node.attr == "compile" and _root(node) in ("torch", "_torch")):
+        return f"uses {DENY_ATTRS.get(node.attr, 'torch.compile')}"
+    if node.attr in GRADER_MODULES and _root(node) in modules:
+        return f"uses {GRADER_MODULES[node.attr]} (normref.{node.attr})"
+    return None
+
+
 def scan(source: str, protected: dict[str, str | None] | None = None) -> list[Finding]:
     """Findings in one cell's source (IPython magics and shell lines are scanned as tamper).
 
@@ -107,15 +151,12 @@ def scan(source: str, protected: dict[str, str | None] | None = None) -> list[Fi
         protected: names bound by the locked cells (see :func:`protected_bindings`).
     """
     protected = protected or {}
-    findings: list[Finding] = []
     lines = source.splitlines()
-    for i, ln in enumerate(lines, 1):
-        s = ln.lstrip()
-        if s.startswith(("%", "!")):
-            findings.append(Finding("tamper", i, f"IPython magic or shell command {s.split()[0]!r}"))
+    findings = [Finding("tamper", i, f"IPython magic or shell command {ln.lstrip().split()[0]!r}")
+                for i, ln in enumerate(lines, 1) if ln.lstrip().startswith(("%", "!"))]
     code = "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in lines)
     try:
-        tree = ast.parse(code)
+        tree = parse(code)
     except SyntaxError:
         return findings  # a syntax error only costs the student the cell; nothing to tamper with
 
@@ -146,27 +187,15 @@ def scan(source: str, protected: dict[str, str | None] | None = None) -> list[Fi
                 for sub in ast.walk(t):
                     if isinstance(sub, ast.Name) and isinstance(sub.ctx, (ast.Store, ast.Del)) and node in tree.body:
                         bind(sub.id, line)
-                if isinstance(t, (ast.Attribute, ast.Subscript)):
-                    root = _root(t)
-                    if root in modules:
-                        findings.append(Finding("tamper", line, f"modifies {_dotted(t) or root}"))
-                    elif (isinstance(t, ast.Subscript) and isinstance(t.value, ast.Call)
-                          and _root(t.value) in DENY_NAMES):
-                        findings.append(Finding("tamper", line, f"writes into {_root(t.value)}()"))
+                what = _assignment_to(t, modules)
+                if what:
+                    findings.append(Finding("tamper", line, what))
         elif isinstance(node, ast.Name) and node.id in DENY_NAMES:
             findings.append(Finding("tamper", line, f"uses {node.id}"))
         elif isinstance(node, ast.Attribute):
-            dotted = _dotted(node)
-            if dotted.startswith("sys.") and dotted.split(".")[1] in (
-                    "modules", "displayhook", "excepthook", "stdout", "stderr", "settrace", "setprofile",
-                    "meta_path", "path_hooks", "_getframe"):
-                findings.append(Finding("tamper", line, f"uses {dotted}"))
-            elif node.attr in ("__globals__", "__code__", "__builtins__", "__dict__", "f_globals",
-                               "f_locals", "f_back", "__subclasses__", "__closure__", "__defaults__",
-                               "__kwdefaults__"):
-                findings.append(Finding("tamper", line, f"uses {node.attr}"))
-            elif node.attr in DENY_ATTRS or (node.attr == "compile" and _root(node) in ("torch", "_torch")):
-                findings.append(Finding("tamper", line, f"uses {DENY_ATTRS.get(node.attr, 'torch.compile')}"))
+            what = _attribute_use(node, modules)
+            if what:
+                findings.append(Finding("tamper", line, what))
         if isinstance(node, ast.Call):
             fn = node.func
             if isinstance(fn, ast.Name) and fn.id in ("setattr", "delattr") and node.args:

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import nbformat
 
-from grader import scoring
+from grader import scores, scoring
 from grader.demo import fill_answers
 from grader.groups import handed_back_name
-from normref.handback import MIME, run_calls
+from normref.handback import run_calls
+from normref.wire import MIME
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,7 +42,7 @@ def namespace(nb) -> dict:
 def write_autograded(root: Path, assignment: str, student: str, answers: dict[str, str], seed: int,
                      scored: bool = True) -> Path:
     """Write one student's autograded notebook with hand-back outputs for ``seed``'s inputs, and
-    (``scored``) scored as the scoring stage scores it (:func:`grader.scoring.annotate_notebook`:
+    (``scored``) scored as the scoring stage scores it (:func:`grader.scores.annotate_notebook`:
     the diagnosis and the record in each test cell; no gradebook here).
 
     Args:
@@ -62,7 +63,7 @@ def write_autograded(root: Path, assignment: str, student: str, answers: dict[st
         c.outputs = [nbformat.v4.new_output("display_data", data={
             MIME: json.loads(json.dumps({"grade_id": gid, "calls": calls}))})]
     if scored:
-        scoring.annotate_notebook(nb, seed)
+        scores.annotate_notebook(nb, seed)
     out = root / "autograded" / student / assignment / f"{assignment}.ipynb"
     out.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, out)

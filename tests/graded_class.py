@@ -99,7 +99,7 @@ def grade_demo_class(base: Path) -> GradedClass:
 
     import grader.demo as demo
     from grader import grade_class
-    from normref.handback import ENV
+    from normref.handback_files import HANDBACK_ENV as ENV
 
     root = base / "course"
     root.mkdir()

@@ -19,13 +19,14 @@ and every replayed run use one seed, drawn afresh for the session, so the handed
 replayed are the outputs of the inputs the replayed run scores against. A notebook that was not
 recorded fails the run with what to add (a replay is never a guess).
 
-The seam: ``grader.parallel._run_workers``, which starts the ``processes`` engine's ``nbgrader
-autograde`` processes (the canary uses that engine too), swapped by :func:`stand_in` for
-:func:`replay_workers`, which runs the same nbgrader autograde (assignment, students, exclusions)
-in this process; everything above it, :func:`grader.parallel.autograde`'s choice of submissions
-and its reading of the logs included, is the real thing. The runs use the ``processes`` engine
-(``grader.pipeline.DEFAULT_ENGINE``). The sandbox session is entered as usual (cgroups,
-kernelspec); no kernel starts in it.
+The seam is the run's engine (:mod:`grader.engine`): :func:`stand_in` makes every run's engine a
+:class:`ReplayEngine`, which runs each autograde task at once in this process, and gives the
+task's nbgrader configuration (:func:`grader.task.autograde_config`) :class:`ReplayOutputs` for
+the kernel. The task is the real :func:`grader.task.grade_submission` (the payloads, the scratch
+course, the sandbox session, nbgrader's autograde converter, the files and grade rows it hands
+back); everything above it, the choice of submissions, the one gradebook writer
+(:func:`grader.task.record`), the dead-kernel regrade and the canary included, is the real thing.
+No kernel starts.
 """
 from __future__ import annotations
 
@@ -39,7 +40,6 @@ import signal
 import subprocess
 import sys
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,7 +91,7 @@ ACTIVE: Recording | None = None
 
 
 class ReplayOutputs(NbGraderPreprocessor):
-    """In place of nbgrader's ``Execute`` (and the course's ``HandbackKeys`` around it): each
+    """In place of nbgrader's ``Execute`` (and the course's ``HandbackInputs`` around it): each
     code cell gets the outputs and execution count a real kernel gave it (:data:`ACTIVE`)."""
 
     def preprocess(self, nb, resources):
@@ -110,71 +110,76 @@ class ReplayOutputs(NbGraderPreprocessor):
         return nb, resources
 
 
-def _replay_api(tree):
-    """nbgrader's API for the course, with :class:`ReplayOutputs` where the kernel was."""
-    from nbgrader.apps import NbGraderAPI
-    from traitlets.config import Config
+def replay_config(real_config):
+    """:func:`grader.task.autograde_config` with :class:`ReplayOutputs` where the kernel was
+    (nbgrader's ``Execute`` and the course's ``HandbackInputs`` around it)."""
+    def config(root, args):
+        cfg = real_config(root, args)
+        kernel = {"HandbackInputs", "Execute", "HandbackInputsRemoved"}
+        pre = list(cfg.Autograde.autograde_preprocessors)
+        at = [p.__name__ for p in pre].index("HandbackInputs")
+        steps = [p for p in pre if p.__name__ not in kernel]
+        cfg.Autograde.autograde_preprocessors = [*steps[:at], ReplayOutputs, *steps[at:]]
+        return cfg
 
-    from grader.apps import Course
-
-    config = Config(Course(tree).config)
-    kernel = {"HandbackKeys", "Execute", "HandbackKeysRemoved"}
-    steps = [p for p in config.Autograde.autograde_preprocessors if p.__name__ not in kernel]
-    at = [p.__name__ for p in config.Autograde.autograde_preprocessors].index("HandbackKeys")
-    config.Autograde.autograde_preprocessors = [*steps[:at], ReplayOutputs, *steps[at:]]
-    api = NbGraderAPI(config=config)
-    api.log.setLevel("ERROR")
-    return api
+    return config
 
 
-@dataclass
-class _Finished:
-    """What :func:`grader.parallel.autograde` reads of a finished ``nbgrader autograde`` process."""
+class ReplayEngine:
+    """In place of the run's engine (:mod:`grader.engine`): each task runs at once, in this process,
+    when it is sent (so :class:`ReplayOutputs` reads :data:`ACTIVE`); the task itself is the real
+    :func:`grader.task.grade_submission` (scratch course, sandbox session, nbgrader's autograde
+    converter, the rows and files it hands back), with :func:`replay_config` for the kernel.
 
-    returncode: int
-
-    def poll(self) -> int:
-        return self.returncode
-
-
-def replay_workers(tree, tasks, everyone, jobs, extra_args, worker_setup, tick):
-    """In place of :func:`grader.parallel._run_workers` (which starts one ``nbgrader autograde
-    GLOB --force --CourseDirectory.student_id_exclude=OTHERS`` process per task): the same
-    autograde, run by nbgrader in this process, one task after the other, with
-    :class:`ReplayOutputs` for the kernel; its log goes where the process's would, for
-    :func:`grader.parallel.autograde` to read. The sandbox's options and the cell timeout
-    (``worker_setup``, ``extra_args``) are for kernels: none starts here.
-
-    Raises:
+    Raises (from ``submit``):
         AssertionError: a notebook was not recorded (named, with :data:`RECORDED` to extend).
     """
-    from nbgrader.converters import Autograde
-    from nbgrader.utils import capture_log, temp_attrs
-    from sqlalchemy.exc import SAWarning
 
-    tree.logs.mkdir(exist_ok=True)
-    api, cwd, done = _replay_api(tree), os.getcwd(), []
-    missed = len(ACTIVE.misses)
-    try:
-        os.chdir(tree.root)  # as the processes run, in the course root
-        with warnings.catch_warnings():  # what the processes say in their own logs (SQLAlchemy's notes)
-            warnings.filterwarnings("ignore", category=SAWarning)
-            for i, (glob, group) in enumerate(tasks):
-                others = ",".join(s for s in everyone if s not in group)
-                with temp_attrs(api.coursedir, assignment_id=glob, student_id="*", student_id_exclude=others):
-                    app = Autograde(coursedir=api.coursedir, parent=api)
-                    app.force = True
-                    result = capture_log(app)
-                logfile = tree.logs / f"autograde-worker{i}.log"
-                logfile.write_text(result.get("log", "") + result.get("error", ""))
-                done.append((_Finished(0 if result["success"] else 1), logfile))
-                tick()
-    finally:
-        os.chdir(cwd)
-    if len(ACTIVE.misses) > missed:
-        raise AssertionError(f"tests/replay.py: not recorded: {', '.join(ACTIVE.misses[missed:])}; add their "
-                             f"answers to RECORDED (recorded: {sorted(set(ACTIVE.names.values()))})")
-    return done
+    name, label, address = "processes", "replayed tasks", None
+
+    def __init__(self, jobs: int = 1, *, log=print):
+        self.jobs = jobs
+        self._keys: dict = {}
+
+    def executor(self, use_sandbox: bool = True):
+        return self
+
+    def submit(self, fn, *args, key: str, workers=None):
+        from concurrent.futures import Future
+
+        missed = len(ACTIVE.misses)
+        fut = Future()
+        try:
+            fut.set_result(fn(*args))
+        except Exception as e:  # noqa: BLE001 - as a worker's error comes back
+            fut.set_exception(e)
+        if len(ACTIVE.misses) > missed:
+            raise AssertionError(f"tests/replay.py: not recorded: {', '.join(ACTIVE.misses[missed:])}; add their "
+                                 f"answers to RECORDED (recorded: {sorted(set(ACTIVE.names.values()))})")
+        self._keys[fut] = key
+        return fut
+
+    def as_completed(self, futures):
+        for fut in futures:
+            yield self._keys.pop(fut), fut
+
+    def failure(self, exc: BaseException) -> str:
+        return f"{type(exc).__name__}: {str(exc)[:300]}"
+
+    def cancel(self, futures=()) -> None:
+        self._keys.clear()
+
+    def describe(self) -> str:
+        return "this test process (tests/replay.py)"
+
+    def close(self, timeout=None) -> None:
+        self._keys.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def _submissions(dest: Path, course_root: Path) -> dict[str, str]:
@@ -257,21 +262,21 @@ def _one_run_id_per_second(run_id):
 
 @contextlib.contextmanager
 def stand_in(recording: Recording, monkeypatch, canary_cache: Path):
-    """Swap the autograde processes for :func:`replay_workers` for the ``with`` block: the seed is
-    the recording's, runs use the ``processes`` engine, the canary's passes go to ``canary_cache``
-    (a replayed pass is never a real run's cache hit), two runs never share a run id
-    (:func:`_one_run_id_per_second`), and ``NORMREF_HANDBACK_DIR`` (which a run sets in this
-    process) is put back afterwards."""
+    """Replay for the ``with`` block: every run's engine is a :class:`ReplayEngine` and its tasks'
+    nbgrader configuration has :class:`ReplayOutputs` for the kernel; the seed is the
+    recording's, the canary's passes go to ``canary_cache`` (a replayed pass is never a real
+    run's cache hit), two runs never share a run id (:func:`_one_run_id_per_second`), and
+    ``NORMREF_HANDBACK_INPUTS`` (which a run sets in this process) is put back afterwards."""
     global ACTIVE
-    from grader import parallel, pipeline, scoring, state
-    from normref.handback import ENV
+    from grader import pipeline, scoring, state, task
+    from normref.handback_files import HANDBACK_ENV
 
     monkeypatch.setattr(scoring, "new_seed", lambda: recording.seed)
-    monkeypatch.setattr(parallel, "_run_workers", replay_workers)
+    monkeypatch.setattr(task, "autograde_config", replay_config(task.autograde_config))
+    monkeypatch.setattr(pipeline, "_engine", lambda scheduler, engine, jobs, log: ReplayEngine(jobs, log=log))
     monkeypatch.setattr(state, "run_id", _one_run_id_per_second(state.run_id))
-    monkeypatch.setattr(pipeline, "DEFAULT_ENGINE", "processes")
     monkeypatch.setenv("NORMREF_CANARY_CACHE", str(canary_cache))
-    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.delenv(HANDBACK_ENV, raising=False)
     ACTIVE = recording
     try:
         yield recording

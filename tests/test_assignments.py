@@ -136,10 +136,9 @@ _F_MODULE = ("import torch.nn.functional as F\n\n\nclass RMSNorm(nn.Module):\n"
              "    def __init__(self, dim, eps=1e-6):\n        super().__init__()\n        self.eps = eps\n"
              "        self.weight = nn.Parameter(torch.ones(dim))\n\n    def forward(self, x):\n"
              "        return F.rms_norm(x.float(), (x.shape[-1],), self.weight, self.eps).to(x.dtype)")
-# the first thing said is what grading does, in grading's words: its scan removes the cell that
-# calls F.rms_norm (normref.tamper, the same scan the self-check runs), so the question gets 0
-_RULE = "calls the reference F.rms_norm: grading removes that cell (it calls the reference), so grading " \
-    "gives this question 0 — implement it with tensor operations"
+# the first thing said is what grading gives, in one line (issue 23): its scan removes the cell
+# that calls F.rms_norm (normref.tamper, the same scan the self-check runs), so the question gets 0
+_RULE = "0 points: calls F.rms_norm — implement it with tensor operations"
 FIRST_CHECKS = [  # (assignment, answers, the first visible check, what its error says)
     ("rmsnorm", ANSWERS["rmsnorm"]["missing_keepdim"], "rms_norm_shape", "without keepdim=True the reduced axis"),
     ("layernorm", ANSWERS["layernorm"]["missing_keepdim"], "layer_norm_seed", "without keepdims=True the reduced"),

@@ -124,7 +124,8 @@ def test_bad_input_is_refused():
 def test_the_self_checks_measured_gradients_are_the_analytic_ones():
     """normref.backward measures through the forward what grader/backward.py derives: on the
     self-check's own battery, on drawn graded batteries (three seeds) and at eps = 0."""
-    from grader.scoring import _gen, draw_backward_battery
+    from grader.batteries import draw_backward_battery
+    from grader.batteries import question_generator as _gen
     from normref.backward import layer_norm_grads
     from normref.checks.backward import _backward_battery
 

@@ -252,14 +252,15 @@ def _graded(gid, cls, seed=7):
 
     import nbformat
 
-    from grader import scoring
-    from normref.handback import MIME, run_plan
+    from grader import scores, scoring
+    from normref.plan import run_plan
+    from normref.wire import MIME
 
     q = scoring.QUESTIONS[gid]
     rec = {"grade_id": gid, "cases": run_plan(cls, q.plan(scoring.plan_cases(gid, seed)), q.reference)}
     cell = nbformat.v4.new_code_cell("", metadata={"nbgrader": {"grade_id": gid, "grade": True}})
     cell.outputs = [nbformat.v4.new_output("display_data", data={MIME: json.loads(json.dumps(rec))})]
-    return scoring.score_notebook(nbformat.v4.new_notebook(cells=[cell]), seed)[gid]
+    return scores.score_notebook(nbformat.v4.new_notebook(cells=[cell]), seed)[gid]
 
 
 def test_a_block_of_identity_norms_scores_0_in_the_self_check_and_in_grading():

@@ -260,7 +260,8 @@ def test_without_a_memory_controller_the_address_space_cap_is_what_a_kernel_maps
             cap, kernel_peak = map(int, got.split())
             assert cap == imports + 1024
             # the probe (an idle ipykernel with torch, outside the sandbox) maps about what this kernel does
-            assert 0.8 * imports <= kernel_peak <= imports, (imports, kernel_peak)
+            # (within 10%: this kernel has run a cell and imported normref since; seen 1057 vs 1056 MiB)
+            assert 0.8 * imports <= kernel_peak <= 1.1 * imports, (imports, kernel_peak)
             assert run("x = bytearray(900 * 2**20)\nprint(len(x) // 2**20)") == "900\n"  # the allowance is there
             assert "MemoryError" in run("del x\ny = bytearray(1100 * 2**20)")  # the rest of it is not
             assert run("print(torch.ones(3).sum().item())") == "3.0\n"  # and the kernel goes on

@@ -190,13 +190,13 @@ def _crash_for_chen(assignment, submission, options):
 def test_a_task_that_crashes_its_worker_twice_is_reported_not_retried_forever(tmp_path, dask_cluster, bubblewrap,
                                                                            monkeypatch):
     from grader.scoring import prepare_inputs
-    from normref.handback import ENV
+    from normref.handback_files import HANDBACK_ENV as ENV
 
     root = _course(tmp_path / "c", {"rmsnorm"})
     write_demo_submissions(root, root / "submitted", 3)
     course = Course(CourseTree(root))
     course.generate_assignment("rmsnorm")
-    # the run's keys, as make grade draws them (without them nbgrader autograde refuses to run)
+    # the run's inputs, as make grade draws them (without them nbgrader autograde refuses to run)
     monkeypatch.setenv(ENV, str(prepare_inputs(root, log=lambda *_: None, set_env=False)[1]))
     lines = []
     got = cluster.autograde(root, ["rmsnorm"], scheduler=dask_cluster.address, task=_crash_for_chen,

@@ -259,7 +259,7 @@ def test_students_are_who_the_lms_says(course_copy, tmp_path, replayed):
                       "José Muñoz,10014,,,S1,\nPat O'Brien,10015,,,S1,\nSam Absent,10099,,,S1,\n", encoding="utf-8")
     out = run_grader("--submissions", folder, "--jobs", 2, "--lms-gradebook", export, course=course_copy)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    # no file left out (the canary's cached-pass line may say skipped)
+    # no file left out (the canary may say its pass was cached)
     assert not [ln for ln in out.stdout.splitlines() if "skipped" in ln and not ln.startswith("canary:")]
     assert "left blank (no submission here): Sam Absent (10099)" in out.stdout
     back = (course_copy / "lms-import-canvas.csv").read_text(encoding="utf-8").splitlines()
@@ -305,7 +305,7 @@ def test_lms_batches_fill_the_import_from_the_gradebook_and_zip_the_feedback(cou
         for name, (sid, _, _) in NON_ASCII_CANVAS.items()})
     out = run_grader("--submissions", first, "--jobs", 2, course=course_copy)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    # no file left out (the canary's cached-pass line may say skipped)
+    # no file left out (the canary may say its pass was cached)
     assert not [ln for ln in out.stdout.splitlines() if "skipped" in ln and not ln.startswith("canary:")]
     with (course_copy / "grades.csv").open() as f:
         grades = {r["student_id"]: (float(r["score"]), r["late"]) for r in csv.DictReader(f)}
@@ -488,7 +488,7 @@ def test_a_run_stopped_between_autograde_and_scoring_leaves_the_submission_to_th
         course_copy, tmp_path, monkeypatch, replayed):
     """The submission is recorded as graded only once its trusted score is written (red team:
     Ctrl-C right after autograde left a correct submission at the kernel's 0 for good)."""
-    from grader import pipeline, scoring
+    from grader import pipeline, scores
     from grader.pipeline import grade_class
 
     only_assignments(course_copy, {"rmsnorm"})
@@ -498,7 +498,7 @@ def test_a_run_stopped_between_autograde_and_scoring_leaves_the_submission_to_th
         raise KeyboardInterrupt("SIGINT")
 
     with monkeypatch.context() as m:
-        m.setattr(scoring, "scoring_stage", stopped)
+        m.setattr(scores, "scoring_stage", stopped)
         with pytest.raises(KeyboardInterrupt):
             grade_class(course_root=course_copy, submissions=tree, jobs=1, log=lambda *_: None)
     assert not (course_copy / "logs" / pipeline.GRADED).is_file() or "ada" not in (

@@ -167,7 +167,7 @@ sys.exit(code)
 """
 #: What only grading itself needs: torch, the report's plotting, nbgrader's apps and converters.
 _GRADING_ONLY = ("torch", "matplotlib", "nbconvert", "nbgrader.apps", "nbgrader.converters", "normref",
-                 "grader.pipeline", "grader.report", "grader.parallel")
+                 "grader.pipeline", "grader.report", "grader.engine")
 
 
 def _imported(*args: str) -> tuple[subprocess.CompletedProcess, set[str]]:

@@ -460,7 +460,7 @@ def test_forgeries_caps_and_shadowing_through_make_grade(graded):
         assert f"{name} " in startup and "does not load it" in startup, (name, startup)
     assert not flags.get("honest") and not flags.get("honest_float64"), flags
     assert any("checkers changed at run time" in f for f in flags["runtime_patch"]), flags["runtime_patch"]
-    assert any("calls torch's rms_norm" in f and "grading gives this question 0" in f
+    assert any("0 points: calls torch's rms_norm" in f
                for f in flags["indirect_reference"]), flags["indirect_reference"]
     # the secret seed is in the run log, and no kernel could read it
     assert (course_copy / "logs" / "scoring" / "seeds.jsonl").read_text().count('"seed"') == 1
@@ -481,8 +481,13 @@ _REF = "getattr(torch.nn.functional, 'rms' + '_norm')"  # a spelling the syntax 
 # 1. the graded inputs read in the answer cell (the kernel could read them from its start), the
 #    reference's outputs computed there, outside any record, and the function a lookup table
 READ_INPUTS = (
-    "import os\nKNOWN = []\ntry:\n"
-    "    _d = torch.load(os.path.join(os.environ['NORMREF_HANDBACK_DIR'], 'rms_norm_battery.pt'),"
+    "import base64, io, json, os\nKNOWN = []\n"
+    # the inputs, where the grader keeps them (named by the environment, and the course's own path)
+    "for _p in (os.environ.get('NORMREF_HANDBACK_INPUTS', ''), INPUTS_PATH):\n"
+    "    try:\n        print('INPUTS', open(_p).read()[:20])\n"
+    "    except OSError as e:\n        print('NO INPUTS', type(e).__name__)\n"
+    "try:\n"
+    "    _d = torch.load(io.BytesIO(base64.b64decode(json.load(open(INPUTS_PATH))['rms_norm_battery'])),"
     " weights_only=False)\n"
     "    for _args, _kw, _g in _d['calls']:\n"
     "        _x, _w = _args[0], _args[1]\n"
@@ -490,11 +495,6 @@ READ_INPUTS = (
     f"        KNOWN.append((_x.clone(), {_REF}(_x.float(), (_x.shape[-1],), _w.float(), _eps).to(_x.dtype)))\n"
     "    print('READ', len(KNOWN))\n"
     "except Exception as e:\n    print('UNREADABLE', type(e).__name__)\n"
-    # ... and the keys, where the grader keeps them (relative to the inputs, and the course's own path)
-    "for _p in (os.path.join(os.environ['NORMREF_HANDBACK_DIR'], '..', 'scoring', 'handback-keys.json'),\n"
-    "           KEYS_PATH):\n"
-    "    try:\n        print('KEYS', open(_p).read()[:20])\n"
-    "    except OSError as e:\n        print('NO KEYS', type(e).__name__)\n"
     "def rms_norm(x, weight, eps=1e-6):\n"
     "    for kx, ky in KNOWN:\n"
     "        if kx.shape == x.shape and kx.dtype == x.dtype and torch.equal(kx, x):\n"
@@ -525,9 +525,9 @@ TORCHSCRIPT = ("CU = torch.jit.CompilationUnit('''\ndef f(x, w, eps: float):\n"
 
 def build_red_team(root) -> dict:
     """The red team's answers to q1: ``{name: (answer, expected points)}``."""
-    keys_path = root / "logs" / "scoring" / "handback-keys.json"
+    inputs_path = root / "logs" / "scoring" / "handback-inputs.json"
     return {"honest": (RMS_CORRECT, FULL),
-            "read_inputs": (f"KEYS_PATH = {str(keys_path)!r}\n" + READ_INPUTS, Q1_ZERO),
+            "read_inputs": (f"INPUTS_PATH = {str(inputs_path)!r}\n" + READ_INPUTS, Q1_ZERO),
             "alias_patch": (ALIAS_PATCH, Q1_ZERO), "alias_patch_unseen": (ALIAS_PATCH_UNSEEN, Q1_ZERO),
             "launder": (LAUNDER, Q1_ZERO), "pool": (POOL, Q1_ZERO), "torchscript": (TORCHSCRIPT, Q1_ZERO)}
 
@@ -538,7 +538,7 @@ def test_red_team_routes_through_make_grade(graded):
     earns for the question; the flagged ones say why in the report, and a question whose answer
     cell the scan removed says the rule in its feedback. The honest answer keeps full marks."""
     course_copy, run, release = graded.root, graded.run, graded.release
-    keys_path = course_copy / "logs" / "scoring" / "handback-keys.json"
+    inputs_path = course_copy / "logs" / "scoring" / "handback-inputs.json"
     corpus = graded.red_team
     assert {sid: run.scores.get(("hostile", RED_TEAM + sid)) for sid in corpus} == \
         {sid: exp for sid, (_, exp) in corpus.items()}
@@ -548,16 +548,19 @@ def test_red_team_routes_through_make_grade(graded):
     def autograded(sid):
         return graded.autograded(RED_TEAM + sid)
 
-    # 1. the answer cell could not read the inputs (locked with a key it never saw); the keys and
-    # the sealing cell are not in the autograded notebook (nor, then, in the feedback)
+    # 1. the answer cell could not read the inputs (in no file it can open, not yet in the kernel);
+    # the inputs and the sealing cell are in neither the autograded notebook nor the feedback
     nb = autograded("read_inputs")
     printed = "".join(o.get("text", "") for c in _cells(nb, "rms_norm_impl") for o in c.get("outputs", []))
     assert "UNREADABLE" in printed and "READ" not in printed.replace("UNREADABLE", ""), printed
-    assert printed.count("NO KEYS") == 2 and "KEYS {" not in printed, printed  # no key is inside the sandbox
-    keys = json.loads(keys_path.read_text())
+    assert printed.count("NO INPUTS") == 2 and "INPUTS {" not in printed, printed  # none inside the sandbox
+    inputs = json.loads(inputs_path.read_text())
     text = nbformat.writes(nb)
-    assert not any(k in text for k in keys.values()) and "seal()" not in text
+    assert not any(t in text for t in inputs.values()) and "seal()" not in text and ".inputs(" not in text
     assert len(nb.cells) == len(release.cells)
+    for sid in corpus:
+        page = (course_copy / "feedback" / (RED_TEAM + sid) / "hostile" / "hostile.html").read_text()
+        assert not any(t in page for t in inputs.values()) and ".inputs(" not in page, sid
     # 2. seen by the scan (the alias is a module this cell imported), or when the hidden test ran
     assert any("modifies h.run_calls" in f for f in flags["alias_patch"]), flags["alias_patch"]
     assert any("changed the grader's hand-back" in f and "normref.handback.run_calls" in f

@@ -1,4 +1,4 @@
-"""A course on a real JupyterHub, end to end: README "Deploy on JupyterHub", as a class lives it.
+"""A course on a real JupyterHub, end to end: docs/HUB.md, "Deploy on JupyterHub", as a class lives it.
 
 Real processes only (tests/hubkit.py): three new unix users (an instructor, ada and bob; homes
 mode 700; removed afterwards), the shared student environment from ``make hub-env``, a ``git

@@ -1,5 +1,5 @@
 """Formgrader's Autograde button and a bare ``nbgrader autograde`` cannot wreck a grade (issue 21
-item 4): without the keys only a ``make grade`` run draws, the course's ``nbgrader_config.py``
+item 4): without the inputs only a ``make grade`` run draws, the course's ``nbgrader_config.py``
 refuses before any student code runs, naming ``make grade``, and the gradebook, the autograded
 notebook and the feedback stay as the grader left them. Real nbgrader, real kernels, one student.
 """
@@ -12,7 +12,7 @@ import pytest
 from nbgrader.api import Gradebook
 
 from grader.apps import Course
-from normref.handback import ENV
+from normref.handback_files import HANDBACK_ENV as ENV
 from test_course_state import grader, only_assignments, submitted_tree
 
 
@@ -29,7 +29,7 @@ def _files(course) -> dict[str, bytes]:
 
 
 @pytest.mark.slow
-def test_autograde_without_the_keys_refuses_naming_make_grade_and_changes_no_grade(course_copy, monkeypatch):
+def test_autograde_without_the_inputs_refuses_naming_make_grade_and_changes_no_grade(course_copy, monkeypatch):
     only_assignments(course_copy, {"practice"})
     Course(course_copy).generate_assignment("practice")  # as nbgrader release_assignment leaves it on a hub
     submitted_tree(course_copy / "submitted", {"ada": "correct"}, "practice", release=course_copy / "release")
@@ -60,12 +60,12 @@ def test_autograde_without_the_keys_refuses_naming_make_grade_and_changes_no_gra
     assert _grades(course_copy) == before and _files(course_copy) == files
 
 
-def test_a_hidden_test_run_without_its_key_fails_naming_make_grade(monkeypatch):
-    """The hand-back as written (no key: a configuration without the grader's preprocessors)
+def test_a_hidden_test_run_without_its_inputs_fails_naming_make_grade(monkeypatch):
+    """The hand-back as written (no inputs: a configuration without the grader's preprocessors)
     fails its cell in autograde instead of scoring a quiet 0; in Validate it does nothing."""
     from normref.handback import hand_back
 
     assert hand_back("practice_rms", 4.0) is None  # JupyterLab, Validate
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
-    with pytest.raises(RuntimeError, match=r"practice_rms: this hidden test ran without its key: .*`make grade`"):
+    with pytest.raises(RuntimeError, match=r"practice_rms: this hidden test ran without its inputs: .*`make grade`"):
         hand_back("practice_rms", 4.0)

@@ -4,8 +4,9 @@ hand-backs and self-checks show what they showed with torch loaded, and the refe
 still sees a torch normalization that a numpy answer imports and calls itself.
 
 Each kernel here is a fresh interpreter running the notebook's cells in order, as the grading
-kernel does: the sealing cell that nbgrader_config.py's ``HandbackKeys`` puts first (run on the
-source notebook, with this run's keys), the locked cells, the answer cells and the hidden tests.
+kernel does: the sealing cell that nbgrader_config.py's ``HandbackInputs`` puts first (run on the
+source notebook, with this run's inputs), the locked cells, the answer cells and the hidden tests
+(each given its question's inputs by the same preprocessor).
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
+
+from normref.handback_files import HANDBACK_ENV
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -72,42 +75,42 @@ def test_import_normref_loads_no_torch_and_every_name_still_resolves():
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
-    """This run's graded inputs and keys, drawn as make grade draws them."""
+    """This run's graded inputs (their file), drawn as make grade draws them."""
     from grader.scoring import prepare_inputs
 
     root = tmp_path_factory.mktemp("lazy-course")
-    _, folder = prepare_inputs(root, seed=20261122, log=lambda *_: None, set_env=False)
-    return folder
+    _, path = prepare_inputs(root, seed=20261122, log=lambda *_: None, set_env=False)
+    return path
 
 
 def kernel_cells(assignment: str, inputs: Path, answers: dict | None = None) -> list[str]:
     """The grading kernel's cells for ``assignment``'s source notebook (its solutions, or
-    ``answers`` by grade_id), after the course's HandbackKeys preprocessor."""
+    ``answers`` by grade_id), after the course's HandbackInputs preprocessor."""
     from grader.apps import Course
 
     config = Course(REPO).config
-    (keys_cls,) = [p for p in config.Autograde.autograde_preprocessors if p.__name__ == "HandbackKeys"]
+    (give,) = [p for p in config.Autograde.autograde_preprocessors if p.__name__ == "HandbackInputs"]
     nb = nbformat.read(REPO / "source" / assignment / f"{assignment}.ipynb", as_version=4)
     for cell in nb.cells:
         gid = cell.metadata.get("nbgrader", {}).get("grade_id")
         if answers is not None and cell.metadata.get("nbgrader", {}).get("solution"):
             cell.source = answers.get(gid, "raise NotImplementedError()")
-    old = os.environ.get("NORMREF_HANDBACK_DIR")
-    os.environ["NORMREF_HANDBACK_DIR"] = str(inputs)
+    old = os.environ.get(HANDBACK_ENV)
+    os.environ[HANDBACK_ENV] = str(inputs)
     try:
-        nb, _ = keys_cls(config=config).preprocess(nb, {"nbgrader": {"assignment": assignment}})
+        nb, _ = give(config=config).preprocess(nb, {"nbgrader": {"assignment": assignment}})
     finally:
-        os.environ.pop("NORMREF_HANDBACK_DIR") if old is None else os.environ.update(NORMREF_HANDBACK_DIR=old)
+        os.environ.pop(HANDBACK_ENV) if old is None else os.environ.update({HANDBACK_ENV: old})
     return ["\n".join(ln for ln in c.source.splitlines() if not ln.strip().startswith(("### BEGIN", "### END")))
             for c in nb.cells if c.cell_type == "code"]
 
 
 def _env(inputs: Path) -> dict:
-    return {"NBGRADER_EXECUTION": "autograde", "NORMREF_HANDBACK_DIR": str(inputs)}
+    return {"NBGRADER_EXECUTION": "autograde"}  # the inputs are in the cells; the kernel gets no file
 
 
 def _handed_back(result: dict) -> list:
-    from normref.handback import MIME
+    from normref.wire import MIME
 
     return [s[MIME] for s in result["shown"] if isinstance(s, dict) and MIME in s]
 
@@ -180,18 +183,18 @@ def test_a_numpy_answer_that_imports_torch_and_calls_its_norm_is_still_caught(ho
             assert "calls torch's layer_norm" in refs, refs
     # the self-check (the visible test) says so too: the rule costs the question
     errors = [s for s in result["shown"] if isinstance(s, dict) and "error" in s]
-    assert errors and "grading gives this question 0" in errors[0]["message"], result["shown"]
+    assert errors and errors[0]["message"].startswith("0 points: "), result["shown"]
 
 
 def test_torch_free_assignments_have_only_numpy_or_short_answer_questions():
     """nbgrader_config.py's TORCH_FREE_ASSIGNMENTS (sealed without torch) against the questions
-    grader.scoring scores: every keyed question of those is numpy or a short answer, and every
+    grader.scoring scores: every handed-back question of those is numpy or a short answer, and every
     other assignment has a torch question."""
     from grader.apps import Course
     from grader.scoring import QUESTIONS
 
-    (keys_cls,) = [p for p in Course(REPO).config.Autograde.autograde_preprocessors if p.__name__ == "HandbackKeys"]
-    free = keys_cls.preprocess.__globals__["TORCH_FREE_ASSIGNMENTS"]
+    (give,) = [p for p in Course(REPO).config.Autograde.autograde_preprocessors if p.__name__ == "HandbackInputs"]
+    free = give.preprocess.__globals__["TORCH_FREE_ASSIGNMENTS"]
     for src in sorted((REPO / "source").glob("*/*.ipynb")):
         gids = {c.metadata.get("nbgrader", {}).get("grade_id") for c in nbformat.read(src, 4).cells} & set(QUESTIONS)
         backends = {"values" if QUESTIONS[g].kind == "values" else QUESTIONS[g].backend for g in gids}
@@ -207,8 +210,10 @@ def test_inputs_are_written_without_torch_for_numpy_questions(inputs):
     torch); a torch question's are torch.save's archive. Both read back as written."""
     import numpy as np
 
-    from grader.scoring import QUESTIONS, keys_path
-    from normref.handback import load_inputs, unlock
+    import base64
+
+    from grader.scoring import QUESTIONS
+    from normref.wire import load_inputs
 
     def leaves(o):
         if isinstance(o, dict):
@@ -217,12 +222,12 @@ def test_inputs_are_written_without_torch_for_numpy_questions(inputs):
             return [x for v in o for x in leaves(v)]
         return [o]
 
-    keys = json.loads(keys_path(inputs).read_text())
+    texts = json.loads(inputs.read_text())
     for gid, q in QUESTIONS.items():
-        data = unlock(bytes.fromhex(keys[gid]), (inputs / f"{gid}.pt").read_bytes())
-        zipped = data.startswith(b"PK\x03\x04")
+        zipped = base64.b64decode(texts[gid]).startswith(b"PK\x03\x04")
         assert zipped == (q.backend != "numpy" and q.kind != "values"), gid
-        kinds = {type(v).__module__.split(".")[0] for v in leaves(load_inputs(data))}
+        kinds = {type(v).__module__.split(".")[0] for v in leaves(load_inputs(texts[gid]))}
         if not zipped:
             assert kinds <= {"builtins", "numpy"}, (gid, kinds)
-            assert q.kind == "values" or q.public or any(isinstance(v, np.ndarray) for v in leaves(load_inputs(data)))
+            assert q.kind == "values" or q.public or any(isinstance(v, np.ndarray)
+                                                         for v in leaves(load_inputs(texts[gid])))

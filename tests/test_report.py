@@ -309,10 +309,10 @@ def test_the_late_column_shows_lms_late_marks_as_grades_csv_does(course):
 
     from nbgrader.api import Gradebook
 
-    from grader.collect import LMS_LATE, _remember
+    from grader import store
     from grader.course import CourseTree
 
-    _remember(CourseTree(course), {"ana/hw": True, "ben/hw": False, "eve/hw": True}, LMS_LATE)  # as collect does
+    store.add_lms_late(CourseTree(course), {"ana/hw": True, "ben/hw": False, "eve/hw": True})  # as collect does
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         gb.find_assignment("hw").duedate = datetime(2026, 11, 20, 9, 0)
         gb.find_submission("hw", "cid").timestamp = datetime(2026, 11, 20, 11, 30)
@@ -324,3 +324,12 @@ def test_the_late_column_shows_lms_late_marks_as_grades_csv_does(course):
     assert late == {"ana": "hw (marked late by the LMS)", "ben": "", "cid": "hw (2.5 h)", "dov": ""}
     data = json.loads((course / "reports" / "report.json").read_text(encoding="utf-8"))
     assert data["lms_late"] == ["ana (hw)"] and data["late_seconds"] == {"cid (hw)": 9000.0}
+
+
+def test_the_hand_grading_hint_on_a_hub_names_formgrader_by_its_address():
+    from grader.report import FORMGRADER_HINT, formgrader_hint
+
+    # a terminal of the instructor's own hub server has the server's prefix in its environment
+    on_hub = formgrader_hint({"JUPYTERHUB_SERVICE_PREFIX": "/user/nrhub-instr/"})
+    assert "/user/nrhub-instr/formgrader" in on_hub and "make lab-instructor" not in on_hub
+    assert formgrader_hint({}) == FORMGRADER_HINT and "`make lab-instructor`" in FORMGRADER_HINT

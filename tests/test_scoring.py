@@ -1,5 +1,5 @@
-"""Trusted scoring (grader.scoring): graded inputs drawn from a secret seed, outputs handed back
-by the kernel (normref.handback) and judged by the checker in the grader's own process.
+"""Trusted scoring (grader.scoring, grader.scores): graded inputs drawn from a secret seed, outputs
+handed back by the kernel (normref.handback) and judged by the checker in the grader's own process.
 
 Fast: the kernel's half runs in this process on the answer bank's code, and its record goes
 through JSON, as it does through the notebook. The real round trip through ``make grade`` is
@@ -14,9 +14,12 @@ import numpy as np
 import pytest
 import torch
 
-from grader import scoring
+from grader import scores, scoring
 from grader.demo.answer_bank import ANSWERS, EXPECTED
-from normref.handback import MIME, encode_answer, run_calls, run_plan
+from grader.replay import Replay
+from normref.handback import run_calls
+from normref.plan import run_plan
+from normref.wire import MIME, decode_answer, encode_answer
 
 REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
 #: grade_id -> (assignment, the function the hidden test hands back, points)
@@ -73,13 +76,13 @@ def handed_back(gid: str, fn, seed: int) -> dict:
     return {"grade_id": gid, "calls": run_calls(fn, scoring.probe_calls(gid, seed), q.reference)}
 
 
-def graded(gid: str, fn, seed: int) -> scoring.Scored:
+def graded(gid: str, fn, seed: int) -> scores.Scored:
     """What grading makes of ``fn``: the kernel's record of it on the drawn inputs (with the
     run-time record of reference calls), through JSON in a notebook cell's output, scored here."""
     cell = nbformat.v4.new_code_cell("", metadata={"nbgrader": {"grade_id": gid, "grade": True}})
     cell.outputs = [nbformat.v4.new_output("display_data", data={
         MIME: json.loads(json.dumps(handed_back(gid, fn, seed)))})]
-    return scoring.score_notebook(nbformat.v4.new_notebook(cells=[cell]), seed)[gid]
+    return scores.score_notebook(nbformat.v4.new_notebook(cells=[cell]), seed)[gid]
 
 
 def trusted_points(gid: str, fn, seed: int) -> float:
@@ -175,7 +178,7 @@ def test_a_function_that_only_knows_the_visible_battery_earns_nothing_hidden():
 def test_outputs_travel_without_pickles_and_keep_dtype_and_shape():
     x = torch.randn(2, 3, 4).to(torch.bfloat16)
     rec = json.loads(json.dumps(run_calls(lambda *a: (x, np.arange(3.0), "s"), [((), {}, False)])))
-    back = scoring.Replay(rec)()
+    back = Replay(rec)()
     assert back[0].dtype == torch.bfloat16 and torch.equal(back[0], x)
     assert back[1].dtype == np.float64 and list(back[1]) == [0.0, 1.0, 2.0]
     assert type(back[2]).__name__ == "str"  # other objects travel as their type name only
@@ -183,7 +186,7 @@ def test_outputs_travel_without_pickles_and_keep_dtype_and_shape():
         "", metadata={"nbgrader": {"grade_id": "rms_norm_battery", "grade": True}})])
     nb.cells[0].outputs = [nbformat.v4.new_output("display_data", data={MIME: {"grade_id": "rms_norm_battery",
                                                                               "calls": []}})] * 2
-    scored = scoring.score_notebook(nb, 3)["rms_norm_battery"]
+    scored = scores.score_notebook(nb, 3)["rms_norm_battery"]
     assert scored.fraction == 0.0 and "2 sets of outputs" in scored.flags[0]
 
 
@@ -212,7 +215,9 @@ def test_a_reference_call_by_any_spelling_earns_zero_and_says_the_rule(spelling)
     exec(REFERENCE_SPELLINGS[spelling], ns)
     s = graded("rms_norm_battery", ns["rms_norm"], 5)
     assert s.fraction == 0.0
-    assert "grading gives this question 0" in s.text and "implement it with tensor operations" in s.text
+    # one line, as the self-check says it: no "6/6 cases passed" beside the 0
+    assert s.text.startswith("rms_norm_battery: 0 points: calls ") and len(s.text.splitlines()) == 1, s.text
+    assert s.text.endswith(" \u2014 implement it with tensor operations"), s.text
     assert s.flags and "rms_norm" in s.flags[0]
 
 
@@ -243,7 +248,7 @@ def test_a_reference_call_hidden_in_a_thread_a_process_or_a_course_helper_earns_
 
 
 def test_a_patched_recorder_class_earns_zero(monkeypatch):
-    from normref.handback import ReferenceRecorder
+    from normref.recorder import ReferenceRecorder
 
     monkeypatch.setattr(ReferenceRecorder, "__enter__", lambda self: self)
     monkeypatch.setattr(ReferenceRecorder, "__exit__", lambda self, *a: None)
@@ -291,14 +296,14 @@ def test_short_answers_travel_with_their_types():
 
     sent = [4, 2 / 3, "sqrt(84.5)", True, None, (1, 2.5), [4, 5, 1], torch.Size([4, 5, 1]), np.float64(2.5),
             np.int64(-2), torch.tensor(9.25), np.array([1.0, -2.0]), ...]
-    back = [scoring.decode_answer(json.loads(json.dumps(encode_answer(v)))) for v in sent]
+    back = [decode_answer(json.loads(json.dumps(encode_answer(v)))) for v in sent]
     for a, b in zip(sent[:8], back[:8]):
         assert type(a) is type(b) and a == b, (a, b)
     assert back[8] == 2.5 and type(back[8]) is np.float64 and back[9] == -2 and type(back[9]) is np.int64
     assert back[10].dtype == torch.float32 and float(back[10]) == 9.25
     assert back[11].tolist() == [1.0, -2.0] and back[12] is Ellipsis
     # another type: its text and, if it is a number, its value; the checker reads the number
-    frac = scoring.decode_answer(json.loads(json.dumps(encode_answer(Fraction(169, 2)))))
+    frac = decode_answer(json.loads(json.dumps(encode_answer(Fraction(169, 2)))))
     assert type(frac).__name__ == "Fraction" and repr(frac) == "Fraction(169, 2)"
     from normref.answers import check_rms_34
 
@@ -306,7 +311,7 @@ def test_short_answers_travel_with_their_types():
     s = graded("practice_rms", (Fraction(169, 2),), 0)
     assert s.fraction == 0.0 and "Fraction(169, 2)" in s.text  # noted in the feedback
     assert graded("practice_rms", ((84.5) ** 0.5,), 0).fraction == 1.0
-    odd = scoring.decode_answer(json.loads(json.dumps(encode_answer(object()))))
+    odd = decode_answer(json.loads(json.dumps(encode_answer(object()))))
     assert graded("practice_rms", (object(),), 0).fraction == 0.0 and type(odd).__name__ == "object"
 
 
@@ -360,19 +365,19 @@ def test_a_block_record_that_does_not_follow_the_graders_wiring_fails_that_case(
     own[2]["in"] = own[0]["in"]  # post_attention_layernorm "called" on x instead of h
     cell = nbformat.v4.new_code_cell("", metadata={"nbgrader": {"grade_id": "block_battery", "grade": True}})
     cell.outputs = [nbformat.v4.new_output("display_data", data={MIME: json.loads(json.dumps(rec))})]
-    s = scoring.score_notebook(nbformat.v4.new_notebook(cells=[cell]), 4)["block_battery"]
+    s = scores.score_notebook(nbformat.v4.new_notebook(cells=[cell]), 4)["block_battery"]
     assert s.fraction == 0.75 and "other inputs than the grader's wiring" in s.text
     rec["cases"] = rec["cases"][:2]
     cell.outputs = [nbformat.v4.new_output("display_data", data={MIME: json.loads(json.dumps(rec))})]
-    assert scoring.score_notebook(nbformat.v4.new_notebook(cells=[cell]), 4)["block_battery"].fraction == 0.5
+    assert scores.score_notebook(nbformat.v4.new_notebook(cells=[cell]), 4)["block_battery"].fraction == 0.5
 
 
-# ----------------------------------------------------------- locked inputs and the sealed hand-back
+# ----------------------------------------------------------- the inputs in the hidden test, the sealed hand-back
 
-def _scored_bundle(gid: str, bundle: dict, seed: int) -> scoring.Scored:
+def _scored_bundle(gid: str, bundle: dict, seed: int) -> scores.Scored:
     cell = nbformat.v4.new_code_cell("", metadata={"nbgrader": {"grade_id": gid, "grade": True}})
     cell.outputs = [nbformat.v4.new_output("display_data", data={MIME: json.loads(json.dumps(bundle))})]
-    return scoring.score_notebook(nbformat.v4.new_notebook(cells=[cell]), seed)[gid]
+    return scores.score_notebook(nbformat.v4.new_notebook(cells=[cell]), seed)[gid]
 
 
 def _config_namespace() -> dict:
@@ -383,45 +388,48 @@ def _config_namespace() -> dict:
     return ns
 
 
-def test_each_question_is_locked_with_its_own_key_which_the_preprocessor_writes_into_its_hidden_test(
+def test_each_question_s_inputs_are_written_into_its_hidden_test_just_before_it_runs_and_taken_out_after(
         tmp_path, monkeypatch):
-    import io
     import re
 
-    from normref.handback import ENV, unlock
+    from normref.handback_files import HANDBACK_ENV
+    from normref.wire import load_inputs
 
-    seed, inputs = scoring.prepare_inputs(tmp_path, seed=5, log=lambda *_: None, set_env=False)
-    keys = json.loads(scoring.keys_path(inputs).read_text())
-    assert set(keys) == set(scoring.QUESTIONS) and len(set(keys.values())) == len(keys)
-    assert scoring.keys_path(inputs).stat().st_mode & 0o077 == 0  # the grader's alone
-    blob = (inputs / "rms_norm_battery.pt").read_bytes()
-    with pytest.raises(Exception):  # what an answer cell could read: not a torch file
-        torch.load(io.BytesIO(blob), weights_only=False)
-    with pytest.raises(ValueError):  # another question's key opens nothing
-        unlock(bytes.fromhex(keys["layer_norm_battery"]), blob)
-    calls = torch.load(io.BytesIO(unlock(bytes.fromhex(keys["rms_norm_battery"]), blob)), weights_only=False)["calls"]
+    seed, path = scoring.prepare_inputs(tmp_path, seed=5, log=lambda *_: None, set_env=False)
+    inputs = json.loads(path.read_text())
+    # one text per question; a drawn battery's its own
+    drawn = [g for g in scoring.QUESTIONS if scoring.QUESTIONS[g].draw is not None]
+    assert set(inputs) == set(scoring.QUESTIONS) and len({inputs[g] for g in drawn}) == len(drawn) >= 10
+    assert path.stat().st_mode & 0o077 == 0  # the grader's alone
+    # in logs/scoring/ (outside every sandbox), and nowhere else: no kernel is given a file
+    assert path.parent == tmp_path / "logs" / "scoring" and sorted(p.name for p in (tmp_path / "logs").iterdir()) == [
+        "scoring"]
+    calls = load_inputs(inputs["rms_norm_battery"])["calls"]
     want = scoring.probe_calls("rms_norm_battery", seed)
     assert len(calls) == len(want) and all(torch.equal(a[0][0], b[0][0]) for a, b in zip(calls, want))
 
     ns = _config_namespace()
     source = nbformat.read(REPO / "source" / "rmsnorm" / "rmsnorm.ipynb", as_version=4)
     nb = nbformat.reads(nbformat.writes(source), as_version=4)
-    monkeypatch.setenv(ENV, str(inputs))
+    monkeypatch.setenv(HANDBACK_ENV, str(path))
     resources: dict = {}
-    nb, resources = ns["HandbackKeys"]().preprocess(nb, resources)
+    nb, resources = ns["HandbackInputs"]().preprocess(nb, resources)
     name = re.fullmatch(r"(_[A-Za-z]{16}) = __import__\('normref.handback', fromlist=\['seal'\]\)\.seal\(\)",
                         nb.cells[0].source).group(1)
     hidden = {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells
               if c.metadata.get("nbgrader", {}).get("grade_id") in ("rms_norm_shape", "rms_norm_battery")}
     for gid, src in hidden.items():
-        assert f'{name}("{gid}", "{keys[gid]}", rms_norm)' in src and "hand_back(" not in src
-    nb, resources = ns["HandbackKeysRemoved"]().preprocess(nb, resources)
-    assert nbformat.writes(nb) == nbformat.writes(source)  # no key, no sealing cell left behind
-    monkeypatch.delenv(ENV)
-    assert ns["HandbackKeys"]().preprocess(nb, {})[0].cells[0].source == source.cells[0].source  # no keys: as it is
+        given = f'{name}.inputs("{gid}", "{inputs[gid]}")\n{name}("{gid}", rms_norm)'
+        assert given in src and "hand_back(" not in src
+        # the call's own line holds no inputs: a traceback of it (a timeout's) shows none
+        assert inputs[gid] not in src.split(given.split("\n")[0], 1)[1]
+    nb, resources = ns["HandbackInputsRemoved"]().preprocess(nb, resources)
+    assert nbformat.writes(nb) == nbformat.writes(source)  # no inputs, no sealing cell left behind
+    monkeypatch.delenv(HANDBACK_ENV)
+    assert ns["HandbackInputs"]().preprocess(nb, {})[0].cells[0].source == source.cells[0].source  # no inputs: as it is
     autograde = [p.__name__ for p in ns["c"].Autograde.autograde_preprocessors]
     assert autograde[autograde.index("Execute") - 1:autograde.index("Execute") + 2] == [
-        "HandbackKeys", "Execute", "HandbackKeysRemoved"]
+        "HandbackInputs", "Execute", "HandbackInputsRemoved"]
 
 
 def test_the_sealed_hand_back_reports_a_patched_module_and_a_thread_started_before_the_call(tmp_path, monkeypatch):
@@ -429,23 +437,22 @@ def test_the_sealed_hand_back_reports_a_patched_module_and_a_thread_started_befo
     from concurrent.futures import ThreadPoolExecutor
 
     import normref.handback as handback
-    from normref.handback import ENV
 
-    seed, inputs = scoring.prepare_inputs(tmp_path, seed=5, log=lambda *_: None, set_env=False)
-    keys = json.loads(scoring.keys_path(inputs).read_text())
+    seed, path = scoring.prepare_inputs(tmp_path, seed=5, log=lambda *_: None, set_env=False)
+    inputs = json.loads(path.read_text())
     shown = []
     monkeypatch.setattr("IPython.display.display", lambda obj, raw=False: shown.append(obj[MIME]))
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
-    monkeypatch.setenv(ENV, str(inputs))
     sealed = handback.seal()  # what the first cell of a graded notebook does
-    gid, key = "rms_norm_battery", keys["rms_norm_battery"]
+    gid = "rms_norm_battery"
+    sealed.inputs(gid, inputs[gid])  # what the hidden test's first line does
     ns = {"torch": torch}
     exec(RMS_HONEST, ns)
-    assert sealed(gid, key, ns["rms_norm"]) == 0.0 and "changed" not in shown[-1]
+    assert sealed(gid, ns["rms_norm"]) == 0.0 and "changed" not in shown[-1]
     s = _scored_bundle(gid, shown[-1], seed)
     assert (s.fraction, s.flags) == (1.0, [])
-    with pytest.raises(RuntimeError, match=r"ran without its key: it is graded by `make grade`"):
-        handback.hand_back(gid, ns["rms_norm"])  # as written: no key, the cell fails
+    with pytest.raises(RuntimeError, match=r"ran without its inputs: it is graded by `make grade`"):
+        handback.hand_back(gid, ns["rms_norm"])  # as written: no inputs, the cell fails
     assert len(shown) == 1  # and nothing was handed back
 
     cheat = f"def rms_norm(x, weight, eps=1e-6):\n    return {REFERENCE_SPELLINGS['getattr'].split('return ')[1]}"
@@ -454,25 +461,24 @@ def test_the_sealed_hand_back_reports_a_patched_module_and_a_thread_started_befo
     # the red team's patch: the hand-back given no reference names, through an alias of its module
     alias, orig = sys.modules["normref.handback"], handback.run_calls
     monkeypatch.setattr(alias, "run_calls", lambda fn, calls, reference=None, sealed=None: orig(fn, calls, None))
-    sealed(gid, key, ns["rms_norm"])
+    sealed(gid, ns["rms_norm"])
     assert shown[-1]["changed"] == ["normref.handback.run_calls"]
     s = _scored_bundle(gid, shown[-1], seed)
     assert s.fraction == 0.0 and "changed the grader's hand-back" in s.flags[0] and "run_calls" in s.flags[0]
     monkeypatch.setattr(alias, "run_calls", orig)
     monkeypatch.setattr(orig, "__code__", (lambda fn, calls, reference=None, sealed=None: []).__code__)
-    sealed(gid, key, ns["rms_norm"])
+    sealed(gid, ns["rms_norm"])
     assert shown[-1]["changed"] == ["normref.handback.run_calls (its code)"]
     monkeypatch.undo()
     monkeypatch.setattr("IPython.display.display", lambda obj, raw=False: shown.append(obj[MIME]))
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
-    monkeypatch.setenv(ENV, str(inputs))
 
     # a pool whose thread was started after the kernel was sealed, before the call
     pool = ThreadPoolExecutor(1)
     try:
         pool.submit(int).result()
         ref = getattr(torch.nn.functional, "rms" + "_norm")
-        sealed(gid, key, lambda x, w, eps=1e-6: pool.submit(ref, x.float(), (x.shape[-1],), w.float(), eps)
+        sealed(gid, lambda x, w, eps=1e-6: pool.submit(ref, x.float(), (x.shape[-1],), w.float(), eps)
                .result().to(x.dtype))
     finally:
         pool.shutdown()
@@ -514,19 +520,21 @@ def test_a_question_whose_answer_cell_the_grader_removed_says_why_not_a_name_err
         cell.outputs = [nbformat.v4.new_output("error", ename="NameError", evalue="name 'rms_norm' is not defined",
                                                traceback=[])]
         tests.append(cell)
-    scored = scoring.score_notebook(nbformat.v4.new_notebook(cells=[answer, *tests]), 3)
+    scored = scores.score_notebook(nbformat.v4.new_notebook(cells=[answer, *tests]), 3)
     for gid, s in scored.items():
         assert s.fraction == 0.0 and "removed your answer cell 'rms_norm_impl'" in s.text and said in s.text, s.text
         assert "NameError" not in s.text
 
 
 def test_two_threads_scoring_at_once_score_as_one_does():
-    """The checkers draw a battery by patching their module's case list and seed torch's global
-    RNG for the sublayers they build, so two scorings in one process at once (test_assignments
-    grades two assignments in threads) could swap batteries or reseed a draw half-way: a correct
-    Post-LN once scored 0 of 4 in CI, a correct block 2 of 4 in a fresh-clone run (its wiring
-    cases' attention redrawn while the other thread built the block's public battery under
-    torch.manual_seed). Scoring takes turns."""
+    """Two scorings in one process at once (test_assignments grades two assignments in threads),
+    with nothing taking turns but the parsing of Python syntax (normref._syntax). When a drawn
+    battery was patched into its checker's module and sublayers were built under torch's global
+    RNG, they swapped batteries or reseeded a draw half-way: a correct Post-LN once scored 0 of 4
+    in CI, a correct block 2 of 4 in a fresh-clone run (its wiring cases' attention redrawn while
+    the other thread built the block's public battery under torch.manual_seed). Now each checker
+    is handed its battery and every battery draws from its own generator; without the parse lock
+    CPython 3.11's ast.parse raises "AST constructor recursion depth mismatch" here."""
     from concurrent.futures import ThreadPoolExecutor
 
     ns = namespace("block", "correct")
@@ -542,7 +550,7 @@ def test_two_threads_scoring_at_once_score_as_one_does():
         if gid == "plan":  # what another course's prepare_inputs does: the block's public battery,
             scoring.plan_cases("block_quick", seed)  # built under torch.manual_seed
             return 1.0
-        return scoring.score_notebook(cells[gid], seed)[gid].fraction
+        return scores.score_notebook(cells[gid], seed)[gid].fraction
 
     order = [g for _ in range(12) for g in [*cells, "plan", "plan"]]
     with ThreadPoolExecutor(max_workers=4) as pool:

@@ -2,6 +2,7 @@
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -154,6 +155,15 @@ def test_export_has_lessons_assignments_and_binder_files_but_no_source(export):
     assert [str(h) for h in hits if h.kind == "hidden"] == []
     released = {p.relative_to(REPO).as_posix() for p in (REPO / "release").rglob("*.ipynb")}
     assert released <= files
+
+
+def test_the_exported_readme_links_resolve_in_the_export(export):
+    """The README links its docs/ pages and screenshots: each one is in the student tree too."""
+    readme = (export / "README.md").read_text()
+    links = [a or b for a, b in re.findall(r"\]\(([^)\s#]+)[^)]*\)|src=\"([^\"]+)\"", readme)]
+    local = [link for link in links if not re.match(r"[a-z][a-z0-9+.-]*:", link)]
+    assert any(link.startswith("docs/") and link.endswith(".md") for link in local), local
+    assert [link for link in local if not (export / link).exists()] == []
 
 
 def test_export_points_the_binder_badge_at_the_student_repo(export):

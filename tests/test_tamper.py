@@ -142,6 +142,11 @@ def test_start_up_files_in_a_submission_are_named(tmp_path):
     ("from normref import checks as c\nsetattr(c, 'check_rms_norm', print)", "setattr on c"),
     ("import normref\nhb = normref.handback", "uses the grader's hand-back (normref.handback)"),
     ("from normref.handback import run_calls", "imports normref.handback"),
+    # ... and the grader's other kernel modules, split out of it
+    ("from normref.recorder import ReferenceRecorder", "imports normref.recorder"),
+    ("import normref\nr = normref.recorder.ReferenceRecorder", "uses the grader's call recorder (normref.recorder)"),
+    ("import normref as n\nenc = n.wire.encode", "uses the hand-back's wire format (normref.wire)"),
+    ("import normref.calling as c\nc.CALL_TIMEOUT_S = 99", "modifies c.CALL_TIMEOUT_S"),
     # work the grader's call recorder cannot see: other threads and processes, TorchScript
     ("from concurrent.futures import ThreadPoolExecutor", "imports concurrent.futures"),
     ("import threading", "imports threading"),
@@ -160,6 +165,12 @@ def test_the_red_team_routes_are_tamper(source, what):
 def test_using_an_imported_module_without_changing_it_is_not_tamper():
     src = ("import numpy as np\nimport math\nfrom collections import OrderedDict\n"
            "d = OrderedDict()\nd['a'] = np.zeros(3)\nd['a'][0] = math.pi\n")
+    assert scan(src, {"torch": "torch"}) == []
+
+
+def test_an_attribute_named_like_a_grader_module_on_a_non_module_is_not_tamper():
+    src = ("class Run:\n    def __init__(self):\n        self.plan = []\n        self.wire = None\n"
+           "r = Run()\nsteps = r.plan\n")
     assert scan(src, {"torch": "torch"}) == []
 
 
@@ -201,9 +212,10 @@ def test_the_self_check_says_grading_removes_a_flagged_cell():
     r = check_rms_norm(ns["rms_norm"], quick=True)
     assert time.perf_counter() - t < 2.0
     assert all(c.passed for c in r.cases) and not r.passed and r.score == 0
-    assert r.breaches == ["cell [3], line 1: imports threading: grading removes that cell (it changes how "
-                          "grading works), so grading gives this question 0 \u2014 remove the import"]
-    assert "imports threading: grading removes that" in r.problem
+    assert r.breaches == ["0 points: imports threading (line 1 of the cell that defines rms_norm) \u2014 grading "
+                          "removes a cell that changes how grading works; remove the import"]
+    assert r.report() == r.breaches[0]  # the one line, no "2/2 cases passed" header
+    assert " ".join(r.problem.split()) == r.breaches[0]
     # the same answer without the import: nothing to say
     ns2 = {"__name__": "__main__"}
     _cell(ns2, 1, "import torch\n")
@@ -220,7 +232,8 @@ def test_a_helper_in_a_flagged_cell_costs_the_question_that_uses_it():
     _cell(ns, 4, "def rms_norm(x, weight, eps=1e-6):\n"
                  "    return (x.float() * (_ms(x) + eps).rsqrt() * weight).to(x.dtype)\n")
     r = check_rms_norm(ns["rms_norm"], quick=True)
-    assert r.score == 0 and r.breaches[0].startswith("cell [2], line 1: imports gc: grading removes that cell")
+    assert r.score == 0 and r.breaches == ["0 points: imports gc (line 1 of the cell that defines _ms) \u2014 grading "
+                                           "removes a cell that changes how grading works; remove the import"]
 
 
 def test_a_module_imported_in_a_flagged_cell_costs_the_question_that_uses_it():
@@ -233,7 +246,9 @@ def test_a_module_imported_in_a_flagged_cell_costs_the_question_that_uses_it():
                  "    ms = x.float().pow(2).mean(dim=-1, keepdim=True) * math.pow(1, 2)\n"
                  "    return (x.float() * (ms + eps).rsqrt() * weight).to(x.dtype)\n")
     r = check_rms_norm(ns["rms_norm"], quick=True)
-    assert r.score == 0 and r.breaches[0].startswith("cell [2], line 1: imports threading: grading removes")
+    assert r.score == 0 and r.breaches == ["0 points: imports threading (line 1 of the cell that imports math) "
+                                           "\u2014 grading removes a cell that changes how grading works; remove "
+                                           "the import"]
     # a later, clean cell binding the name is the one that counts
     _cell(ns, 6, "import math\n")
     assert check_rms_norm(ns["rms_norm"], quick=True).passed

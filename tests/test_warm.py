@@ -242,7 +242,7 @@ def test_a_warm_kernel_keeps_no_trace_of_the_kernel_before_it(session, tmp_path)
     assert after["rms"] == [[1.0, 1.0]]  # 3 / sqrt(mean(9, 9)) = 1
     # every RNG seeded anew, as in a fresh interpreter (torch's too): no draw is the earlier kernel's
     assert all(after["first"][k] != first["first"][k] for k in ("torch", "np", "py", "seed")), (first, after)
-    assert after["hash"] == first["hash"]  # shared by one zygote's kernels (README, protection)
+    assert after["hash"] == first["hash"]  # shared by one zygote's kernels (docs/SECURITY.md, warm kernels)
 
 
 def test_without_its_zygote_or_when_it_refuses_a_notebook_starts_fresh_and_says_why(session, tmp_path, monkeypatch):

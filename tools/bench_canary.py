@@ -15,14 +15,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from grader import canary, pipeline  # noqa: E402
+from grader import canary, pipeline, sandbox  # noqa: E402
 from grader.bench_warm import CpuAccount  # noqa: E402
 from grader.demo import demo_course  # noqa: E402
 
 
 def main() -> None:
     students = int(sys.argv[1]) if len(sys.argv) > 1 else None
-    os.environ["NORMREF_CANARY_CACHE"] = tempfile.mkdtemp(prefix="bench-canary-")
+    os.environ[sandbox.ENV_CANARY_CACHE] = tempfile.mkdtemp(prefix="bench-canary-")
     course = demo_course(pipeline.REPO_ROOT)
     (course / "logs" / canary.CACHE).unlink(missing_ok=True)
     inner, seen = canary.stage, []

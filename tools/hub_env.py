@@ -79,7 +79,7 @@ def configure(prefix: Path, exchange: Path, course: str) -> list[str]:
     blocked = not_reachable(python)
     if blocked:
         raise SystemExit(f"hub-env: students cannot run {python}: {blocked} is closed to other users; "
-                         "make the environment from a Python every user can run (PYTHON=/usr/bin/python3.11)")
+                         "make the environment from a Python every user can run (HUB_PYTHON=/usr/bin/python3.11)")
     done = []
     if not exchange.exists():
         exchange.mkdir(parents=True)

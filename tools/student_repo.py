@@ -11,7 +11,8 @@ What goes in (:data:`STUDENT_PATHS`): the README, ``environment.yml``, ``postBui
 ``start`` and ``jupyter-student/`` (Binder), ``pyproject.toml`` and ``Makefile`` (``make lab``),
 ``normref/`` (the maths, lesson helpers and student-side checkers; the instructor's grader
 and its demo class of correct answers live in ``grader/``, which is not on this list),
-``notebooks/``, ``release/`` and the README's ``docs/screenshots/``. What stays out:
+``notebooks/``, ``release/`` and ``docs/`` (the pages and screenshots the README links to;
+what the README said before they moved there). What stays out:
 ``source/`` (solutions and hidden tests), ``tests/``, ``tools/``, ``nbgrader_config.py`` and
 every grading folder. Only files git tracks or would track (``git ls-files --cached --others
 --exclude-standard``) are copied, so build output and gradebooks never travel.
@@ -49,7 +50,7 @@ STUDENT_PATHS = (
     "normref",
     "notebooks",
     "release",
-    "docs/screenshots",
+    "docs",
 )
 
 #: The Binder badge's repository, as ``mybinder.org/v2/gh/<OWNER>/<NAME>/<REF>``.

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import nbformat
 
+from ..course import CONFIG
 from .answer_bank import ANSWERS, EXPECTED
 
 #: Due date of every demo assignment; a demo student submitted after it is late.
@@ -125,7 +126,7 @@ def demo_course(course_root: Path) -> Path:
 
     root = Path(course_root) / DEMO_COURSE
     root.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(Path(course_root) / "nbgrader_config.py", root / "nbgrader_config.py")
+    shutil.copy2(Path(course_root) / CONFIG, root / CONFIG)
     for name in ("source", "release"):
         shutil.rmtree(root / name, ignore_errors=True)
         shutil.copytree(Path(course_root) / name, root / name)

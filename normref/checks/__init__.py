@@ -12,6 +12,11 @@ the registry :mod:`normref.faults`, in the words of the answer's backend (numpy 
 A student function that raises, loops, returns the wrong kind/shape/dtype, returns NaN or
 modifies its input gets a clear message; the checker itself never raises because of it.
 
+Each checker runs its public battery, or the battery it is given (``cases=``: grading hands in
+the one it draws for its run, ``grader/batteries.py``). Every battery draws from a generator of
+its own (:func:`~normref.checks.core.seeded_randn`, :func:`~normref.checks.core.seeded_module`),
+never from torch's or numpy's global RNG, so checks in several threads at once do not meet.
+
 By family (one module each): :mod:`~normref.checks.core` (results, calling student code, the
 seeded inputs), :mod:`~normref.checks.compare` (tolerances, errors, the closest fault model),
 :mod:`~normref.checks.norms` (:func:`check_rms_norm`,

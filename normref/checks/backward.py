@@ -92,8 +92,8 @@ def _shape_fault(case: _BackwardCase, got, want) -> CaseResult | None:
 
 
 @single_threaded
-def check_layer_norm_backward(fn: Callable, quick: bool = False, *, reference: Callable | None = None
-                              ) -> CheckResult:
+def check_layer_norm_backward(fn: Callable, quick: bool = False, *, reference: Callable | None = None,
+                              cases: list[_BackwardCase] | None = None) -> CheckResult:
     """Check a student's ``layer_norm_backward(dy, x, weight, eps)`` -> ``(dx, dweight, dbias)``.
 
     Args:
@@ -105,6 +105,8 @@ def check_layer_norm_backward(fn: Callable, quick: bool = False, *, reference: C
         reference: ``reference(dy, x, weight, eps) -> (dx, dweight, dbias)``, the expected
             gradients (the grader passes its analytic backward); default
             :func:`normref.backward.layer_norm_grads`, measured through the forward.
+        cases: the battery (``_BackwardCase``: ``dy``, ``x``, ``weight``, ``eps``, float64) to run
+            instead of the public one (``None``), e.g. the one grading draws for its run.
 
     Returns:
         :class:`CheckResult` with four cases, each passed when all three gradients agree with
@@ -155,5 +157,5 @@ def check_layer_norm_backward(fn: Callable, quick: bool = False, *, reference: C
         failed.observed = observed
         return failed
 
-    return run("layer_norm_backward", _backward_battery()[: 2 if quick else None], run_case, fn,
-               backend="numpy", reference=BACKWARD_REFERENCE)
+    cases = (_backward_battery() if cases is None else list(cases))[: 2 if quick else None]
+    return run("layer_norm_backward", cases, run_case, fn, backend="numpy", reference=BACKWARD_REFERENCE)

@@ -11,8 +11,8 @@ from torch import nn
 from ..functional import rms_norm
 from ..rules import BLOCK_REFERENCE
 from .compare import compare_array, diagnose_by_models, to_f64
-from .core import (CaseResult, CheckResult, fail, msg, run, seeded, seeded_randn, single_threaded,
-    student_call)
+from .core import (CaseResult, CheckResult, fail, msg, run, seeded, seeded_module, seeded_randn,
+    single_threaded, student_call)
 from .module import build
 from .placement import deep_models
 
@@ -99,13 +99,18 @@ _NORM_ATTRS = ("input_layernorm", "post_attention_layernorm")
 
 
 def _block_battery() -> list[_BlockCase]:
+    """The public battery of :func:`check_pre_ln_block` (fixed seeds: inputs and gammas from one
+    generator, the sublayers' weights from another, never the global RNG)."""
     import torch
 
     from ..blocks import CausalSelfAttention, FeedForward
     from ..modules import LayerNorm, RMSNorm
 
     rnd = seeded_randn(19)
-    torch.manual_seed(19)  # the sublayers' init (inside seeded())
+    init = torch.Generator().manual_seed(19)  # the sublayers' weights, drawn in turn
+
+    def sublayers():
+        return seeded_module(init, CausalSelfAttention, 8, 2), seeded_module(init, FeedForward, 8, 16)
 
     def norms(cls):  # two norms with different, trained gammas (and betas)
         n1, n2 = cls(8), cls(8)
@@ -122,10 +127,9 @@ def _block_battery() -> list[_BlockCase]:
                    seeded_randn(21)(2, 3, 8),
                    norm_x=seeded_randn(23)(2, 3, 8, scale=NORM_X_SCALE, shift=NORM_X_SHIFT)),
         _BlockCase("wiring [2, 3, 8]: known attention, feed-forward and two RMSNorms with different gammas",
-                   rnd(2, 3, 8, scale=2.0), (CausalSelfAttention(8, 2), FeedForward(8, 16), *norms(RMSNorm))),
+                   rnd(2, 3, 8, scale=2.0), (*sublayers(), *norms(RMSNorm))),
         _BlockCase("wiring [4, 5, 8]: two LayerNorms with different gammas and betas",
-                   rnd(4, 5, 8, scale=2.0, shift=0.5),
-                   (CausalSelfAttention(8, 2), FeedForward(8, 16), *norms(LayerNorm))),
+                   rnd(4, 5, 8, scale=2.0, shift=0.5), (*sublayers(), *norms(LayerNorm))),
         _BlockCase("your own block on [2, 3, 8]: shape kept, and out = h + mlp(ln2(h)) with your modules",
                    rnd(2, 3, 8), "own"),
     ]
@@ -244,7 +248,7 @@ def _build_case(case: _BlockCase, m) -> CaseResult:
 
 
 @single_threaded
-def check_pre_ln_block(block_cls, quick: bool = False) -> CheckResult:
+def check_pre_ln_block(block_cls, quick: bool = False, *, cases: list[_BlockCase] | None = None) -> CheckResult:
     """Check a student's pre-norm transformer block: one block with its two norms, wired as in
     the seed's MiniMind block.
 
@@ -283,6 +287,8 @@ def check_pre_ln_block(block_cls, quick: bool = False) -> CheckResult:
         block_cls: the student's class, factory or module.
         quick: run only the first two cases (the build, the wiring with two RMSNorms), the
             assignment's visible check.
+        cases: the battery (``_BlockCase``: ``x``, ``parts``, ``norm_x``) to run instead of the
+            public one (``None``), e.g. the one grading draws for its run.
 
     Returns:
         :class:`CheckResult` with four cases. Diagnoses missing_attribute, shared_norm (one norm
@@ -301,8 +307,7 @@ def check_pre_ln_block(block_cls, quick: bool = False) -> CheckResult:
     Source: the seed's "Engineering bridge · two norms, one block width" (MiniMind's block);
     Xiong et al. 2020, Fig. 1(b).
     """
-    with seeded():
-        cases = _block_battery()[: 2 if quick else None]
+    cases = (_block_battery() if cases is None else list(cases))[: 2 if quick else None]
 
     no_norms: list[str] = []  # the build case found a norm that does not normalise
 

@@ -1,5 +1,5 @@
-"""What every checker shares: the results, calling student code safely, and the one seeded
-input helper (comparing arrays is :mod:`normref.checks.compare`).
+"""What every checker shares: the results, calling student code safely, and the seeded input
+helpers (comparing arrays is :mod:`normref.checks.compare`).
 
 A student function that raises, loops, returns the wrong kind/shape/dtype, returns NaN or
 modifies its input gets a clear message; the checker itself never raises because of it.
@@ -11,20 +11,21 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import io
-import signal
 import threading
-import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
 from .. import faults as _faults
-from .._torch import import_if_named, is_tensor, loaded
+from .._torch import import_if_named, loaded
+from ..calling import CALL_TIMEOUT_S, seeded  # noqa: F401 - the checkers' seeded, from here
+from ..calling import Timeout as _Timeout
+from ..calling import call_with_timeout as _call_with_timeout
 from ..rules import reference_calls_in, rule_message
-
-CALL_TIMEOUT_S = 5.0
+from ..wire import snapshot as _copy
+from ..wire import unchanged as _same
+from .cells import remedy, scan_findings
 
 
 def msg(kind: str, backend: str = "torch", norm: str = "layer") -> str:
@@ -69,9 +70,9 @@ class CheckResult:
     Attributes:
         name: what was checked, e.g. ``"rms_norm"``.
         cases: one :class:`CaseResult` per case, in order.
-        breaches: rules that cost points (:mod:`normref.rules`), one sentence each, e.g.
-            ``"calls F.rms_norm: grading gives this question 0 — implement it with tensor
-            operations"``; any breach makes the score 0, as grading will.
+        breaches: rules that cost points (:mod:`normref.rules`), one line per violation, e.g.
+            ``"0 points: calls F.rms_norm — implement it with tensor operations"``; any
+            breach makes the score 0, as grading will, and is all the report says.
         passed: True when every case passed and no rule is broken.
         score: fraction of cases passed, 0..1 (nbgrader partial credit is ``points * score``);
             0 when a rule is broken.
@@ -118,8 +119,9 @@ class CheckResult:
 
     @property
     def problem(self) -> str:
-        """What grading would hold against this result first, for an error message: the first
-        broken rule, else the first failing case's diagnosis (without the case name and the
+        """What grading would hold against this result first, for an error message: the broken
+        rules' lines (each its own, as :meth:`report` says them), else the first failing case's
+        diagnosis (without the case name and the
         raw error it explains, e.g. ``"use keepdim=True ..."`` rather than ``"raised
         RuntimeError: The size of tensor a (8) ..."``); ``""`` when passed. Wrapped for
         ``nbgrader validate``, which cuts every line of an error at 80 columns: the first line
@@ -127,29 +129,36 @@ class CheckResult:
         the others at 76."""
         import textwrap
 
-        why = ""
         if self.breaches:
-            why = self.breaches[0]
+            whys = list(self.breaches)
         else:
+            whys = [""]
             for c in self.cases:
                 if not c.passed:  # a code case's "case '<name>': raised ...; <hint>": the hint
-                    why = (c.message.split("': ", 1)[-1].split("; ", 1)[-1]
-                           if c.message.startswith("case '") else c.message)
+                    whys = [c.message.split("': ", 1)[-1].split("; ", 1)[-1]
+                            if c.message.startswith("case '") else c.message]
                     break
-        # one wrap of the whole text, the first line 16 columns shorter: words are never cut
+        # one wrap of each text, the first line 16 columns shorter: words are never cut
         # (cutting the text after a first wrap, whose whitespace it had collapsed, broke
         # "torch.float16" into "t" / "orch.float16")
         pad = " " * 16
-        lines = textwrap.wrap(why, 76, initial_indent=pad, break_long_words=False, break_on_hyphens=False)
+        lines = []
+        for why in whys:
+            lines += textwrap.wrap(why, 76, initial_indent=pad if not lines else "",
+                                   break_long_words=False, break_on_hyphens=False)
         return "\n".join([lines[0][len(pad):], *lines[1:]] if lines else [])
 
     def report(self) -> str:
-        """The human summary shown in self-check and grader cells (no internal tags)."""
+        """The human summary shown in self-check and grader cells (no internal tags): the
+        cases passed and each failing case's diagnosis; for a broken rule, its line alone
+        (``"0 points: calls F.rms_norm — implement it with tensor operations"``)."""
+        if self.breaches:  # a broken rule costs the question whatever the cases say: its line alone
+            return "\n".join(self.breaches)
         n_ok = sum(c.passed for c in self.cases)
         head = f"{self.name}: {n_ok}/{len(self.cases)} cases passed (score {self.score:.2f})"
         if self.passed:
             return head + " - all correct."
-        return "\n".join([head] + ["  x " + b for b in self.breaches] + ["  x " + m for m in self.messages])
+        return "\n".join([head] + ["  x " + m for m in self.messages])
 
     __str__ = report
 
@@ -191,7 +200,7 @@ def single_threaded(checker: Callable) -> Callable:
         torch = loaded()
         if torch is None:  # a numpy check: no torch threads to limit (and no torch to import)
             return checker(*args, **kwargs)
-        n = torch.get_num_threads()
+        n = torch.get_num_threads()  # the calling thread's setting (OpenMP keeps one per thread)
         torch.set_num_threads(1)
         try:
             return checker(*args, **kwargs)
@@ -199,58 +208,6 @@ def single_threaded(checker: Callable) -> Callable:
             torch.set_num_threads(n)
 
     return wrapper
-
-
-class _Timeout(Exception):
-    pass
-
-
-def _call_with_timeout(fn: Callable, args: tuple, kwargs: dict, timeout: float):
-    """Call ``fn`` with warnings and stderr swallowed (nbgrader scores a test cell 0 if anything
-    reaches stderr) and torch's default dtype restored; on the main thread of a Unix process,
-    stop it after ``timeout`` seconds. A call that imports torch itself (a numpy answer) finds
-    its default dtype float32 afterwards, as torch starts."""
-    torch = loaded()
-    default_dtype = torch.get_default_dtype() if torch is not None else None
-    try:
-        with warnings.catch_warnings(), np.errstate(all="ignore"), \
-                contextlib.redirect_stderr(io.StringIO()):
-            warnings.simplefilter("ignore")
-            return _call_alarm(fn, args, kwargs, timeout)
-    finally:
-        torch = loaded()
-        if torch is not None:
-            torch.set_default_dtype(default_dtype if default_dtype is not None else torch.float32)
-
-
-def _call_alarm(fn: Callable, args: tuple, kwargs: dict, timeout: float):
-    use_alarm = (
-        hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
-    )
-    if not use_alarm:
-        return fn(*args, **kwargs)
-
-    def _handler(signum, frame):
-        raise _Timeout()
-
-    old = signal.signal(signal.SIGALRM, _handler)
-    signal.setitimer(signal.ITIMER_REAL, timeout)
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
-def _code_names(code) -> set[str]:
-    """The global and attribute names a code object reads, its nested functions' included."""
-    import types
-
-    out = set(code.co_names)
-    for c in code.co_consts:
-        if isinstance(c, types.CodeType):
-            out |= _code_names(c)
-    return out
 
 
 def fail(case: str, text: str, fault: str, max_abs=float("nan"), max_rel=float("nan")) -> CaseResult:
@@ -273,16 +230,24 @@ def _raised(case: str, e: BaseException, keepdim_hint: bool, backend: str) -> Ca
     return fail(case, f"raised {text[:300]}; {hint}", fault)
 
 
-#: While a checker runs (:func:`run`): ``[(reference, found)]``, what counts as running a
-#: reference (:class:`normref.handback.ReferenceRecorder`'s arguments, :mod:`normref.rules`)
-#: and what the student's calls ran so far. Empty: calls are not recorded.
-_RECORDING: list[tuple[dict, list[str]]] = []
+#: While a checker runs (:func:`run`), in its own thread: ``_RECORDING.stack``, ``[(reference,
+#: found)]``, what counts as running a reference (:class:`normref.recorder.ReferenceRecorder`'s
+#: arguments, :mod:`normref.rules`) and what the student's calls ran so far. Empty: calls are not
+#: recorded. One stack per thread: checkers running in two threads at once record apart.
+_RECORDING = threading.local()
+
+
+def _recording_stack() -> list[tuple[dict, list[str]]]:
+    stack = getattr(_RECORDING, "stack", None)
+    if stack is None:
+        stack = _RECORDING.stack = []
+    return stack
 
 
 @contextlib.contextmanager
 def recording(reference: dict | None):
     """Record, in every :func:`student_call` made inside, which reference normalizations the
-    student's code runs, with grading's own recorder (:class:`normref.handback.ReferenceRecorder`)
+    student's code runs, with grading's own recorder (:class:`normref.recorder.ReferenceRecorder`)
     and grading's lists of names (``reference``, e.g. :data:`normref.rules.NORM_REFERENCE`).
     Yields the list of what was found (``["calls torch's rms_norm"]``). ``None``: nothing is
     recorded."""
@@ -292,24 +257,25 @@ def recording(reference: dict | None):
     found: list[str] = []
     reference = dict(reference)
     try:  # the course references' code objects, read once per check (a recorder reads them otherwise)
-        from ..handback import reference_codes
+        from ..reference_code import reference_codes
 
         if reference.get("normref_names") and _recorder_takes("codes"):
             reference["codes"] = reference_codes()
     except ImportError:  # a recorder that finds normref's references by their files
         pass
-    _RECORDING.append((reference, found))
+    stack = _recording_stack()
+    stack.append((reference, found))
     try:
         yield found
     finally:
-        _RECORDING.pop()
+        stack.pop()
 
 
 def _recorder_takes(name: str) -> bool:
-    """Does :class:`normref.handback.ReferenceRecorder` take this keyword argument?"""
+    """Does :class:`normref.recorder.ReferenceRecorder` take this keyword argument?"""
     import inspect as _inspect
 
-    from ..handback import ReferenceRecorder
+    from ..recorder import ReferenceRecorder
 
     return name in _inspect.signature(ReferenceRecorder).parameters
 
@@ -318,11 +284,12 @@ def _recorded(fn: Callable, args: tuple, kwargs: dict, timeout: float, handed_in
     """:func:`_call_with_timeout`, under grading's reference recorder while :func:`recording`;
     ``handed_in``: the checker's own objects given to the student's code (a norm, a sublayer,
     a block's swapped-in submodules), which may run a reference, as in grading."""
-    if not _RECORDING:
+    stack = _recording_stack()
+    if not stack:
         return _call_with_timeout(fn, args, kwargs, timeout)
-    from ..handback import ReferenceRecorder, _recorder_intact
+    from ..recorder import ReferenceRecorder, recorder_intact as _recorder_intact
 
-    reference, found = _RECORDING[-1]
+    reference, found = stack[-1]
     if handed_in and _recorder_takes("handed_in"):
         reference = {**reference, "handed_in": tuple(handed_in)}
     elif handed_in:  # a recorder without handed_in lets normref's norms run their own references,
@@ -372,22 +339,6 @@ def student_call(case: str, fn: Callable, args: tuple, kwargs: dict | None = Non
     return got, None
 
 
-def _copy(a):
-    if is_tensor(a):
-        return a.clone()
-    if isinstance(a, np.ndarray):
-        return np.array(a, copy=True)
-    return a
-
-
-def _same(a, b) -> bool:
-    if is_tensor(a):
-        return bool(loaded().equal(a, b))
-    if isinstance(a, np.ndarray):
-        return bool(np.array_equal(a, b, equal_nan=True))
-    return True
-
-
 def run(name: str, cases: list, run_case: Callable, fn=None, what: str = "a function",
         backend: str = "torch", reference: dict | None = None) -> CheckResult:
     """Run ``run_case(case)`` for every case; a checker bug or an odd student object becomes a
@@ -422,257 +373,56 @@ def run(name: str, cases: list, run_case: Callable, fn=None, what: str = "a func
     for c in result.cases:  # the tags were for refine; the student reads the text without them
         c.message, _, variants = _faults.split_tags(c.message)
         c.variant = c.variant or (variants[0] if variants else None)
-    # What grading's recorder saw the calls run first (``calls torch's rms_norm``: the words of
-    # grading's feedback, whatever the spelling: ``getattr(F, "rms" + "_norm")``, an alias,
-    # ``nn.RMSNorm`` as a base class ...), then what the source shows (``calls F.rms_norm``, as
-    # the tamper scan reads it; a call on a path these cases did not take).
-    seen = [what_ for _, what_ in reference_calls_in(fn)] if fn is not None else []
-    result.breaches = list(dict.fromkeys(rule_message(w, backend) for w in ran + seen))
-    # What grading's tamper scan (normref.tamper, the grader's own code) removes: a cell that
-    # defined this code and breaks a scan rule is gone before grading runs, so the question
-    # earns 0 (said first: grading removes the cell before anything runs).
-    if fn is not None:
-        try:
-            result.breaches = scan_breaches(fn, backend) + result.breaches
-        except Exception:  # noqa: BLE001 - reading the student's cells never breaks a check
-            pass
+    result.breaches = rule_lines(fn, ran, backend)
     return result
 
 
-# --------------------------------------------------------------------------- grading's tamper scan
+def rule_lines(fn, ran: list[str], backend: str = "torch") -> list[str]:
+    """The rules ``fn``'s code breaks, one line per violation, each as grading applies it
+    (:func:`normref.rules.rule_message`: ``"0 points: calls F.rms_norm — implement it with
+    tensor operations"``).
 
-#: What a scan finding is called and how to mend it, after "grading removes that cell (...)".
-_SCAN_KIND = {"tamper": "it changes how grading works", "reference": "it calls the reference"}
-
-
-def _remedy(kind: str, what: str, backend: str) -> str:
-    if kind == "reference":
-        return "implement it with " + ("array operations" if backend == "numpy" else "tensor operations")
-    if what.startswith("imports "):
-        return "remove the import"
-    if what.startswith("IPython magic"):
-        return "remove that line"
-    return "remove it"
-
-
-def _user_code(obj, limit: int = 40) -> list:
-    """The notebook's own functions (``__main__``'s) that ``obj`` is made of or uses by name:
-    itself or its class's methods, then the functions and classes of the notebook that those
-    name (a block's ``RMSNorm``, ``pre_ln``), transitively (at most ``limit``)."""
-    import types
-
-    def functions(o) -> list:
-        if isinstance(o, (types.FunctionType, types.MethodType)):
-            return [getattr(o, "__func__", o)]
-        if isinstance(o, functools.partial):
-            return functions(o.func)
-        cls = o if isinstance(o, type) else type(o)
-        out = []
-        for klass in getattr(cls, "__mro__", ()):
-            if getattr(klass, "__module__", None) != "__main__":
-                continue
-            for v in vars(klass).values():
-                v = getattr(v, "__func__", v)
-                v = getattr(v, "fget", v)  # a property's getter
-                if isinstance(v, types.FunctionType):
-                    out.append(v)
-        return out
-
-    seen, todo, out = set(), [obj], []
-    while todo and len(out) < limit:
-        o = todo.pop(0)
-        if id(o) in seen:
-            continue
-        seen.add(id(o))
-        for fn in functions(o):
-            if fn.__globals__.get("__name__") != "__main__" or fn in out:
-                continue
-            out.append(fn)
-            for n in sorted(_code_names(fn.__code__)):
-                v = fn.__globals__.get(n)
-                if isinstance(v, (types.FunctionType, type)) and getattr(v, "__module__", None) == "__main__":
-                    todo.append(v)
-    return out
-
-
-def _locked_cells(globals_: dict) -> tuple[list[str], str | None]:
-    """The notebook's locked cells' sources, as grading reads them (``[]`` when the notebook
-    file is not found): the kernel's notebook (JupyterLab's ``JPY_SESSION_NAME``), else the
-    only ``.ipynb`` in the working folder (``nbgrader validate`` runs there)."""
-    import glob
-    import json
-    import os
-
-    path = os.environ.get("JPY_SESSION_NAME", "")
-    if path.endswith(".ipynb") and not os.path.isfile(path):
-        path = os.path.basename(path)  # relative to the server's root; the kernel runs in its folder
-    if not (path.endswith(".ipynb") and os.path.isfile(path)):
-        found = glob.glob("*.ipynb")
-        path = found[0] if len(found) == 1 else None
-    if not path:
-        return [], None
-    try:
-        with open(path, encoding="utf-8") as f:
-            nb = json.load(f)
-        out = []
-        for c in nb.get("cells", []):
-            if c.get("cell_type") == "code" and c.get("metadata", {}).get("nbgrader", {}).get("locked"):
-                src = c.get("source", "")
-                out.append("".join(src) if isinstance(src, list) else src)
-        return out, path
-    except (OSError, ValueError, AttributeError):
-        return [], None
-
-
-def _protected_from(globals_: dict) -> dict:
-    """What the locked cells bind, read from the notebook's names when the notebook file is not
-    at hand: its modules (``torch``, ``nn``, ``F``) and what it imported from ``normref``."""
-    import types
-
-    out: dict = {}
-    for k, v in list(globals_.items()):
-        if k.startswith("_"):
-            continue
-        if isinstance(v, types.ModuleType):
-            out[k] = v.__name__
-        elif str(getattr(v, "__module__", "")).split(".")[0] == "normref" and callable(v):
-            import normref
-            from .. import handback as _hb
-
-            if getattr(normref, k, None) is v:
-                out[k] = f"normref.{k}"
-            elif getattr(_hb, k, None) is v:
-                out[k] = f"normref.handback.{k}"
-            else:
-                out[k] = f"{v.__module__}.{k}"
-    return out
-
-
-def _cell_number(source: str, globals_: dict) -> int | None:
-    """The execution count of the cell whose code is ``source`` (IPython's ``In``), latest first."""
-    hist = globals_.get("In")
-    if not isinstance(hist, list):
-        try:
-            from IPython import get_ipython
-
-            ip = get_ipython()
-            hist = ip.user_ns.get("In") if ip is not None else None
-        except ImportError:  # pragma: no cover
-            hist = None
-    if not isinstance(hist, list):
-        return None
-    want = source.strip()
-    for i in range(len(hist) - 1, 0, -1):
-        if isinstance(hist[i], str) and hist[i].strip() == want:
-            return i
-    return None
-
-
-def scan_breaches(obj, backend: str = "torch") -> list[str]:
-    """Grading's tamper scan (:func:`normref.tamper.scan`, the grader's own code) on the cells
-    that defined ``obj`` and the notebook code it uses, as the kernel executed them (each
-    function's cell, read from ``linecache``, where IPython keeps it).
-
-    Grading removes such a cell before it runs the notebook, so a question that needs it earns
-    0; this says so, e.g. ``"cell [3], line 1: imports threading: grading removes that cell (it
-    changes how grading works), so grading gives this question 0 — remove the import"``.
-    Locked cells are not scanned (as in grading). ``[]`` when nothing is flagged or nothing
-    can be read (code outside a notebook).
+    First what grading's tamper scan removes (:func:`scan_findings`: a cell that defined this
+    code, or that it uses, and changes how grading works), then the reference it calls: as the
+    source spells it when the source shows it (the scan's reading of the cells, else
+    :func:`normref.rules.reference_calls_in` of ``fn``), else in the words of grading's
+    recorder (``ran``: ``"calls torch's rms_norm"`` for ``getattr(F, "rms" + "_norm")``, a
+    subclass of ``nn.RMSNorm`` ...); one violation is said once, however many of these saw
+    it. Then what else the recorder saw (autograd in the backward, the recorder switched off,
+    another thread).
     """
-    import linecache
-    import os
-
-    from ..tamper import protected_bindings, scan
-
-    fns = _user_code(obj)
-    if not fns:
-        return []
-    globals_ = fns[0].__globals__
-    locked, _ = _locked_cells(globals_)
-    locked_set = {s.strip() for s in locked}
-    protected = protected_bindings(locked) if locked else _protected_from(globals_)
-    out, done = [], set()
-    for fn in fns:
-        fname = fn.__code__.co_filename
-        if fname in done or (os.path.isfile(fname) and "ipykernel_" not in fname):
-            continue  # a script or a module file, not a notebook cell: grading scans cells only
-        done.add(fname)
-        source = "".join(linecache.getlines(fname, fn.__globals__))
-        if not source.strip() or source.strip() in locked_set:
-            continue
-        findings = scan(source, protected)
-        if not findings:
-            continue
-        n = _cell_number(source, fn.__globals__)
-        where = f"cell [{n}]" if n is not None else f"the cell that defines {fn.__qualname__.split('.')[0]}"
-        out += _say(where, findings, backend)
-    # the names these functions use that another cell bound (``import math`` in cell [2]): that
-    # cell, as IPython's ``In`` has it (the latest cell that binds the name)
-    # (not the names the locked cells bind: grading has those whatever the student's cells do)
-    always = set(protected) if locked else {k for k, v in protected.items()
-                                            if k in ("torch", "nn", "F", "np") or str(v).startswith("normref")}
-    for n, source in _binding_cells(fns, locked_set, always):
-        out += _say(f"cell [{n}]", scan(source, protected), backend)
+    tamper: list[str] = []
+    # "calls rn" -> ("calls rn (torch.nn.functional.rms_norm)", where: "" in the code's own cell)
+    reference: dict[str, tuple[str, str]] = {}
+    if fn is not None:
+        try:
+            found = scan_findings(fn)
+        except Exception:  # noqa: BLE001 - reading the student's cells never breaks a check
+            found = []
+        for where, own, f in found:
+            if f.kind == "reference":
+                what = f.what.replace("calls the reference ", "calls ", 1)
+                reference.setdefault(what.split(" (", 1)[0], (what, "" if own else f" (line {f.line} of {where})"))
+            else:
+                tamper.append(rule_message(f"{f.what} (line {f.line} of {where})", backend,
+                                           f"grading removes a cell that changes how grading works; "
+                                           f"{remedy(f.what)}"))
+        for _, what in reference_calls_in(fn):
+            reference.setdefault(what.split(" (", 1)[0], (what, ""))
+    # a call and the import of what it calls are one violation: the call
+    calls = [v for k, v in reference.items() if k.startswith("calls ")] or list(reference.values())
+    out = tamper + [rule_message(w + at, backend) for w, at in calls]
+    recorded = [w for w in ran if w.startswith("calls ")]
+    if recorded and not calls:  # one reference call, however it ran: the first the recorder saw
+        out.append(rule_message(recorded[0], backend))
+    out += [rule_message(w, backend) for w in ran if not w.startswith("calls ")]
     return list(dict.fromkeys(out))
 
 
-def _say(where: str, findings: list, backend: str) -> list[str]:
-    out = []
-    for f in findings:
-        out.append(f"{where}, line {f.line}: {f.what}: grading removes that cell ({_SCAN_KIND[f.kind]}), "
-                   f"so grading gives this question 0 \u2014 {_remedy(f.kind, f.what, backend)}")
-    return out
-
-
-def _top_bindings(source: str) -> set[str]:
-    import ast
-
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return set()
-    out: set[str] = set()
-    for node in tree.body:
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            out |= {a.asname or a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            out.add(node.name)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-            for t in (node.targets if isinstance(node, ast.Assign) else [node.target]):
-                out |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
-    return out
-
-
-def _binding_cells(fns: list, locked: set, always: set) -> list[tuple[int, str]]:
-    """``[(execution count, source)]`` of the cells in IPython's ``In`` that last bound a name
-    the functions ``fns`` read from the notebook's globals (a module, a constant), other than
-    the functions' own cells, the locked cells and the names in ``always`` (the locked cells')."""
-    import linecache
-
-    hist = fns[0].__globals__.get("In")
-    if not isinstance(hist, list):
-        return []
-    own = {"".join(linecache.getlines(f.__code__.co_filename, f.__globals__)).strip() for f in fns}
-
-    wanted = set()
-    for f in fns:
-        wanted |= {n for n in _code_names(f.__code__) if n in f.__globals__ and n not in always}
-    out = []
-    for i in range(len(hist) - 1, 0, -1):
-        if not wanted:
-            break
-        src = hist[i] if isinstance(hist[i], str) else ""
-        if not src.strip() or src.strip() in own:
-            continue
-        bound = wanted & _top_bindings(src)
-        if bound:
-            wanted -= bound
-            if src.strip() not in locked:
-                out.append((i, src))
-    return out
-
-
 # --------------------------------------------------------------------------- seeded inputs
+# A battery draws from a generator of its own (a fixed seed's for the public battery, the grading
+# run's for a drawn one), never from torch's or numpy's global RNG: two checkers, or a checker and
+# the student's notebook, never change each other's numbers, in one thread or in several.
 
 
 def seeded_randn(seed: int) -> Callable:
@@ -689,13 +439,39 @@ def seeded_randn(seed: int) -> Callable:
     return rnd
 
 
-@contextlib.contextmanager
-def seeded():
-    """Keep the caller's global torch RNG state untouched by the checker's own seeding."""
-    import torch
+def seeded_module(g, factory: Callable, *args, **kwargs):
+    """``factory(*args, **kwargs)``, a torch ``nn.Module`` whose parameters are all in
+    ``nn.Linear`` layers (:class:`normref.CausalSelfAttention`, :class:`normref.FeedForward`),
+    with its weights drawn from the ``torch.Generator`` ``g``: the module
+    ``torch.manual_seed(s); factory(*args, **kwargs)`` builds when ``g`` was seeded with ``s``
+    (each ``nn.Linear`` in the order it was built, as ``nn.Linear.reset_parameters`` draws),
+    without reading or changing torch's global RNG (it is built on the meta device, then its
+    weights are drawn). Several modules drawn in turn from one ``g`` are those built in turn
+    after one ``torch.manual_seed(s)``.
 
-    state = torch.random.get_rng_state()
-    try:
-        yield
-    finally:
-        torch.random.set_rng_state(state)
+    Raises:
+        ValueError: the module has a parameter or buffer outside its ``nn.Linear`` layers
+            (whose initial values this does not know).
+    """
+    import math
+
+    import torch
+    from torch import nn
+
+    with torch.device("meta"):
+        m = factory(*args, **kwargs)
+    for name, sub in m.named_modules():
+        own = [*sub.named_parameters(recurse=False), *sub.named_buffers(recurse=False)]
+        if own and not isinstance(sub, nn.Linear):
+            raise ValueError(f"{type(m).__name__}: {name or 'the module'} has {own[0][0]} outside an nn.Linear; "
+                             "seeded_module draws nn.Linear weights only")
+    m = m.to_empty(device="cpu")
+    with torch.no_grad():
+        for sub in m.modules():
+            if isinstance(sub, nn.Linear):
+                nn.init.kaiming_uniform_(sub.weight, a=math.sqrt(5), generator=g)
+                if sub.bias is not None:
+                    bound = 1 / math.sqrt(sub.in_features) if sub.in_features > 0 else 0.0
+                    nn.init.uniform_(sub.bias, -bound, bound, generator=g)
+    return m
+

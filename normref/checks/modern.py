@@ -15,7 +15,7 @@ from typing import Callable
 
 from ..rules import DYT_REFERENCE, PERI_REFERENCE, QK_REFERENCE
 from .compare import compare_array, diagnose_by_models, to_f64
-from .core import CaseResult, CheckResult, run, seeded, seeded_randn, single_threaded, student_call
+from .core import CaseResult, CheckResult, run, seeded_randn, single_threaded, student_call
 from .placement import ToySublayer
 
 __all__ = ["check_peri_ln", "check_qk_norm_logits", "check_dyt", "Square", "peri_models", "qk_models",
@@ -242,7 +242,7 @@ def _check(name: str, fn: Callable, cases: list, args_of: Callable, reference: C
 
 
 @single_threaded
-def check_peri_ln(fn: Callable, quick: bool = False) -> CheckResult:
+def check_peri_ln(fn: Callable, quick: bool = False, *, cases: list | None = None) -> CheckResult:
     """Check a student's ``peri_ln(x, sublayer, norm, out_norm)`` = ``x + out_norm(sublayer(norm(x)))``.
 
     Args:
@@ -252,6 +252,8 @@ def check_peri_ln(fn: Callable, quick: bool = False) -> CheckResult:
             c)``), ``norm`` and ``out_norm`` two different norms (:class:`normref.LayerNorm` /
             :class:`normref.RMSNorm` with trained gammas), so swapping them shows.
         quick: run only the first two cases (the seed token, ``[2, 3, 8]``), the visible check.
+        cases: the battery (``_PeriCase``) to run instead of the public one (``None``), e.g. the
+            one grading draws for its run (``grader/modern_batteries.py``).
 
     Returns:
         :class:`CheckResult` with five cases; the output must have ``x``'s dtype. Diagnoses
@@ -266,14 +268,13 @@ def check_peri_ln(fn: Callable, quick: bool = False) -> CheckResult:
     """
     from ..placements import peri_ln
 
-    with seeded():
-        cases = _peri_battery()[: 2 if quick else None]
+    cases = (_peri_battery() if cases is None else list(cases))[: 2 if quick else None]
     return _check("peri_ln", fn, cases, lambda c: (c.x, c.sublayer, c.norm, c.out_norm), peri_ln, peri_models,
                   PERI_REFERENCE)
 
 
 @single_threaded
-def check_qk_norm_logits(fn: Callable, quick: bool = False) -> CheckResult:
+def check_qk_norm_logits(fn: Callable, quick: bool = False, *, cases: list | None = None) -> CheckResult:
     """Check a student's ``qk_norm_logits(q, k, q_norm, k_norm)`` =
     ``q_norm(q) @ k_norm(k)^T / sqrt(d)``: ``[..., T, d]`` twice -> ``[..., T, T]``.
 
@@ -283,6 +284,7 @@ def check_qk_norm_logits(fn: Callable, quick: bool = False) -> CheckResult:
             ``B = T = D [4, 4, 4]`` with LayerNorms (a missing transpose keeps the shape),
             float16 ``[2, 5, 8]`` of RMS 30, bfloat16 ``[4, 4, 4]``.
         quick: run only the first two cases, the visible check.
+        cases: the battery (``_QKCase``) to run instead of the public one (``None``).
 
     Returns:
         :class:`CheckResult` with five cases; the logits must have ``q``'s dtype. Diagnoses
@@ -297,14 +299,13 @@ def check_qk_norm_logits(fn: Callable, quick: bool = False) -> CheckResult:
     """
     from ..placements import qk_norm_logits
 
-    with seeded():
-        cases = _qk_battery()[: 2 if quick else None]
+    cases = (_qk_battery() if cases is None else list(cases))[: 2 if quick else None]
     return _check("qk_norm_logits", fn, cases, lambda c: (c.q, c.k, c.q_norm, c.k_norm), qk_norm_logits,
                   qk_models, QK_REFERENCE)
 
 
 @single_threaded
-def check_dyt(fn: Callable, quick: bool = False) -> CheckResult:
+def check_dyt(fn: Callable, quick: bool = False, *, cases: list | None = None) -> CheckResult:
     """Check a student's ``dyt(x, alpha, weight, bias)`` = ``weight * tanh(alpha * x) + bias``,
     computed in float32 and cast back to ``x.dtype``.
 
@@ -314,6 +315,7 @@ def check_dyt(fn: Callable, quick: bool = False) -> CheckResult:
             bias 0), ``[2, 3, 8]``, ``B = T = D [4, 4, 4]`` (alpha 1.5: tanh saturates), float16
             ``[2, 3, 8]`` of size ~300 (alpha 0.01), bfloat16 ``[4, 4, 4]``.
         quick: run only the first two cases, the visible check.
+        cases: the battery (``_DyTCase``) to run instead of the public one (``None``).
 
     Returns:
         :class:`CheckResult` with five cases. Diagnoses dyt_no_alpha, dyt_alpha_outside,
@@ -328,6 +330,5 @@ def check_dyt(fn: Callable, quick: bool = False) -> CheckResult:
     """
     from ..functional import dyt
 
-    with seeded():
-        cases = _dyt_battery()[: 2 if quick else None]
+    cases = (_dyt_battery() if cases is None else list(cases))[: 2 if quick else None]
     return _check("dyt", fn, cases, lambda c: (c.x, c.alpha, c.weight, c.bias), dyt, dyt_models, DYT_REFERENCE)

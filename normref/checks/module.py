@@ -75,7 +75,7 @@ def _parameter_case(case: _ModuleCase, m) -> CaseResult:
 
 
 @single_threaded
-def check_rms_norm_module(cls, quick: bool = False) -> CheckResult:
+def check_rms_norm_module(cls, quick: bool = False, *, cases: list[_ModuleCase] | None = None) -> CheckResult:
     """Check a student's MiniMind-style ``RMSNorm(dim, eps=1e-6)`` ``nn.Module`` class.
 
     The contract (the seed's "Show the RMSNorm module"): ``cls(dim)`` and ``cls(dim, eps=...)``
@@ -88,6 +88,8 @@ def check_rms_norm_module(cls, quick: bool = False) -> CheckResult:
         cls: the student's class (or any callable returning an ``nn.Module``).
         quick: run only the first two cases (the parameter, ``[2, 3, 8]`` float32), the
             assignment's visible check.
+        cases: the battery (``_ModuleCase``: ``dim``, ``x``, ``eps``, ``weight``) to run instead of
+            the public one (``None``), e.g. the one grading draws for its run.
 
     Returns:
         :class:`CheckResult` with seven cases: the parameter, float32 ``[2, 3, 8]`` with a
@@ -137,5 +139,5 @@ def check_rms_norm_module(cls, quick: bool = False) -> CheckResult:
 
         return compare_array(case.name, case.x, got, want, diagnose)
 
-    return run("RMSNorm module", _module_battery()[: 2 if quick else None], run_case, cls, "a class",
-               reference=NORM_REFERENCE)
+    cases = (_module_battery() if cases is None else list(cases))[: 2 if quick else None]
+    return run("RMSNorm module", cases, run_case, cls, "a class", reference=NORM_REFERENCE)

@@ -265,7 +265,8 @@ def _check_backend(backend: str) -> None:
 
 
 @single_threaded
-def check_rms_norm(fn: Callable, backend: str = "torch", quick: bool = False) -> CheckResult:
+def check_rms_norm(fn: Callable, backend: str = "torch", quick: bool = False, *,
+                   cases: list[NormCase] | None = None) -> CheckResult:
     """Check a student's ``rms_norm(x, weight, eps=1e-6)`` against :func:`normref.rms_norm`.
 
     Args:
@@ -275,6 +276,8 @@ def check_rms_norm(fn: Callable, backend: str = "torch", quick: bool = False) ->
             with eps=1e-4, the float16 overflow row, bfloat16) or ``"numpy"`` (the same without
             bfloat16). Messages use that backend's words.
         quick: run only the seed's two cases, ``(1, 2, 3)`` and ``[2, 3, 8]`` (a fast self-check).
+        cases: the :class:`NormCase` battery to run instead of the public one (``None``), e.g. the
+            one grading draws for its run (``grader/batteries.py``), arrays of ``backend``'s kind.
 
     Returns:
         :class:`CheckResult`; ``.score`` is the fraction of cases passed. Diagnoses
@@ -290,7 +293,7 @@ def check_rms_norm(fn: Callable, backend: str = "torch", quick: bool = False) ->
     Source: the seed's Build challenge; Zhang and Sennrich 2019, eq. (4).
     """
     _check_backend(backend)
-    cases = battery("rms", backend)[: 2 if quick else None]
+    cases = (battery("rms", backend) if cases is None else list(cases))[: 2 if quick else None]
     return run("rms_norm", cases, _norm_case_runner(
         "rms", fn, call=lambda c: ((c.x, c.weight), {"eps": c.eps}),
         reference=lambda c: rms_norm(c.x, c.weight, eps=c.eps)), fn, backend=backend,
@@ -298,7 +301,8 @@ def check_rms_norm(fn: Callable, backend: str = "torch", quick: bool = False) ->
 
 
 @single_threaded
-def check_layer_norm(fn: Callable, backend: str = "numpy", quick: bool = False) -> CheckResult:
+def check_layer_norm(fn: Callable, backend: str = "numpy", quick: bool = False, *,
+                     cases: list[NormCase] | None = None) -> CheckResult:
     """Check a student's ``layer_norm(x, weight, bias, eps=1e-5)`` against :func:`normref.layer_norm`.
 
     Args:
@@ -309,6 +313,8 @@ def check_layer_norm(fn: Callable, backend: str = "numpy", quick: bool = False) 
             0.6875, where the one-pass variance E[x**2] - E[x]**2 cancels in float32) or
             ``"torch"`` (tensors: seven cases, with bfloat16). Messages use that backend's words.
         quick: run only the seed's two cases, ``(1, 2, 3)`` and ``[2, 3, 8]`` (a fast self-check).
+        cases: the :class:`NormCase` battery to run instead of the public one (``None``), as for
+            :func:`check_rms_norm`.
 
     Returns:
         :class:`CheckResult`; ``.score`` is the fraction of cases passed. Diagnoses
@@ -323,7 +329,7 @@ def check_layer_norm(fn: Callable, backend: str = "numpy", quick: bool = False) 
     Source: Ba et al. 2016, eq. (3)-(4); the seed's worked example LN(1,2,3).
     """
     _check_backend(backend)
-    cases = battery("layer", backend)[: 2 if quick else None]
+    cases = (battery("layer", backend) if cases is None else list(cases))[: 2 if quick else None]
     return run("layer_norm", cases, _norm_case_runner(
         "layer", fn, call=lambda c: ((c.x, c.weight, c.bias), {"eps": c.eps}),
         reference=lambda c: layer_norm(c.x, c.weight, c.bias, eps=c.eps)), fn, backend=backend,

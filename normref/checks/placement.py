@@ -12,7 +12,7 @@ import numpy as np
 
 from ..rules import PLACEMENT_REFERENCE
 from .compare import compare_array, diagnose_by_models, matching_faults, to_f64
-from .core import CaseResult, CheckResult, run, seeded, seeded_randn, single_threaded, student_call
+from .core import CaseResult, CheckResult, run, seeded_module, seeded_randn, single_threaded, student_call
 
 
 class ToySublayer:
@@ -63,6 +63,8 @@ class _PlacementCase:
 
 
 def _placement_battery() -> list[_PlacementCase]:
+    """The public battery of :func:`check_pre_ln` and :func:`check_post_ln` (fixed seeds: their
+    own generators, never the global RNG)."""
     import torch
 
     from ..blocks import CausalSelfAttention
@@ -75,8 +77,7 @@ def _placement_battery() -> list[_PlacementCase]:
         rms8.weight.copy_(1 + 0.5 * rnd(8))
         ln4.weight.copy_(1 + 0.5 * rnd(4))
         ln4.bias.copy_(0.3 * rnd(4))
-    torch.manual_seed(18)  # the attention's init; the caller's RNG state is restored by seeded()
-    attn = CausalSelfAttention(8, 2)
+    attn = seeded_module(torch.Generator().manual_seed(18), CausalSelfAttention, 8, 2)
     rms8b = RMSNorm(8)
     return [
         _PlacementCase("seed token (1, 2, 3), F(v) = 2v, then F(v) = (v3, v1, v2), LayerNorm without eps",
@@ -201,11 +202,10 @@ def post_models(x, F, N, got=None):
 
 
 def _check_placement(name: str, fn: Callable, reference: Callable, models: Callable,
-                     quick: bool) -> CheckResult:
+                     quick: bool, cases: list | None) -> CheckResult:
     import torch
 
-    with seeded():
-        cases = _placement_battery()[: 2 if quick else None]
+    cases = (_placement_battery() if cases is None else list(cases))[: 2 if quick else None]
 
     def run_case(case: _PlacementCase) -> CaseResult:
         sublayers = [case.sublayer] + ([case.also] if case.also is not None else [])
@@ -242,7 +242,7 @@ def _check_placement(name: str, fn: Callable, reference: Callable, models: Calla
 
 
 @single_threaded
-def check_pre_ln(fn: Callable, quick: bool = False) -> CheckResult:
+def check_pre_ln(fn: Callable, quick: bool = False, *, cases: list | None = None) -> CheckResult:
     """Check a student's ``pre_ln(x, sublayer, norm)`` = ``x + sublayer(norm(x))``.
 
     Args:
@@ -254,6 +254,8 @@ def check_pre_ln(fn: Callable, quick: bool = False) -> CheckResult:
             gamma (and beta), so every misplacement gives different numbers.
         quick: run only the first two cases (the seed token, ``[2, 3, 8]``), the assignment's
             visible check.
+        cases: the battery (``_PlacementCase``: ``x``, ``sublayer``, ``norm``, ``also``) to run
+            instead of the public one (``None``), e.g. the one grading draws for its run.
 
     Returns:
         :class:`CheckResult` with four cases. Diagnoses residual_from_normed
@@ -272,17 +274,18 @@ def check_pre_ln(fn: Callable, quick: bool = False) -> CheckResult:
     """
     from ..blocks import pre_ln
 
-    return _check_placement("pre_ln", fn, pre_ln, pre_models, quick)
+    return _check_placement("pre_ln", fn, pre_ln, pre_models, quick, cases)
 
 
 @single_threaded
-def check_post_ln(fn: Callable, quick: bool = False) -> CheckResult:
+def check_post_ln(fn: Callable, quick: bool = False, *, cases: list | None = None) -> CheckResult:
     """Check a student's ``post_ln(x, sublayer, norm)`` = ``norm(x + sublayer(x))``.
 
     Args:
         fn: called as ``fn(x, sublayer, norm)``, on the same four cases as :func:`check_pre_ln`
             (``x``: ``(1, 2, 3)``, ``[2, 3, 8]``, ``[4, 4, 4]``, ``[2, 5, 8]`` float32 tensors).
         quick: run only the first two cases, the assignment's visible check.
+        cases: the battery to run instead of the public one (``None``), as for :func:`check_pre_ln`.
 
     Returns:
         :class:`CheckResult` with four cases. Diagnoses pre_post_swapped
@@ -302,4 +305,4 @@ def check_post_ln(fn: Callable, quick: bool = False) -> CheckResult:
     """
     from ..blocks import post_ln
 
-    return _check_placement("post_ln", fn, post_ln, post_models, quick)
+    return _check_placement("post_ln", fn, post_ln, post_models, quick, cases)

@@ -46,18 +46,16 @@ def run_checker(checker: str, student):
 def battery_of(checker: str) -> list:
     """The grammar's form of the checker's battery cases it can evaluate."""
     from ..checks import backward, block, module, norms, placement
-    from ..checks.core import seeded
 
-    with seeded():
-        raw = {
-            "rms_norm": lambda: norms.battery("rms", "torch"),
-            "layer_norm": lambda: norms.battery("layer", "numpy"),
-            "RMSNorm module": module._module_battery,
-            "pre_ln": placement._placement_battery,
-            "post_ln": placement._placement_battery,
-            "pre-LN block": block._block_battery,
-            "layer_norm_backward": backward._backward_battery,
-        }[checker]()
+    raw = {  # each from its own generator: torch's global RNG is not touched
+        "rms_norm": lambda: norms.battery("rms", "torch"),
+        "layer_norm": lambda: norms.battery("layer", "numpy"),
+        "RMSNorm module": module._module_battery,
+        "pre_ln": placement._placement_battery,
+        "post_ln": placement._placement_battery,
+        "pre-LN block": block._block_battery,
+        "layer_norm_backward": backward._backward_battery,
+    }[checker]()
     cases = [observation_case(checker, c) for c in raw]
     return [c for c in cases if c is not None]
 

@@ -1,5 +1,5 @@
 """JupyterHub configuration for the course: PAM users, one local server per user, run from the
-shared student environment (README "Deploy on JupyterHub"; tests/test_hub.py runs the hub with it).
+shared student environment (docs/HUB.md, "Deploy on JupyterHub"; tests/test_hub.py runs the hub with it).
 
 ``make hub-env`` copies it to ``<prefix>/etc/jupyterhub/jupyterhub_config.py``; start the hub as
 root with ``<prefix>/bin/jupyterhub -f <prefix>/etc/jupyterhub/jupyterhub_config.py`` (from the

@@ -1,0 +1,153 @@
+"""What one grading run carries from stage to stage: the :class:`Batch` the stages of
+:data:`grader.pipeline.STAGES` read and fill in, the :class:`GradeRun` it produces, the
+gradebook's points they read (:func:`read_gradebook`), and its line in the run log
+(:func:`run_record`). Below the pipeline, its stages (:mod:`grader.stages`) and the canary, which
+all run stages on a ``Batch``.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .course import CourseTree
+from .state import now_utc
+
+if TYPE_CHECKING:  # annotations only (``from __future__ import annotations``): no import at run time
+    from .apps import Course
+    from .collect import Collected
+    from .engine import AutogradeOutcome
+    from .repair import Repair
+    from .report import ClassReport
+
+
+class GradingError(RuntimeError):
+    """The pipeline itself failed (not a student's code): an nbgrader step exited non-zero."""
+
+
+@dataclass
+class GradeRun:
+    """What one ``grade_class`` call produced.
+
+    Attributes:
+        course_root: the nbgrader course root graded in.
+        assignments: assignment names graded.
+        students: student ids found in ``submitted/`` (this batch and earlier ones).
+        batch: the students this run collected (and graded).
+        grades_csv: nbgrader's export, one row per (assignment, student).
+        questions_csv: one row per (assignment, student, grade cell) with the points earned.
+        feedback_dir: where nbgrader wrote the per-student feedback HTML.
+        report_html: the class report page.
+        scores: ``{(assignment, student): {grade_id: points}}`` read from the gradebook.
+        max_points: ``{assignment: {grade_id: max points}}``.
+        report: the :class:`~grader.report.ClassReport`.
+        autograde: timing and failures of the autograde stage.
+        repairs: ``{(assignment, student): Repair}`` for every submission repair touched.
+        sandboxed: whether kernels ran in the bubblewrap sandbox.
+        lms_import: the LMS's gradebook export filled in (``lms-import-<lms>.csv``), when given.
+        feedback_zips: ``{feedback-<lms>-<assignment>.zip: [students]}`` for the LMS's bulk
+            feedback upload (students collected from Canvas or Moodle downloads).
+        seconds: wall time of the whole run.
+        stage_seconds: ``{stage: seconds}``, one entry per stage of
+            :data:`grader.pipeline.STAGES` (and the canary's, within prepare).
+    """
+
+    course_root: Path
+    assignments: list[str] = field(default_factory=list)
+    students: list[str] = field(default_factory=list)
+    batch: list[str] = field(default_factory=list)
+    grades_csv: Path | None = None
+    questions_csv: Path | None = None
+    feedback_dir: Path | None = None
+    report_html: Path | None = None
+    scores: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
+    max_points: dict[str, dict[str, float]] = field(default_factory=dict)
+    report: ClassReport | None = None
+    autograde: AutogradeOutcome | None = None
+    repairs: dict[tuple[str, str], Repair] = field(default_factory=dict)
+    sandboxed: bool = False
+    lms_import: Path | None = None
+    feedback_zips: dict[Path, list[str]] = field(default_factory=dict)
+    seconds: float = 0.0
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+
+
+def read_gradebook(course: CourseTree | Path, assignments: list[str]):
+    """Per-question points and max points from nbgrader's gradebook.
+
+    Returns:
+        ``(scores, max_points)``: ``{(assignment, student): {grade_id: points}}`` and
+        ``{assignment: {grade_id: max points}}`` (manually graded cells count 0 until graded).
+    """
+    from nbgrader.api import Gradebook
+
+    tree = course if isinstance(course, CourseTree) else CourseTree(course)
+    scores: dict[tuple[str, str], dict[str, float]] = {}
+    max_points: dict[str, dict[str, float]] = {}
+    with Gradebook(tree.gradebook_url) as gb:
+        for a in assignments:
+            asg = gb.find_assignment(a)
+            max_points[a] = {gc.name: float(gc.max_score) for nb in asg.notebooks for gc in nb.grade_cells}
+            for sub in gb.assignment_submissions(a):
+                row: dict[str, float] = {}
+                for nb in sub.notebooks:
+                    for g in nb.grades:
+                        row[g.name] = float(g.score)
+                scores[(a, sub.student.id)] = row
+    return scores, max_points
+
+
+@dataclass
+class Batch:
+    """One ``grade_class`` call while it runs: its options, the course, and what the stages
+    have found so far (each stage reads what earlier ones wrote and fills in ``run``)."""
+
+    tree: CourseTree
+    run: GradeRun
+    submissions: Path | None
+    jobs: int
+    fresh: bool | None
+    progress: bool
+    use_sandbox: bool | None
+    cell_timeout: int | None
+    duedates: dict[str, str]
+    log: object
+    yes: bool = False
+    run_id: str = ""
+    course: Course | None = None
+    collected: Collected | None = None
+    to_grade: list[tuple[str, str]] | None = None  # None: every submission here
+    engine: object = None  # grader.engine.Engine: this machine's process pool, or grader.cluster.DaskCluster
+    demo_students: int | None = None
+    lms_gradebook: Path | None = None
+    groups: bool = True
+    command: str = ""
+    hand_grades_done: list = field(default_factory=list)  # carried over (or to redo) in this run
+
+
+def run_record(b: Batch, status: str, error: str | None = None) -> dict:
+    """The ``logs/runs.jsonl`` line of one run: ``status`` is ``"ok"``, ``"failed"`` (``error``:
+    the exception's type and first line) or ``"interrupted"`` (``error``: the signal)."""
+    got = b.collected
+    return {"run_id": b.run_id, "time": now_utc(), "command": b.command, "status": status,
+            **({"error": error} if error else {}),
+            "inputs": _input_hashes(b.submissions), "batch": b.run.batch,
+            "students_in_course": b.run.students,
+            "skipped": dict(got.skipped) if got else {}, "replaced": [list(p) for p in got.replaced] if got else [],
+            "flags": {"jobs": b.jobs, "fresh": b.fresh, "sandbox": b.run.sandboxed,
+                      "cell_timeout": b.cell_timeout, "duedates": b.duedates},
+            "stage_seconds": {k: round(v, 3) for k, v in b.run.stage_seconds.items()},
+            "seconds": round(b.run.seconds, 3)}
+
+
+def _input_hashes(path: Path | None) -> dict[str, str]:
+    """``{file: sha256}`` of what was handed in (the embedded demo class: ``{}``)."""
+    if path is None or not Path(path).exists():
+        return {}
+    path = Path(path)
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    return {str(f): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
+
+
+__all__ = ["Batch", "GradeRun", "GradingError", "read_gradebook", "run_record"]

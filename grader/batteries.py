@@ -1,0 +1,311 @@
+"""The graded batteries, drawn from a grading run's secret seed (:mod:`grader.scoring`): for
+each code question a battery of the kinds of case of its checker's public battery, with new
+numbers and shapes (a small token, ``[B, T, D]`` with a trained gamma (and beta), ``B = T = D``,
+tiny values with eps = 1e-4, the float16 overflow row, bfloat16, a constant row ...), every
+object the course's own class, so the kernel can be handed it.
+
+Every draw reads one ``torch.Generator`` (:func:`question_generator`: the run's seed and the
+question's name), never torch's global RNG: the sublayers' weights too
+(:func:`normref.checks.core.seeded_module`). The same seed draws the same battery, in any
+thread, whatever else runs. The checker takes the drawn battery as its ``cases`` argument.
+Lesson 04's batteries are in :mod:`grader.modern_batteries`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["question_generator", "draw_token", "pick", "draw_norm_battery", "draw_backward_battery",
+           "draw_placement_battery", "draw_module_battery", "draw_block_battery"]
+
+
+def question_generator(seed: int, grade_id: str):
+    """A ``torch.Generator`` for one question, from the run's seed and the question's name
+    (seeded with ``sha256(f"{seed}:{grade_id}")``'s first 8 bytes, little-endian, top bit cleared)."""
+    import hashlib
+
+    import torch
+
+    h = int.from_bytes(hashlib.sha256(f"{seed}:{grade_id}".encode()).digest()[:8], "little")
+    return torch.Generator().manual_seed(h & (2**63 - 1))
+
+
+def draw_token(g):
+    """Three distinct small integers as floats, of nonzero mean: the kind of the seed's
+    (1, 2, 3) (a zero mean would let RMSNorm and LayerNorm agree on it)."""
+    import torch
+
+    while True:
+        t = torch.randint(-6, 7, (3,), generator=g).float()
+        if len(set(t.tolist())) == 3 and abs(float(t.sum())) >= 3:
+            return t
+
+
+def pick(g, options):
+    """One of ``options``, drawn uniformly from ``g``."""
+    import torch
+
+    return options[int(torch.randint(len(options), (1,), generator=g))]
+
+
+def _with_std(x, std):
+    """``x`` ([..., D]) with each token rescaled about its mean to this (biased) std."""
+    mean = x.mean(-1, keepdim=True)
+    c = x - mean
+    return mean + c / c.pow(2).mean(-1, keepdim=True).sqrt() * std
+
+
+def _one_pass_error(row: list[float], eps: float = 1e-5) -> tuple[float, float]:
+    """(the float16 output's largest error with the one-pass float32 variance, with the float64
+    two-pass variance), each over the float16 tolerance, against the two-pass float32 reference;
+    weight 1, bias 0."""
+    from normref.checks.compare import tolerance
+
+    x = np.array(row, np.float16)
+    h = x.astype(np.float32)
+    m = h.mean()
+    ref = ((h - m) / np.sqrt(((h - m) ** 2).mean() + np.float32(eps))).astype(np.float16).astype(np.float64)
+    one = ((h - m) / np.sqrt((h * h).mean() - m * m + np.float32(eps))).astype(np.float16).astype(np.float64)
+    h64 = x.astype(np.float64)
+    f64 = ((h64 - h64.mean()) / np.sqrt(h64.var() + eps)).astype(np.float16).astype(np.float64)
+    rtol, atol = tolerance("float16")
+    tol = atol + rtol * np.abs(ref)
+    return float((np.abs(one - ref) / tol).max()), float((np.abs(f64 - ref) / tol).max())
+
+
+def _large_mean_row(g) -> list[float]:
+    """Four float16 integers (LayerNorm's float16 case, second row; see
+    :data:`normref.checks.norms.LARGE_MEAN_ROW`): mean in [1498, 2001] with a fraction of
+    .25 or .75, spread of a few units. Every sum is exact in float32 and E[x]**2 is not (float32
+    spacing 0.25 above 2**21): the one-pass variance E[x**2] - E[x]**2 is off by 1/16. Drawn
+    again until that moves the output by at least 4 x the float16 tolerance and float64
+    statistics stay within half of it."""
+    import torch
+
+    while True:
+        row = (int(torch.randint(1500, 2000, (1,), generator=g)) + torch.randint(-2, 3, (4,), generator=g)).tolist()
+        if sum(row) % 2 == 1:
+            one, f64 = _one_pass_error([float(v) for v in row])
+            if one >= 4 and f64 <= 0.5:
+                return [float(v) for v in row]
+
+
+def draw_norm_battery(kind: str, backend: str, g) -> list:
+    """A drawn RMSNorm (``kind="rms"``) or LayerNorm (``"layer"``) battery for ``backend``
+    (``"torch"``: six cases for rms, seven for layer; ``"numpy"``: without bfloat16), the
+    kinds of case of :func:`normref.checks.norms.battery` with new numbers and shapes."""
+    import torch
+
+    from normref.checks.norms import NormCase, float16_case
+    from normref.functional import LAYER_NORM_EPS, RMS_NORM_EPS
+
+    eps = RMS_NORM_EPS if kind == "rms" else LAYER_NORM_EPS
+
+    def rnd(*shape, scale=1.0, shift=0.0):
+        return torch.randn(*shape, generator=g) * scale + shift
+
+    bias = (lambda b: b) if kind == "layer" else (lambda b: None)
+    b_, t_, d = pick(g, [2, 3]), pick(g, [3, 4, 5]), pick(g, [6, 8, 10])
+    n = pick(g, [3, 4, 5])
+    d2 = pick(g, [4, 5, 6, 7])
+    big = float(pick(g, [264, 300, 384, 500, 640, 1000]))
+    tok = draw_token(g)
+    w, b = 1 + 0.5 * rnd(d), 0.1 * rnd(d)
+    btd, nnn, tiny = rnd(b_, t_, d, shift=0.5), rnd(n, n, n, scale=2.0, shift=1.0), rnd(2, d2)
+    if kind == "layer":
+        # Where eps sits shows in float32 only on a token of small variance. Every token gets a
+        # std between 1 and 2, but one of std 0.2 in [B, T, D] (both eps faults show) and one
+        # of std 0.4 in B = T = D (sqrt(var) + eps is within tolerance there, no eps is not).
+        btd = _with_std(btd, 1 + torch.rand(b_, t_, 1, generator=g))
+        nnn = _with_std(nnn, 1 + torch.rand(n, n, 1, generator=g))
+        btd[0, 0] = _with_std(btd[0, 0], 0.2)
+        nnn[0, 0] = _with_std(nnn[0, 0], 0.4)
+        # tiny values: std 1e-3 to 2e-3 against eps = 1e-4, so var still shows (n-1 is seen),
+        # and a mean of the same order, as in the visible case (scaled before: rescaling the
+        # spread alone kept a mean of ~0.4 against it, where the one-pass variance cancels too)
+        tiny = _with_std(1e-3 * tiny, 1e-3 * (1 + torch.rand(2, 1, generator=g)))
+    else:  # RMS between 1 and 2 in every token: eps stays below float32's tolerance there
+        btd = btd / btd.pow(2).mean(-1, keepdim=True).sqrt() * (1 + torch.rand(b_, t_, 1, generator=g))
+        nnn = nnn / nnn.pow(2).mean(-1, keepdim=True).sqrt() * (1 + torch.rand(n, n, 1, generator=g))
+        tiny = tiny / tiny.pow(2).mean(-1, keepdim=True).sqrt() * 1e-3 * (1 + torch.rand(2, 1, generator=g))
+    cases = [
+        NormCase(f"token {tuple(int(v) for v in tok.tolist())}", tok, torch.ones(3), bias(torch.zeros(3)), eps),
+        NormCase(f"[{b_}, {t_}, {d}] float32 with a trained gamma", btd, w, bias(b), eps),
+        NormCase(f"B = T = D [{n}, {n}, {n}] (a wrong axis still broadcasts)", nnn,
+                 1 + 0.5 * rnd(n), bias(0.1 * rnd(n)), eps),
+        NormCase(f"tiny values 1e-3 [2, {d2}] with eps=1e-4 (where eps sits matters)", tiny,
+                 torch.ones(d2), bias(torch.zeros(d2)), 1e-4),
+        float16_case(kind, big, _large_mean_row(g) if kind == "layer" else rnd(4, shift=2.5).tolist(), eps),
+        NormCase(f"bfloat16 [{b_}, {t_}, 8]", rnd(b_, t_, 8).to(torch.bfloat16), 1 + 0.5 * rnd(8),
+                 bias(0.1 * rnd(8)), eps),
+    ]
+    if kind == "layer":
+        c = float(pick(g, [-3, 2, 5, 7]))
+        cases.append(NormCase(f"constant row [{c:g}] * 4 (variance 0: output must be beta)",
+                              torch.stack([torch.full((4,), c), _with_std(rnd(4), 1.0)]), torch.ones(4),
+                              0.5 * rnd(4), eps))
+    if backend == "numpy":
+        def conv(t):
+            return None if t is None else t.numpy()
+
+        cases = [NormCase(c.name, conv(c.x), conv(c.weight), conv(c.bias), c.eps)
+                 for c in cases if c.x.dtype != torch.bfloat16]
+    return cases
+
+
+def draw_backward_battery(g) -> list:
+    """A drawn LayerNorm-backward battery (float64 numpy): a token with a one-hot ``dy``,
+    ``[B, T, D]`` with a trained gamma, ``B = T = D``, tiny values with eps = 1e-4."""
+    import torch
+
+    from normref.checks.backward import _BackwardCase
+    from normref.functional import LAYER_NORM_EPS
+
+    def rnd(*shape, scale=1.0, shift=0.0):
+        return (torch.randn(*shape, generator=g, dtype=torch.float64) * scale + shift).numpy()
+
+    tok = np.sort(draw_token(g).double().numpy())  # dy = (1, 0, 0) on the smallest: every term shows
+    dy = np.array([1.0, 0.0, 0.0])
+    b_, t_, d, n, d2 = pick(g, [2, 3]), pick(g, [3, 4]), pick(g, [6, 8]), pick(g, [3, 4, 5]), pick(g, [4, 5, 6])
+    return [
+        _BackwardCase(f"token {tuple(int(v) for v in tok)} with dy = (1, 0, 0)", dy, tok, np.ones(3), LAYER_NORM_EPS),
+        _BackwardCase(f"[{b_}, {t_}, {d}] with a trained gamma", rnd(b_, t_, d), rnd(b_, t_, d, shift=0.5),
+                      1 + 0.5 * rnd(d), LAYER_NORM_EPS),
+        _BackwardCase(f"B = T = D [{n}, {n}, {n}] (a wrong axis still broadcasts)", rnd(n, n, n),
+                      rnd(n, n, n, scale=2.0, shift=1.0), 1 + 0.5 * rnd(n), LAYER_NORM_EPS),
+        _BackwardCase(f"tiny values 1e-3 [2, {d2}] with eps=1e-4 (where eps sits matters)", rnd(2, d2),
+                      rnd(2, d2, scale=1e-3), 1 + 0.5 * rnd(d2), 1e-4),
+    ]
+
+
+def draw_placement_battery(g) -> list:
+    """A drawn Pre-/Post-LN battery: a token through F(v) = 2v and then F(v) = (v3, v1, v2)
+    (:class:`normref.checks.placement.Roll`), with LayerNorm without eps; ``[B, T, 8]``
+    through tanh(v W + c) and an RMSNorm with a trained gamma; ``B = T = D`` through
+    tanh(v W + c) and a LayerNorm with gamma and beta; ``[2, T, 8]`` through causal
+    self-attention and an RMSNorm. Every object is the course's own class."""
+    import torch
+    from torch import nn
+
+    from normref.blocks import CausalSelfAttention
+    from normref.checks.core import seeded_module
+    from normref.checks.placement import Roll, ToySublayer, _PlacementCase
+    from normref.modules import LayerNorm, RMSNorm
+
+    def rnd(*shape, scale=1.0, shift=0.0):
+        return torch.randn(*shape, generator=g) * scale + shift
+
+    def seed():
+        return int(torch.randint(2**31 - 1, (1,), generator=g))
+
+    twice = nn.Linear(3, 3, bias=False, device="meta").to_empty(device="cpu")  # no weights drawn: set here
+    with torch.no_grad():
+        twice.weight.copy_(2 * torch.eye(3))
+    b_, t_, n, t2 = pick(g, [2, 3]), pick(g, [3, 4]), pick(g, [3, 4, 5]), pick(g, [4, 5, 6])
+    rms8, ln = RMSNorm(8), LayerNorm(n)
+    with torch.no_grad():
+        rms8.weight.copy_(1 + 0.5 * rnd(8))
+        ln.weight.copy_(1 + 0.5 * rnd(n))
+        ln.bias.copy_(0.3 * rnd(n))
+    attn = seeded_module(torch.Generator().manual_seed(seed()), CausalSelfAttention, 8, 2)
+    rms8b = RMSNorm(8)
+    with torch.no_grad():
+        rms8b.weight.copy_(1 + 0.5 * rnd(8))
+    tok = draw_token(g)
+    return [
+        _PlacementCase(f"token {tuple(int(v) for v in tok.tolist())}, F(v) = 2v, then F(v) = (v3, v1, v2), "
+                       "LayerNorm without eps", tok, twice, LayerNorm(3, eps=0.0), Roll()),
+        _PlacementCase(f"[{b_}, {t_}, 8], F(v) = tanh(v W + c), RMSNorm with a trained gamma",
+                       rnd(b_, t_, 8, scale=2.0, shift=0.5), ToySublayer(8, seed()), rms8),
+        _PlacementCase(f"B = T = D [{n}, {n}, {n}], F(v) = tanh(v W + c), LayerNorm with gamma and beta",
+                       rnd(n, n, n, scale=3.0, shift=1.0), ToySublayer(n, seed()), ln),
+        _PlacementCase(f"[2, {t2}, 8], F = causal self-attention, RMSNorm", rnd(2, t2, 8, scale=2.0), attn, rms8b),
+    ]
+
+
+def _rms_scaled(x, lo, g):
+    """``x`` with each token rescaled to an RMS drawn uniformly in ``[lo, 2 lo]``."""
+    import torch
+
+    r = lo * (1 + torch.rand(*x.shape[:-1], 1, generator=g))
+    return x / x.pow(2).mean(-1, keepdim=True).sqrt() * r
+
+
+def draw_module_battery(g) -> list:
+    """A drawn RMSNorm-module battery, the kinds of case of
+    :func:`normref.checks.module._module_battery`: the parameter (structural: ``RMSNorm(8)``,
+    as it is), ``[B, T, D]`` float32 with a trained weight, ``B = T = D``, the float16
+    overflow row, bfloat16 with a trained weight, ``eps=1e-4`` on tiny values and the default
+    eps on values of RMS 1e-3 to 2e-3 (where 1e-6 is felt against 1e-5 or 1e-8)."""
+    import torch
+
+    from normref.checks.module import _ModuleCase
+
+    def rnd(*shape, scale=1.0, shift=0.0):
+        return torch.randn(*shape, generator=g) * scale + shift
+
+    b_, t_, d = pick(g, [2, 3]), pick(g, [3, 4, 5]), pick(g, [6, 8, 10])
+    n, d5, d4 = pick(g, [3, 4, 5]), pick(g, [4, 5, 6, 7]), pick(g, [3, 4, 5, 6])
+    big = float(pick(g, [264, 300, 384, 500, 640, 1000]))
+    return [
+        _ModuleCase("RMSNorm(8): weight is an nn.Parameter of ones, shape [8], the only parameter", 8),
+        _ModuleCase(f"[{b_}, {t_}, {d}] float32 with a trained weight", d,
+                    _rms_scaled(rnd(b_, t_, d, shift=0.5), 1.0, g), weight=1 + 0.5 * rnd(d)),
+        _ModuleCase(f"B = T = D [{n}, {n}, {n}] (a wrong axis still broadcasts)", n,
+                    _rms_scaled(rnd(n, n, n, scale=2.0, shift=1.0), 1.0, g), weight=1 + 0.5 * rnd(n)),
+        _ModuleCase(f"float16 row [{big:g}, -{big:g}, {big:g}, -{big:g}] (x**2 overflows float16)", 4,
+                    torch.stack([torch.tensor([big, -big, big, -big]), rnd(4, shift=2.5)]).to(torch.float16)),
+        _ModuleCase(f"bfloat16 [{b_}, {t_}, 8] with a trained weight", 8, rnd(b_, t_, 8).to(torch.bfloat16),
+                    weight=1 + 0.5 * rnd(8)),
+        _ModuleCase(f"RMSNorm({d5}, eps=1e-4) on tiny values (where eps sits matters)", d5,
+                    _rms_scaled(rnd(2, d5), 1e-3, g), eps=1e-4),
+        _ModuleCase(f"default eps: RMSNorm({d4}) on values of RMS 1e-3 to 2e-3 (eps=1e-6 is felt)", d4,
+                    _rms_scaled(rnd(2, d4), 1e-3, g)),
+    ]
+
+
+def draw_block_battery(g) -> list:
+    """A drawn pre-norm-block battery, the kinds of case of
+    :func:`normref.checks.block._block_battery`: the build (its attributes, and forward on a drawn
+    ``[B, T, 8]`` input changes it as a block does); the wiring
+    on ``[B, T, 8]`` through the course's attention and feed-forward net (weights drawn) and
+    two RMSNorms with different trained gammas; the same with two LayerNorms with gammas and
+    betas; the student's own submodules on ``[B, T, 8]``."""
+    import torch
+
+    from normref.blocks import CausalSelfAttention, FeedForward
+    from normref.checks.block import NORM_X_SCALE, NORM_X_SHIFT, _BlockCase
+    from normref.checks.core import seeded_module
+    from normref.modules import LayerNorm, RMSNorm
+
+    def rnd(*shape, scale=1.0, shift=0.0):
+        return torch.randn(*shape, generator=g) * scale + shift
+
+    def parts(norm_cls):
+        init = torch.Generator().manual_seed(int(torch.randint(2**31 - 1, (1,), generator=g)))
+        attn, mlp = seeded_module(init, CausalSelfAttention, 8, 2), seeded_module(init, FeedForward, 8, 16)
+        n1, n2 = norm_cls(8), norm_cls(8)
+        with torch.no_grad():
+            for n in (n1, n2):
+                n.weight.copy_(1 + 0.5 * rnd(8))
+                if getattr(n, "bias", None) is not None:
+                    n.bias.copy_(0.3 * rnd(8))
+        return attn, mlp, n1, n2
+
+    b1, t1, b2, t2 = pick(g, [2, 3]), pick(g, [3, 4, 5]), pick(g, [3, 4, 5]), pick(g, [4, 5, 6])
+    b3, t3 = pick(g, [2, 3]), pick(g, [3, 4, 5])
+    b0, t0 = pick(g, [2, 3]), pick(g, [3, 4, 5])
+    cases = [
+        _BlockCase("build: block_cls(8, 2) has input_layernorm, self_attn, post_attention_layernorm, mlp (two "
+                   f"norms that normalise), and its forward changes a [{b0}, {t0}, 8] input as a block does",
+                   rnd(b0, t0, 8)),
+        _BlockCase(f"wiring [{b1}, {t1}, 8]: known attention, feed-forward and two RMSNorms with different gammas",
+                   rnd(b1, t1, 8, scale=2.0), parts(RMSNorm)),
+        _BlockCase(f"wiring [{b2}, {t2}, 8]: two LayerNorms with different gammas and betas",
+                   rnd(b2, t2, 8, scale=2.0, shift=0.5), parts(LayerNorm)),
+        _BlockCase(f"your own block on [{b3}, {t3}, 8]: shape kept, and out = h + mlp(ln2(h)) with your modules",
+                   rnd(b3, t3, 8), "own"),
+    ]
+    # the build case's norms, freshly built, must normalise a large input (drawn last: the draws
+    # above are unchanged)
+    cases[0].norm_x = rnd(b0, t0, 8, scale=NORM_X_SCALE, shift=NORM_X_SHIFT)
+    return cases

@@ -1,0 +1,282 @@
+"""Scoring the hand-backs in the grader's own process, after autograde: each test cell's
+handed-back outputs (:mod:`normref.wire`) replayed through the question's checker on the same
+drawn cases (:mod:`grader.replay` stands in for the student's code), the points written into
+nbgrader's gradebook and the checker's diagnosis into the autograded notebook (what the
+feedback shows), with, in that output's metadata, the record of what the outputs computed case
+by case (the class report groups wrong answers by it, :mod:`grader.groups`, without running any
+code). The questions, their batteries and the drawing of a run's inputs are
+:mod:`grader.scoring`'s.
+
+A cell that hands back no outputs, or more than one set, scores 0 (flagged when it is more
+than one); so does a hand-back that says the grader's hand-back code was changed in the kernel,
+or a call that ran a reference normalization.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from normref.faults import METADATA_KEY, output_metadata
+from normref.wire import MIME, Shown, decode_answer, opaque
+
+from .repair import REFERENCE_REASON, REMOVED_PREFIX, TAMPER_REASON
+from .replay import Replay, ReplayClass
+from .scoring import QUESTIONS, plan_cases, run_check
+
+@dataclass
+class Scored:
+    """One question of one notebook, scored outside the kernel.
+
+    Attributes:
+        grade_id: the hidden test's cell.
+        fraction: the checker's score on the drawn battery, 0..1.
+        text: the diagnosis the feedback shows.
+        flags: what the report should say (several hand-backs in one cell, a reference call).
+        faults, variants: the diagnosed fault kinds, for the class report (output metadata).
+        record: what the handed-back outputs computed, case by case
+            (:func:`normref.diagnosis.record.result_record`), for the class report's groups of
+            wrong answers; None for a visible check or a cell scored 0 without replaying it.
+    """
+
+    grade_id: str
+    fraction: float
+    text: str
+    flags: list[str] = field(default_factory=list)
+    faults: list[str] = field(default_factory=list)
+    variants: list[str] = field(default_factory=list)
+    record: dict | None = None
+
+
+#: Where :func:`score_class` keeps a question's record in its test cell's output metadata
+#: (under :data:`normref.faults.METADATA_KEY`), read by :mod:`grader.groups`.
+RECORD_KEY = "record"
+
+
+def inputs_id(seed: int) -> str:
+    """An id of one run's drawn inputs (the same for every student of the run), not the seed."""
+    import hashlib
+
+    return hashlib.sha256(f"normref-inputs:{seed}".encode()).hexdigest()[:16]
+
+
+def _handbacks(cell) -> list[dict]:
+    out = []
+    for o in cell.get("outputs", []):
+        if o.get("output_type") in ("display_data", "execute_result") and MIME in o.get("data", {}):
+            out.append(o["data"][MIME])
+    return out
+
+
+def _not_handed_back(nb, cell, gid: str, found: list) -> Scored:
+    """A test cell with no hand-back, or several, or another question's: 0 points, and why."""
+    flags = ([f"{gid}: {len(found)} sets of outputs in one test cell (one is handed back): scored 0"]
+             if len(found) > 1 else [])
+    removed = _removed_answer(nb, cell)
+    if removed:
+        # the scan's reference-call removal is the reference_call fault the report counts
+        kinds = ["reference_call"] if REFERENCE_REASON in removed else []
+        return Scored(gid, 0.0, f"{gid}: 0 points: {removed}", flags, kinds)
+    errors = [f"{o.get('ename')}: {o.get('evalue')}" for o in cell.get("outputs", [])
+              if o.get("output_type") == "error"]
+    why = errors[-1] if errors else "no outputs were handed back"
+    return Scored(gid, 0.0, f"{gid}: not graded ({why}): 0 points", flags)
+
+
+def _changed_hand_back(gid: str, changed) -> Scored:
+    """A hand-back that says the grader's hand-back code was changed in the kernel: 0 points, flagged."""
+    names = ", ".join(str(c)[:120] for c in list(changed)[:8]) if isinstance(changed, list) else "?"
+    return Scored(gid, 0.0, f"{gid}: 0 points: the grader's hand-back code was changed in the kernel "
+                  f"before it ran ({names}); a hand-back that may not be the grader's is not scored",
+                  [f"{gid}: changed the grader's hand-back in the kernel ({names}): scored 0"], [])
+
+
+def _replayed(gid: str, seed: int, bundle: dict) -> tuple:
+    """The question's checker run on the hand-back (a :class:`grader.replay.Replay` or
+    :class:`grader.replay.ReplayClass` in place of the student's code): ``(CheckResult, the
+    records of every call of the student's code)``."""
+    q = QUESTIONS[gid]
+    calls = bundle.get("cases" if q.kind == "class" else "calls")
+    if isinstance(calls, dict) and "not_callable" in calls:
+        return run_check(gid, seed, opaque(calls["not_callable"])), []
+    if q.kind == "class":
+        records = [r if isinstance(r, dict) else {} for r in calls] if isinstance(calls, list) else []
+        result = run_check(gid, seed, ReplayClass(records, q.plan(plan_cases(gid, seed))))
+        # every recorded call of the student's code: forward, and the own submodules' calls
+        return result, [c for r in records for c in [r.get("forward")] + list(r.get("trace") or [])]
+    calls = calls if isinstance(calls, list) else []
+    return run_check(gid, seed, Replay(calls)), calls
+
+
+def _broke_the_rule(gid: str, refs: list[str]) -> Scored:
+    """A question whose calls ran a reference normalization: 0 points, said as the self-check says it."""
+    from normref.checks.core import rule_lines
+    from normref.rules import rule_message
+
+    # the student reads what the self-check said: one line per violation ("0 points:
+    # calls torch's rms_norm — implement it with tensor operations"), not the cases'
+    # "6/6 passed" beside it; the instructor's flags keep every record
+    backend = QUESTIONS[gid].backend
+    said = rule_lines(None, refs, backend)
+    return Scored(gid, 0.0, "\n".join(f"{gid}: {r}" for r in said),
+                  [f"{gid}: {rule_message(w, backend)} (seen while it ran): scored 0" for w in refs],
+                  ["reference_call"])
+
+
+def _score_bundle(gid: str, seed: int, bundle: dict) -> Scored:
+    """One question's hand-back, replayed through its checker and scored."""
+    q = QUESTIONS[gid]
+    if q.kind == "values":
+        return _score_values(gid, seed, bundle)
+    result, calls = _replayed(gid, seed, bundle)
+    refs = list(dict.fromkeys(str(w) for c in calls if isinstance(c, dict) for w in c.get("references", [])))
+    if refs:
+        return _broke_the_rule(gid, refs)
+    text = ("The visible check, scored by the grader:\n" if q.all_or_nothing
+            else "Graded on new inputs drawn for this grading run:\n") + result.report()
+    fraction = float(result.passed) if q.all_or_nothing else float(result.score)
+    record = None
+    if q.draw is not None:
+        from normref.diagnosis.record import result_record
+
+        record = result_record(result, inputs_id(seed))
+    return Scored(gid, fraction, text, [], result.faults, result.variants, record)
+
+
+def score_notebook(nb, seed: int) -> dict[str, Scored]:
+    """Score every :data:`QUESTIONS` cell of an autograded notebook from its handed-back
+    outputs: ``{grade_id: Scored}``. A cell with no hand-back (the student's code never got
+    there, e.g. the function is undefined) or several scores 0."""
+    out = {}
+    for cell in nb.cells:
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if cell.cell_type != "code" or gid not in QUESTIONS:
+            continue
+        found = [h for h in _handbacks(cell) if isinstance(h, dict)]
+        if len(found) != 1 or found[0].get("grade_id") != gid:
+            out[gid] = _not_handed_back(nb, cell, gid, found)
+        elif found[0].get("changed"):
+            out[gid] = _changed_hand_back(gid, found[0]["changed"])
+        else:
+            out[gid] = _score_bundle(gid, seed, found[0])
+    return out
+
+
+#: Each reason the grader's repair stage (grader/repair.py) removes an answer cell for, and the
+#: rule it breaks, as the feedback states it.
+_RULES = {TAMPER_REASON:
+          "code that changes how grading works (the grader's checkers, hand-back or recorder, the "
+          "interpreter's or IPython's machinery, threads, TorchScript) is not allowed: the cell is "
+          "removed and its question earns what a blank answer earns",
+          REFERENCE_REASON:
+          "calling the reference normalization instead of implementing it earns what a blank answer "
+          "earns: implement it with tensor operations"}
+def _removed_answer(nb, test_cell) -> str | None:
+    """Why this test cell's question has no hand-back, when the answer cell above it was removed by
+    the grader's scan (the rule it broke, stated as the report states it), else None."""
+    answer = None
+    for cell in nb.cells:
+        if cell is test_cell:
+            break
+        if cell.get("metadata", {}).get("nbgrader", {}).get("solution") and cell.cell_type == "code":
+            answer = cell
+    if answer is None or not answer.source.startswith(REMOVED_PREFIX):
+        return None
+    reason = answer.source[len(REMOVED_PREFIX):].split("\n", 1)[0].strip().rstrip(".")
+    aid = answer.metadata.get("nbgrader", {}).get("grade_id", "?")
+    if reason not in _RULES:  # not the scan (e.g. the kernel died in this question's code)
+        return f"the grader removed your answer cell {aid!r}: {reason}."
+    return (f"the grader removed your answer cell {aid!r} before grading: {reason}. The rule: "
+            f"{_RULES[reason]}. (The report names the line it found.)")
+
+
+def _score_values(gid: str, seed: int, bundle: dict) -> Scored:
+    """A short answer's handed-back values, checked here by its ``normref.answers`` checker."""
+    values = bundle.get("values")
+    values = [decode_answer(v) for v in values[:8]] if isinstance(values, list) else []
+    try:
+        result = run_check(gid, seed, tuple(values))
+    except Exception as e:  # noqa: BLE001 - a hand-back of the wrong arity (a changed hidden test)
+        return Scored(gid, 0.0, f"{gid}: not graded (the answers handed back could not be checked: "
+                      f"{type(e).__name__}): 0 points")
+    shown = [f"{type(v).__name__} {v!r}" for v in values if isinstance(v, Shown)]
+    note = (f"\n(handed to the grader as text, its type not being a number, tuple, string or bool: "
+            f"{'; '.join(shown)})" if shown else "")
+    return Scored(gid, float(result.score), "Checked by the grader:\n" + result.report() + note, [],
+                  result.faults, result.variants)
+
+
+def annotate_notebook(nb, seed: int) -> dict[str, Scored]:
+    """:func:`score_notebook`, then each scored test cell's outputs replaced by one display of
+    its diagnosis (what the feedback shows), whose metadata carries the fault kinds and the
+    record of the outputs (``metadata["normref"]["record"]``, read by :mod:`grader.groups`).
+    Changes ``nb`` in place; returns ``{grade_id: Scored}``."""
+    scored = score_notebook(nb, seed)
+    for cell in nb.cells:
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if gid in scored:
+            sc = scored[gid]
+            meta = output_metadata(sc.faults, sc.variants)
+            if sc.record is not None:
+                meta[METADATA_KEY][RECORD_KEY] = sc.record
+            cell.outputs = [nbformat.v4.new_output("display_data", data={"text/plain": sc.text}, metadata=meta)]
+    return scored
+
+
+def score_class(course_root: Path, pairs, seed: int, *, db_url: str | None = None,
+                log=print) -> dict[tuple[str, str], list[str]]:
+    """Score every autograded notebook of ``pairs`` (``[(assignment, student)]``): write
+    ``points x fraction`` into the gradebook's ``Grade`` rows (``auto_score``) and the
+    diagnosis into the notebook's test cell (the feedback shows it).
+
+    Returns:
+        ``{(assignment, student): [flags]}`` for the report.
+    """
+    from nbgrader.api import Gradebook
+
+    root = Path(course_root)
+    url = db_url or f"sqlite:///{root / 'gradebook.db'}"
+    flags: dict[tuple[str, str], list[str]] = {}
+    with Gradebook(url) as gb:
+        for a, st in pairs:
+            for path in sorted((root / "autograded" / st / a).glob("*.ipynb")):
+                nb = nbformat.read(path, as_version=4)
+                scored = annotate_notebook(nb, seed)
+                if not scored:
+                    continue
+                for gid, s in scored.items():
+                    try:
+                        grade = gb.find_grade(gid, path.stem, a, st)
+                    except Exception:  # noqa: BLE001 - nbgrader raises MissingEntry
+                        continue
+                    in_kernel = grade.auto_score
+                    grade.auto_score = round(float(grade.max_score) * s.fraction, 2)
+                    if (QUESTIONS[gid].all_or_nothing and in_kernel is not None and s.fraction == 0
+                            and float(in_kernel) >= float(grade.max_score) > 0):
+                        # same checker, same public inputs, same function: only a change made
+                        # inside the kernel (or a function that is not deterministic) does this
+                        s.flags.append(f"{gid}: the notebook's own check passed in its kernel, the grader's "
+                                       "scoring of the same outputs did not (checkers changed at run time?): "
+                                       "scored 0")
+                    if s.flags:
+                        flags.setdefault((a, st), []).extend(s.flags)
+                gb.db.commit()
+                nbformat.write(nb, path)
+    return flags
+
+
+# --------------------------------------------------------------------------- pipeline stages
+
+
+def scoring_stage(b) -> None:
+    """``grade_class`` stage after autograde: score every graded notebook's handed-back
+    outputs in this process and write the points into the gradebook; flags go to the report."""
+    from .repair import Repair
+
+    run = b.run
+    pairs = list(run.autograde.graded) if run.autograde else []
+    flags = score_class(b.tree.root, pairs, b.scoring_seed, db_url=b.tree.gradebook_url, log=b.log)
+    for (a, st), notes in flags.items():
+        run.repairs.setdefault((a, st), Repair(st, a)).flags.extend(notes)
+    b.log(f"scoring: {len(pairs)} notebooks scored outside the kernels")
