@@ -107,6 +107,27 @@ def _kill_cgroup(cg: Path, wait_s: float = 2.0) -> int:
     return len(pids)
 
 
+def remove_cgroup(cg: Path, wait_s: float = 10.0) -> tuple[int, bool]:
+    """Remove cgroup ``cg`` and its children, SIGKILLing first any process still in them (a
+    child the student's code left behind, which outlived its kernel) and waiting up to
+    ``wait_s`` for them to leave.
+
+    Returns:
+        ``(processes signalled, removed)``; ``removed`` is False when a process would not leave
+        or the kernel refused the ``rmdir``.
+    """
+    killed = _kill_cgroup(cg, wait_s) if _cgroup_procs(cg) else 0
+    if _cgroup_procs(cg):
+        return killed, False
+    try:
+        for child in sorted((c for c in cg.iterdir() if c.is_dir()), reverse=True):
+            child.rmdir()
+        cg.rmdir()
+    except OSError:
+        return killed, False
+    return killed, True
+
+
 def _named_by_a_live_process(path: str) -> bool:
     """Does any live process's command line name ``path`` (an autograde worker's
     ``--KernelManager.ip=<path>/k``, a kernel launcher's ``--bind <path> <path>``)?"""
@@ -151,18 +172,9 @@ def sweep_stale(cgroup_root: Path | None = None, tmp: Path = Path("/tmp")) -> di
             m = re.fullmatch(r"normref-(\d+)-[0-9a-f]+", cg.name)
             if not m or not cg.is_dir() or _alive(int(m.group(1))):
                 continue
-            if _cgroup_procs(cg):
-                out["killed"] += _kill_cgroup(cg)
-            if _cgroup_procs(cg):
-                out["in_use"] += 1
-                continue
-            try:
-                for child in sorted((c for c in cg.iterdir() if c.is_dir()), reverse=True):
-                    child.rmdir()
-                cg.rmdir()
-                out["cgroups"] += 1
-            except OSError:
-                out["in_use"] += 1
+            killed, removed = remove_cgroup(cg)
+            out["killed"] += killed
+            out["cgroups" if removed else "in_use"] += 1
     try:
         mounts = {line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()
                   if len(line.split()) > 1}

@@ -44,13 +44,15 @@ from pathlib import Path
 try:
     from . import store
     from .cgroups import (MEMORY_CGROUP_ROOT, PIDS_CGROUP_ROOT, counters, hierarchy,  # noqa: F401
-                          join_memory_cgroup, join_pids_cgroup, make_cgroup, memory_cgroups_work, sweep_stale)
+                          join_memory_cgroup, join_pids_cgroup, make_cgroup, memory_cgroups_work, remove_cgroup,
+                          sweep_stale)
     from .kernel_guard import ENV_MAX_PROCS, ENV_MAX_WRITE_BYTES, ENV_NPROC_RLIMIT
     from .kernel_guard import PIDS_EVENTS as SANDBOX_PIDS_EVENTS
 except ImportError:  # run by path, as the kernelspec does
     import store  # type: ignore[no-redef]
     from cgroups import (MEMORY_CGROUP_ROOT, PIDS_CGROUP_ROOT, counters, hierarchy,  # type: ignore[no-redef]  # noqa: F401
-                         join_memory_cgroup, join_pids_cgroup, make_cgroup, memory_cgroups_work, sweep_stale)
+                         join_memory_cgroup, join_pids_cgroup, make_cgroup, memory_cgroups_work, remove_cgroup,
+                         sweep_stale)
     from kernel_guard import ENV_MAX_PROCS, ENV_MAX_WRITE_BYTES, ENV_NPROC_RLIMIT  # type: ignore[no-redef]
     from kernel_guard import PIDS_EVENTS as SANDBOX_PIDS_EVENTS  # type: ignore[no-redef]
 from normref.handback_files import HANDBACK_ENV
@@ -186,12 +188,8 @@ class SandboxSession:
         for d in self._tmp:
             shutil.rmtree(d, ignore_errors=True)
         for cg in (self.pids_cgroup, self.memory_cgroup):
-            if cg is not None:
-                for child in sorted(cg.glob("*/"), reverse=True):
-                    with contextlib.suppress(OSError):
-                        child.rmdir()
-                with contextlib.suppress(OSError):
-                    cg.rmdir()
+            if cg is not None and cg.is_dir():
+                remove_cgroup(cg)  # kills what a student's code left running in it first
         shutil.rmtree(self.records, ignore_errors=True)
 
     def worker(self, i: int) -> tuple[list[str], dict[str, str]]:
