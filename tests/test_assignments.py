@@ -256,6 +256,16 @@ def test_each_variant_gets_exactly_the_expected_points(graded_class, assignment)
 
 
 @pytest.mark.slow
+def test_the_class_was_graded_with_warm_kernels(graded_class):
+    """The points above are warm kernels' (forked from each worker's zygote, grader/warm.py);
+    test_warm grades every variant with fresh kernels to the same points."""
+    n = len(graded_class.run.autograde.graded)
+    assert n >= sum(len(v) for v in ANSWERS.values())
+    assert f"autograde: warm kernels for all {n} notebooks" in graded_class.lines, [
+        ln for ln in graded_class.lines if "kernel" in ln]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_submission_kernel_metadata_is_ignored(graded_class, assignment):
     student = graded_class.student(assignment, "correct")

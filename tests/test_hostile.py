@@ -28,7 +28,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell
 from grader import grade_class
 from grader.demo.answer_bank import ANSWERS
 from grader.sandbox import available as sandbox_available
-from normref.handback import ENV
+from normref.handback_files import HANDBACK_ENV as ENV
 
 REPO = Path(__file__).resolve().parents[1]
 RMS_CORRECT = ANSWERS["rmsnorm"]["correct"]["rms_norm_impl"]
