@@ -89,6 +89,32 @@ def _large_mean_row(g) -> list[float]:
                 return [float(v) for v in row]
 
 
+def _token_spreads(kind: str, btd, nnn, tiny, g) -> tuple:
+    """``[B, T, D]``, ``B = T = D`` and tiny-value inputs rescaled token by token (drawn from
+    ``g``): LayerNorm's to stds where eps's place shows, RMSNorm's to RMS 1 to 2."""
+    import torch
+
+    b_, t_ = btd.shape[:2]
+    n = nnn.shape[0]
+    if kind == "layer":
+        # Where eps sits shows in float32 only on a token of small variance. Every token gets a
+        # std between 1 and 2, but one of std 0.2 in [B, T, D] (both eps faults show) and one
+        # of std 0.4 in B = T = D (sqrt(var) + eps is within tolerance there, no eps is not).
+        btd = _with_std(btd, 1 + torch.rand(b_, t_, 1, generator=g))
+        nnn = _with_std(nnn, 1 + torch.rand(n, n, 1, generator=g))
+        btd[0, 0] = _with_std(btd[0, 0], 0.2)
+        nnn[0, 0] = _with_std(nnn[0, 0], 0.4)
+        # tiny values: std 1e-3 to 2e-3 against eps = 1e-4, so var still shows (n-1 is seen),
+        # and a mean of the same order, as in the visible case (scaled before: rescaling the
+        # spread alone kept a mean of ~0.4 against it, where the one-pass variance cancels too)
+        tiny = _with_std(1e-3 * tiny, 1e-3 * (1 + torch.rand(2, 1, generator=g)))
+    else:  # RMS between 1 and 2 in every token: eps stays below float32's tolerance there
+        btd = btd / btd.pow(2).mean(-1, keepdim=True).sqrt() * (1 + torch.rand(b_, t_, 1, generator=g))
+        nnn = nnn / nnn.pow(2).mean(-1, keepdim=True).sqrt() * (1 + torch.rand(n, n, 1, generator=g))
+        tiny = tiny / tiny.pow(2).mean(-1, keepdim=True).sqrt() * 1e-3 * (1 + torch.rand(2, 1, generator=g))
+    return btd, nnn, tiny
+
+
 def draw_norm_battery(kind: str, backend: str, g) -> list:
     """A drawn RMSNorm (``kind="rms"``) or LayerNorm (``"layer"``) battery for ``backend``
     (``"torch"``: six cases for rms, seven for layer; ``"numpy"``: without bfloat16), the
@@ -111,22 +137,7 @@ def draw_norm_battery(kind: str, backend: str, g) -> list:
     tok = draw_token(g)
     w, b = 1 + 0.5 * rnd(d), 0.1 * rnd(d)
     btd, nnn, tiny = rnd(b_, t_, d, shift=0.5), rnd(n, n, n, scale=2.0, shift=1.0), rnd(2, d2)
-    if kind == "layer":
-        # Where eps sits shows in float32 only on a token of small variance. Every token gets a
-        # std between 1 and 2, but one of std 0.2 in [B, T, D] (both eps faults show) and one
-        # of std 0.4 in B = T = D (sqrt(var) + eps is within tolerance there, no eps is not).
-        btd = _with_std(btd, 1 + torch.rand(b_, t_, 1, generator=g))
-        nnn = _with_std(nnn, 1 + torch.rand(n, n, 1, generator=g))
-        btd[0, 0] = _with_std(btd[0, 0], 0.2)
-        nnn[0, 0] = _with_std(nnn[0, 0], 0.4)
-        # tiny values: std 1e-3 to 2e-3 against eps = 1e-4, so var still shows (n-1 is seen),
-        # and a mean of the same order, as in the visible case (scaled before: rescaling the
-        # spread alone kept a mean of ~0.4 against it, where the one-pass variance cancels too)
-        tiny = _with_std(1e-3 * tiny, 1e-3 * (1 + torch.rand(2, 1, generator=g)))
-    else:  # RMS between 1 and 2 in every token: eps stays below float32's tolerance there
-        btd = btd / btd.pow(2).mean(-1, keepdim=True).sqrt() * (1 + torch.rand(b_, t_, 1, generator=g))
-        nnn = nnn / nnn.pow(2).mean(-1, keepdim=True).sqrt() * (1 + torch.rand(n, n, 1, generator=g))
-        tiny = tiny / tiny.pow(2).mean(-1, keepdim=True).sqrt() * 1e-3 * (1 + torch.rand(2, 1, generator=g))
+    btd, nnn, tiny = _token_spreads(kind, btd, nnn, tiny, g)
     cases = [
         NormCase(f"token {tuple(int(v) for v in tok.tolist())}", tok, torch.ones(3), bias(torch.zeros(3)), eps),
         NormCase(f"[{b_}, {t_}, {d}] float32 with a trained gamma", btd, w, bias(b), eps),
@@ -143,13 +154,20 @@ def draw_norm_battery(kind: str, backend: str, g) -> list:
         cases.append(NormCase(f"constant row [{c:g}] * 4 (variance 0: output must be beta)",
                               torch.stack([torch.full((4,), c), _with_std(rnd(4), 1.0)]), torch.ones(4),
                               0.5 * rnd(4), eps))
-    if backend == "numpy":
-        def conv(t):
-            return None if t is None else t.numpy()
+    return _numpy_cases(cases) if backend == "numpy" else cases
 
-        cases = [NormCase(c.name, conv(c.x), conv(c.weight), conv(c.bias), c.eps)
-                 for c in cases if c.x.dtype != torch.bfloat16]
-    return cases
+
+def _numpy_cases(cases: list) -> list:
+    """The battery's cases as numpy arrays, without the bfloat16 one (numpy has no bfloat16)."""
+    import torch
+
+    from normref.checks.norms import NormCase
+
+    def conv(t):
+        return None if t is None else t.numpy()
+
+    return [NormCase(c.name, conv(c.x), conv(c.weight), conv(c.bias), c.eps)
+            for c in cases if c.x.dtype != torch.bfloat16]
 
 
 def draw_backward_battery(g) -> list:

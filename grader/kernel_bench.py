@@ -183,24 +183,57 @@ def _print(line: str) -> None:
     print(line, flush=True)
 
 
+def _course_copy(td: Path) -> tuple[Path, object, Path]:
+    """A copy of the course's config, sources and releases under ``td``: its root, its
+    :class:`grader.apps.Course`, and the graded inputs of its hidden tests."""
+    from .apps import Course
+    from .course import CONFIG, REPO_ROOT, CourseTree
+    from .scoring import prepare_inputs
+
+    root = td / "course"
+    root.mkdir()
+    shutil.copy(REPO_ROOT / CONFIG, root)
+    for sub in ("source", "release"):
+        shutil.copytree(REPO_ROOT / sub, root / sub)
+    course = Course(CourseTree(root))
+    _, inputs = prepare_inputs(root, log=lambda *_: None, set_env=False)
+    return root, course, inputs
+
+
+def _assignment_rows(course, a: str, inputs: Path, reps: int, kernel: str, kernel_args: dict, log,
+                     out: dict) -> str:
+    """Grade ``a``'s correct notebook ``reps`` times before and after (interleaved), log the
+    medians, put them in ``out``; returns where the CPU was read from."""
+    how = ""
+    runs: dict = {"before": [], "after": []}
+    for i in range(reps):
+        for mode in ("before", "after"):
+            cpu, wall, how = grade_one(course, a, inputs, mode == "before", kernel, kernel_args,
+                                       f"{a}-{mode}-{i}")
+            runs[mode].append((cpu, wall))
+    for mode in ("before", "after"):
+        med = {p: statistics.median(c[p] for c, _ in runs[mode]) for p in PHASES}
+        medw = {p: statistics.median(w[p] for _, w in runs[mode]) for p in PHASES}
+        tot = statistics.median(sum(c.values()) for c, _ in runs[mode])
+        totw = statistics.median(sum(w.values()) for _, w in runs[mode])
+        out[(a, mode)] = {**med, "total": tot}
+        log(f"{a if mode == 'before' else '':<20}{mode:<8}"
+            + "".join(f"{med[p]:>11.2f} ({medw[p]:>4.1f})" for p in PHASES)
+            + f"{tot:>11.2f} ({totw:>4.1f})")
+    b, f = out[(a, "before")]["total"], out[(a, "after")]["total"]
+    log(f"{'':<20}{'after/before':<12}{f / b:>10.2f} of the core-seconds")
+    return how
+
+
 def kernel_rows(reps: int = 3, assignments: list[str] | None = None, log=_print) -> dict:
     """Print, per assignment, the median core-seconds (and wall seconds) of each phase of one
     graded correct notebook, before and after, over ``reps`` runs each (interleaved). Returns
     ``{(assignment, "before"|"after"): {phase: median CPU s}}``."""
     from . import sandbox
-    from .apps import Course
-    from .course import CONFIG, REPO_ROOT, CourseTree
-    from .scoring import prepare_inputs
 
     out: dict = {}
     with tempfile.TemporaryDirectory(prefix="kernel-bench-") as td:
-        root = Path(td) / "course"
-        root.mkdir()
-        shutil.copy(REPO_ROOT / CONFIG, root)
-        for sub in ("source", "release"):
-            shutil.copytree(REPO_ROOT / sub, root / sub)
-        course = Course(CourseTree(root))
-        _, inputs = prepare_inputs(root, log=lambda *_: None, set_env=False)
+        root, course, inputs = _course_copy(Path(td))
         sandboxed = sandbox.available()
         jupyter = Path(td) / "jupyter"
         kernel = _kernelspec(jupyter, sandboxed)
@@ -225,23 +258,7 @@ def kernel_rows(reps: int = 3, assignments: list[str] | None = None, log=_print)
                 f"median of {reps} runs each; CPU of the kernel's process tree, core-seconds (wall s)")
             log(f"{'assignment':<20}{'':<8}" + "".join(f"{p:>18}" for p in PHASES) + f"{'total':>18}")
             for a in names:
-                runs: dict = {"before": [], "after": []}
-                for i in range(reps):
-                    for mode in ("before", "after"):
-                        cpu, wall, how = grade_one(course, a, inputs, mode == "before", kernel, kernel_args,
-                                                   f"{a}-{mode}-{i}")
-                        runs[mode].append((cpu, wall))
-                for mode in ("before", "after"):
-                    med = {p: statistics.median(c[p] for c, _ in runs[mode]) for p in PHASES}
-                    medw = {p: statistics.median(w[p] for _, w in runs[mode]) for p in PHASES}
-                    tot = statistics.median(sum(c.values()) for c, _ in runs[mode])
-                    totw = statistics.median(sum(w.values()) for _, w in runs[mode])
-                    out[(a, mode)] = {**med, "total": tot}
-                    log(f"{a if mode == 'before' else '':<20}{mode:<8}"
-                        + "".join(f"{med[p]:>11.2f} ({medw[p]:>4.1f})" for p in PHASES)
-                        + f"{tot:>11.2f} ({totw:>4.1f})")
-                b, f = out[(a, "before")]["total"], out[(a, "after")]["total"]
-                log(f"{'':<20}{'after/before':<12}{f / b:>10.2f} of the core-seconds")
+                how = _assignment_rows(course, a, inputs, reps, kernel, kernel_args, log, out)
             log(f"(CPU read from {how}; load: {os.getloadavg()[0]:.1f} {os.getloadavg()[1]:.1f} "
                 f"{os.getloadavg()[2]:.1f})")
     return out

@@ -88,11 +88,18 @@ def repair_notebook(nb, release_nb, rep: Repair) -> nbformat.NotebookNode:
     rel_cells = [c for c in release_nb.cells if _nbg(c).get("grade_id")]
     rel_by_id = {_nbg(c)["grade_id"]: c for c in rel_cells}
     order = [_nbg(c)["grade_id"] for c in rel_cells]
+    out = _restore_metadata(nb.cells, rel_by_id, rep)
+    _restore_missing(out, order, rel_by_id, rep)
+    nb.cells = out
+    _remove_tampering(nb.cells, rep)
+    return nb
 
-    # 1. metadata: unknown grade_ids dropped, known ones restored; split cells merged.
+
+def _restore_metadata(cells: list, rel_by_id: dict, rep: Repair) -> list:
+    """Step 1, metadata: unknown grade_ids dropped, known ones restored; split cells merged."""
     out = []
     seen: dict[str, int] = {}
-    for cell in nb.cells:
+    for cell in cells:
         gid = _nbg(cell).get("grade_id")
         if gid is None:
             if "nbgrader" in cell.get("metadata", {}):
@@ -113,39 +120,39 @@ def repair_notebook(nb, release_nb, rep: Repair) -> nbformat.NotebookNode:
             else:
                 rep.notes.append(f"graded cell {gid!r} appeared twice: the copy was dropped")
             continue
-        if cell.cell_type != rel.cell_type:
-            rep.notes.append(f"cell {gid!r} had been turned into {cell.cell_type}: restored as {rel.cell_type}")
-            new = (nbformat.v4.new_code_cell if rel.cell_type == "code" else nbformat.v4.new_markdown_cell)(
-                cell.get("source", ""))
-            new.metadata = cell.get("metadata", {})
-            cell = new
-        if _nbg(rel).get("locked") and cell.get("source", "") != rel.source:
-            rep.notes.append(f"locked cell {gid!r} had been edited: restored from the released version")
-            cell.source = rel.source
-        cell.metadata["nbgrader"] = copy.deepcopy(_nbg(rel))
         seen[gid] = len(out)
-        out.append(cell)
+        out.append(_restore_cell(cell, rel, gid, rep))
+    return out
 
-    # 2. deleted graded cells: re-attach an orphaned answer, else insert the released cell.
-    # Kept although nbgrader_config.py turns on OverwriteCells.add_missing_cells: nbgrader 0.9.6
-    # raises KeyError when the deleted cell follows a locked cell without a grade
-    # (block_warmup_why after warmup_plots) or a cell deleted too, failing the whole notebook,
-    # and never re-inserts a deleted answer cell (tests/test_repair.py shows both).
+
+def _restore_cell(cell, rel, gid: str, rep: Repair):
+    """A graded cell as released: its type, a locked cell's source, its nbgrader metadata."""
+    if cell.cell_type != rel.cell_type:
+        rep.notes.append(f"cell {gid!r} had been turned into {cell.cell_type}: restored as {rel.cell_type}")
+        new = (nbformat.v4.new_code_cell if rel.cell_type == "code" else nbformat.v4.new_markdown_cell)(
+            cell.get("source", ""))
+        new.metadata = cell.get("metadata", {})
+        cell = new
+    if _nbg(rel).get("locked") and cell.get("source", "") != rel.source:
+        rep.notes.append(f"locked cell {gid!r} had been edited: restored from the released version")
+        cell.source = rel.source
+    cell.metadata["nbgrader"] = copy.deepcopy(_nbg(rel))
+    return cell
+
+
+def _restore_missing(out: list, order: list, rel_by_id: dict, rep: Repair) -> None:
+    """Step 2, deleted graded cells: re-attach an orphaned answer, else insert the released cell.
+
+    Kept although nbgrader_config.py turns on OverwriteCells.add_missing_cells: nbgrader 0.9.6
+    raises KeyError when the deleted cell follows a locked cell without a grade
+    (block_warmup_why after warmup_plots) or a cell deleted too, failing the whole notebook,
+    and never re-inserts a deleted answer cell (tests/test_repair.py shows both)."""
     present = {_nbg(c).get("grade_id") for c in out}
     for gid in order:
         if gid in present:
             continue
         rel = rel_by_id[gid]
-        adopted = False
-        if _nbg(rel).get("solution") and rel.cell_type == "code":
-            want = _defined_names(rel.source)
-            for c in out:
-                if c.cell_type == "code" and not _nbg(c) and want and want <= _defined_names(c.source):
-                    c.metadata["nbgrader"] = copy.deepcopy(_nbg(rel))
-                    rep.notes.append(f"answer cell {gid!r} had lost its nbgrader metadata: re-attached")
-                    adopted = True
-                    break
-        if not adopted:
+        if not _adopt_orphan(out, gid, rel, rep):
             idx = order.index(gid)
             prev = next((g for g in reversed(order[:idx]) if g in present), None)
             pos = 0 if prev is None else next(i for i, c in enumerate(out) if _nbg(c).get("grade_id") == prev) + 1
@@ -153,12 +160,28 @@ def repair_notebook(nb, release_nb, rep: Repair) -> nbformat.NotebookNode:
             what = "answer" if _nbg(rel).get("solution") else "graded"
             rep.notes.append(f"{what} cell {gid!r} was missing: re-inserted from the released notebook")
         present.add(gid)
-    nb.cells = out
 
-    # 3. tampering and reference calls in every cell the student could edit.
-    locked_sources = [c.source for c in nb.cells if c.cell_type == "code" and _nbg(c).get("locked")]
+
+def _adopt_orphan(out: list, gid: str, rel, rep: Repair) -> bool:
+    """Re-attach ``rel``'s metadata to an ungraded code cell defining all its answer's names;
+    True if one was found."""
+    if not (_nbg(rel).get("solution") and rel.cell_type == "code"):
+        return False
+    want = _defined_names(rel.source)
+    for c in out:
+        if c.cell_type == "code" and not _nbg(c) and want and want <= _defined_names(c.source):
+            c.metadata["nbgrader"] = copy.deepcopy(_nbg(rel))
+            rep.notes.append(f"answer cell {gid!r} had lost its nbgrader metadata: re-attached")
+            return True
+    return False
+
+
+def _remove_tampering(cells: list, rep: Repair) -> None:
+    """Step 3, tampering and reference calls in every cell the student could edit: the cell
+    replaced by a stub that raises, flagged."""
+    locked_sources = [c.source for c in cells if c.cell_type == "code" and _nbg(c).get("locked")]
     protected = protected_bindings(locked_sources)
-    for cell in nb.cells:
+    for cell in cells:
         if cell.cell_type != "code" or _nbg(cell).get("locked"):
             continue
         findings = scan(cell.source, protected)
@@ -175,8 +198,6 @@ def repair_notebook(nb, release_nb, rep: Repair) -> nbformat.NotebookNode:
                              "cell removed, its question earns 0")
             cell.source = _stub(REFERENCE_REASON)
         cell.outputs = []
-
-    return nb
 
 
 def unreadable_note(reason: str) -> str:

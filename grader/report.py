@@ -313,6 +313,26 @@ def build_report(course_root: Path, assignments: list[str], scores, max_points,
     course_root = Path(course_root)
     rep = ClassReport(ungraded=dict(ungraded or {}), flags={k: list(v) for k, v in (flags or {}).items()},
                       course_root=course_root)
+    _add_scores(rep, course_root, assignments, scores, max_points)
+    _add_gradebook(rep, course_root, assignments, gradebook_url)
+    graded = {a: sorted(s for s in rep.totals[a] if s not in rep.not_diagnosed.get(a, [])) for a in assignments}
+    if groups:
+        from .groups import mistake_groups
+
+        students = sorted({s for v in graded.values() for s in v})
+        rep.groups, rep.groups_missing = mistake_groups(course_root, assignments, students)
+    if similarity:
+        from .similarity import similar_pairs
+
+        for a in assignments:
+            pairs = similar_pairs(course_root, a, graded[a])
+            if pairs:
+                rep.similar[a] = pairs
+    return rep
+
+
+def _add_scores(rep: ClassReport, course_root: Path, assignments: list[str], scores, max_points) -> None:
+    """``rep``'s points, totals, and the fault kinds named in each graded submission's notebooks."""
     found: dict[str, dict[str, list[str]]] = {}
     for a in assignments:
         rep.max_points[a] = dict(max_points.get(a, {}))
@@ -342,6 +362,10 @@ def build_report(course_root: Path, assignments: list[str], scores, max_points,
             rep.students_with_mistake[(a, kind)] = students
     rep.not_diagnosed = {a: sorted(v) for a, v in rep.not_diagnosed.items()}
     rep.questions = {a: dict(q) for a, q in rep.questions.items()}
+
+
+def _add_gradebook(rep: ClassReport, course_root: Path, assignments: list[str], gradebook_url: str | None) -> None:
+    """``rep``'s manual grading, lateness and names (the gradebook), LMS lateness, run log."""
     db = course_root / GRADEBOOK
     url = gradebook_url or (f"sqlite:///{db}" if db.is_file() else None)
     if url:
@@ -356,20 +380,6 @@ def build_report(course_root: Path, assignments: list[str], scores, max_points,
 
     rep.lms_late = {k for k in lms_late(CourseTree(course_root)) if k[1] in rep.totals.get(k[0], {})}
     rep.runs = read_runs(course_root)
-    graded = {a: sorted(s for s in rep.totals[a] if s not in rep.not_diagnosed.get(a, [])) for a in assignments}
-    if groups:
-        from .groups import mistake_groups
-
-        students = sorted({s for v in graded.values() for s in v})
-        rep.groups, rep.groups_missing = mistake_groups(course_root, assignments, students)
-    if similarity:
-        from .similarity import similar_pairs
-
-        for a in assignments:
-            pairs = similar_pairs(course_root, a, graded[a])
-            if pairs:
-                rep.similar[a] = pairs
-    return rep
 
 
 def read_lateness(gradebook, assignments: list[str]) -> dict[tuple[str, str], float]:

@@ -289,7 +289,7 @@ def limit_flags(course_root: Path, session: "SandboxSession | None", pairs) -> d
 
 
 
-#: What a grading kernel imports before the student's first cell (the zygote's :data:`PRELOAD`).
+#: What a grading kernel imports before the student's first cell (:data:`grader.zygote.PRELOAD`).
 _KERNEL_IMPORTS = ("ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.zmqshell", "numpy", "torch",
                    "normref", "normref.handback")
 _AS_PROBE = """
@@ -431,17 +431,7 @@ def bwrap_argv(connection_file: str, cwd: str, kernel_args: list[str], *,
             # everything the kernel may write, in one size-limited tmpfs
             "--size", str(max_write_bytes), "--tmpfs", "/tmp",
             "--dir", SANDBOX_WORK, "--dir", "/tmp/home"]
-    for top in ("usr", "bin", "lib", "lib64", "sbin"):
-        p = Path("/") / top
-        if p.is_symlink():
-            argv += ["--symlink", os.readlink(p), str(p)]
-        elif p.exists():
-            argv += ["--ro-bind", str(p), str(p)]
-    for f in _ETC:
-        if os.path.exists(f):
-            argv += ["--ro-bind", f, f]
-    for p in _ro_paths():
-        argv += ["--ro-bind", p, p]
+    argv += _system_binds()
     guard = str(Path(__file__).resolve().with_name("kernel_guard.py"))
     argv += ["--ro-bind", guard, guard,  # the grader's only file inside the sandbox
              "--file", str(connection_fd), "/tmp/connection.json",
@@ -455,26 +445,49 @@ def bwrap_argv(connection_file: str, cwd: str, kernel_args: list[str], *,
     # this run's graded inputs are nbgrader's to write into the hidden tests (HandbackInputs in
     # nbgrader_config.py): the kernel gets neither their file nor where it is
     argv += ["--unsetenv", HANDBACK_ENV]
-    argv += ["--symlink", SANDBOX_WORK, cwd,  # the student's folder: a private, writable copy
-             "--chdir", cwd,
-             "--setenv", "HOME", "/tmp/home", "--setenv", "MPLCONFIGDIR", "/tmp/home/mpl",
-             "--setenv", "IPYTHONDIR", "/tmp/home/ipython", "--setenv", "NORMREF_GRADING", "1",
-             "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
-             # no user site (usercustomize.py, *.pth under ~/.local); HOME and IPYTHONDIR (below)
-             # are empty folders of the tmpfs, so no profile's startup/ or ipython_config.py is read
-             "--setenv", "PYTHONNOUSERSITE", "1",
-             "--setenv", ENV_MAX_PROCS, str(max_procs),
-             "--setenv", ENV_MAX_WRITE_BYTES, str(max_write_bytes),
-             # without a cgroup, the guard sets RLIMIT_NPROC inside: counted per (user
-             # namespace, uid), i.e. per sandbox (set outside, it would count all our processes)
-             "--setenv", ENV_NPROC_RLIMIT, "0" if pids_events else "1",
-             # ipykernel would see its parent as PID 1 in the new PID namespace and exit;
-             # bwrap's --die-with-parent already ends the kernel with its parent.
-             "--unsetenv", "JPY_PARENT_PID",
-             sys.executable, guard,
-             "-f", "/tmp/connection.json",
-             *kernel_args]
+    return argv + _kernel_argv(cwd, guard, kernel_args, pids_events, max_write_bytes, max_procs)
+
+
+def _system_binds() -> list[str]:
+    """bwrap's arguments showing the system read-only: /usr, /bin, /lib..., /etc's files the
+    kernel needs, Python's and the course's folders (:func:`_ro_paths`)."""
+    argv = []
+    for top in ("usr", "bin", "lib", "lib64", "sbin"):
+        p = Path("/") / top
+        if p.is_symlink():
+            argv += ["--symlink", os.readlink(p), str(p)]
+        elif p.exists():
+            argv += ["--ro-bind", str(p), str(p)]
+    for f in _ETC:
+        if os.path.exists(f):
+            argv += ["--ro-bind", f, f]
+    for p in _ro_paths():
+        argv += ["--ro-bind", p, p]
     return argv
+
+
+def _kernel_argv(cwd: str, guard: str, kernel_args: list[str], pids_events: str | None,
+                 max_write_bytes: int, max_procs: int) -> list[str]:
+    """bwrap's last arguments: the kernel's folder and environment, then the guarded kernel."""
+    return ["--symlink", SANDBOX_WORK, cwd,  # the student's folder: a private, writable copy
+            "--chdir", cwd,
+            "--setenv", "HOME", "/tmp/home", "--setenv", "MPLCONFIGDIR", "/tmp/home/mpl",
+            "--setenv", "IPYTHONDIR", "/tmp/home/ipython", "--setenv", "NORMREF_GRADING", "1",
+            "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
+            # no user site (usercustomize.py, *.pth under ~/.local); HOME and IPYTHONDIR (below)
+            # are empty folders of the tmpfs, so no profile's startup/ or ipython_config.py is read
+            "--setenv", "PYTHONNOUSERSITE", "1",
+            "--setenv", ENV_MAX_PROCS, str(max_procs),
+            "--setenv", ENV_MAX_WRITE_BYTES, str(max_write_bytes),
+            # without a cgroup, the guard sets RLIMIT_NPROC inside: counted per (user
+            # namespace, uid), i.e. per sandbox (set outside, it would count all our processes)
+            "--setenv", ENV_NPROC_RLIMIT, "0" if pids_events else "1",
+            # ipykernel would see its parent as PID 1 in the new PID namespace and exit;
+            # bwrap's --die-with-parent already ends the kernel with its parent.
+            "--unsetenv", "JPY_PARENT_PID",
+            sys.executable, guard,
+            "-f", "/tmp/connection.json",
+            *kernel_args]
 
 
 def _set_limits(as_mb: int | None) -> None:

@@ -69,7 +69,7 @@ __all__ = ["QUESTIONS", "PRACTICE", "prepare_inputs", "module_plan", "block_plan
 
 
 def module_plan(cases: list) -> list[dict]:
-    """The kernel's plan (:func:`normref.handback.run_plan`) for
+    """The kernel's plan (:func:`normref.plan.run_plan`) for
     :func:`normref.checks.check_rms_norm_module` on ``cases`` (``_ModuleCase``): construct
     ``cls(dim)`` or ``cls(dim, eps=...)``, report ``weight`` and the parameters, load the
     trained weight, call ``forward(x)``."""
@@ -109,7 +109,7 @@ def block_plan(cases: list) -> list[dict]:
 @dataclass(frozen=True)
 class Question:
     """One question scored outside the kernel: its checker, the battery it runs, what counts as
-    calling the reference (:class:`normref.handback.ReferenceRecorder`'s arguments), and whose
+    calling the reference (:class:`normref.recorder.ReferenceRecorder`'s arguments), and whose
     words the rule is stated in.
 
     ``check(fn, cases)`` runs the checker on ``cases`` (``None``: the checker's own public
@@ -126,7 +126,7 @@ class Question:
     all_or_nothing: bool = False
     public: tuple | None = None
     #: what the kernel hands back: ``"function"`` (outputs of the checker's calls), ``"class"``
-    #: (the record of ``plan(cases)``, :func:`normref.handback.run_plan`) or ``"values"`` (a
+    #: (the record of ``plan(cases)``, :func:`normref.plan.run_plan`) or ``"values"`` (a
     #: short answer's values, checked by ``check(values, None)``)
     kind: str = "function"
     plan: Callable | None = None
@@ -217,7 +217,7 @@ for _gid, _name, _draw, _ref in _MODERN:
 
 # Classes (the block assignment's RMSNorm module and PreNormBlock): the grader decides every
 # call (:func:`module_plan`, :func:`block_plan`), the kernel performs them and records what
-# happened (:func:`normref.handback.run_plan`), the checker judges the record (:class:`ReplayClass`).
+# happened (:func:`normref.plan.run_plan`), the checker judges the record (:class:`grader.replay.ReplayClass`).
 QUESTIONS.update({
     "rms_module_battery": Question(_checker("check_rms_norm_module"), draw_module_battery, _NORMS, kind="class",
                                    plan=module_plan),
@@ -277,7 +277,7 @@ def drawn_cases(grade_id: str, seed: int) -> list:
 def run_check(grade_id: str, seed: int, fn):
     """``grade_id``'s checker on its drawn battery (a visible check: on its own public cases),
     with ``fn`` as the student's function: a :class:`normref.checks.CheckResult`. (In grading
-    ``fn`` is a :class:`Replay`.) The battery is the checker's argument: checks in several
+    ``fn`` is a :class:`grader.replay.Replay`.) The battery is the checker's argument: checks in several
     threads at once do not meet."""
     q = QUESTIONS[grade_id]
     return q.check(fn, None if q.draw is None else drawn_cases(grade_id, seed))

@@ -183,7 +183,7 @@ def gradebook_pairs(tree: CourseTree) -> set[tuple[str, str]]:
 
 def has_grading_state(tree: CourseTree) -> bool:
     """True if a class has been graded here: student folders, or runs logged since the course
-    was last cleaned (``clean`` keeps the run log, and notes its length in :data:`CLEANED`),
+    was last cleaned (``clean`` keeps the run log, and notes its length in :data:`grader.store.CLEANED`),
     other than runs stopped by the canary, which wrote nothing (:mod:`grader.canary`)."""
     if any(tree.students(step) for step in _STATE_DIRS):
         return True

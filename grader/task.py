@@ -318,6 +318,17 @@ def _kernel_process_state(root: Path, env: dict[str, str]):
         os.environ.update(saved_env)
 
 
+def _sandbox_usage(sb, root: Path, a: str, st: str, submission: dict) -> dict:
+    """What the submission's kernels ran into in sandbox session ``sb``: ``{"limit_flags",
+    "kernels" (warm/fresh counts), "peak_mb"}``."""
+    from . import sandbox
+
+    notebooks = sum(name.endswith(".ipynb") for name in submission["files"])  # one kernel each
+    return {"limit_flags": sandbox.limit_flags(root, sb, []).get((a, st), []),
+            "kernels": warm.kernel_counts(sb.records, sb.warm_off, notebooks),
+            "peak_mb": max(sb.peak_memory_mb().values(), default=None)}
+
+
 def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
     """Autograde one submission in a scratch course folder on this worker (the engine's task).
 
@@ -350,10 +361,8 @@ def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
     with _LOCK, tempfile.TemporaryDirectory(prefix="grade-") as td:
         root = Path(td)
         inputs = _scratch_course(root, assignment, submission)
-        env = dict.fromkeys(sandbox.SINGLE_THREAD_VARS, "1")
-        env["PYTHONWARNINGS"] = "ignore"
-        if assignment.get("handback_inputs"):
-            env[HANDBACK_ENV] = str(inputs)
+        env = {**dict.fromkeys(sandbox.SINGLE_THREAD_VARS, "1"), "PYTHONWARNINGS": "ignore",
+               **({HANDBACK_ENV: str(inputs)} if assignment.get("handback_inputs") else {})}
         args = list(options.get("config_args", []))
         out = {"assignment": a, "student": st, "limit_flags": [], "kernels": {}, "peak_mb": None,
                "files": {}, "rows": None, "worker": os.uname().nodename}
@@ -365,10 +374,7 @@ def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
             with _kernel_process_state(root, env):
                 success, log, reason = _autograde(root, a, st, args, course_id)
             if use_sandbox:  # what its kernels ran into, read from their cgroups outside the sandbox
-                out["limit_flags"] = sandbox.limit_flags(root, sb, []).get((a, st), [])
-                notebooks = sum(name.endswith(".ipynb") for name in submission["files"])  # one kernel each
-                out["kernels"] = warm.kernel_counts(sb.records, sb.warm_off, notebooks)
-                out["peak_mb"] = max(sb.peak_memory_mb().values(), default=None)
+                out.update(_sandbox_usage(sb, root, a, st, submission))
         graded_dir = root / "autograded" / st / a
         if success and not any(graded_dir.glob("*.ipynb")):
             success, reason = False, NO_NOTEBOOK

@@ -10,7 +10,7 @@ process (of this machine's process pool, or a Dask worker):
 
 * **the zygote**: ``python grader/zygote.py``, started with the kernel's environment
   (as bubblewrap gives it, without the per-notebook variables of :data:`VOLATILE`), imports
-  :data:`PRELOAD` (~1,500 modules), runs no torch op, starts no thread and no ZMQ context, is
+  :data:`grader.zygote.PRELOAD` (~1,500 modules), runs no torch op, starts no thread and no ZMQ context, is
   non-dumpable, dies with its worker (``PR_SET_PDEATHSIG`` from a thread that never ends, and
   the end of its one socket), and is reachable only through that inherited socket pair. It
   forks on request, after asserting that it has one thread; it never sees a notebook's path,
@@ -25,7 +25,7 @@ process (of this machine's process pool, or a Dask worker):
   bubblewrap go on (its command is ``sleep infinity``: bubblewrap's PID 1 reaps and ends the
   sandbox as usual) and stays outside, as the kernel's parent, until the kernel exits;
 * **the kernel** takes the environment and working directory bubblewrap gives its command,
-  closes every inherited descriptor, reseeds its RNGs (:func:`_reseed`) and runs
+  closes every inherited descriptor, reseeds its RNGs (:func:`grader.zygote._reseed`) and runs
   ``grader/kernel_guard.py`` as a fresh kernel does. It is killed once nbgrader asks it to shut
   down: its outputs are in by then, and a graceful exit only finalizes torch again.
 

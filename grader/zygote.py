@@ -220,48 +220,16 @@ def _supervise(sock_fd: int, stdin_fd: int, out_fd: int, err_fd: int) -> None:
     bwrap = None
     try:
         req = _recv(sock, 1 << 22)
-        argv, cwd, env = req["argv"], req["cwd"], req["env"]
-        if argv[1] != str(Path(sandbox.__file__).resolve()) or "-f" not in argv:
-            raise Refused("not the grading sandbox's kernelspec")
-        os.chdir(cwd)
-        os.environ.clear()
-        os.environ.update(env)
-        cmd, fds = sandbox.prepare(argv[2:], extra_procs=EXTRA_PROCS)
-        kenv, kcwd, at = bwrap_env(env, cmd)
-        differ = sorted(k for k in set(kenv) | set(_ZYGOTE_ENV)
-                        if k not in VOLATILE and kenv.get(k) != _ZYGOTE_ENV.get(k))
-        if differ:
-            raise Refused(f"the kernel's environment differs from the zygote's in {', '.join(differ)}")
-        if cmd[at] != sys.executable:
-            raise Refused(f"the sandbox runs {cmd[at]}, the zygote is {sys.executable}")
+        env, cwd = req["env"], req["cwd"]
+        cmd, fds, kenv, kcwd, at = _kernel_command(req["argv"], cwd, env)
         info_r, info_w = os.pipe()
         block_r, block_w = os.pipe()
         bwrap = subprocess.Popen(cmd[:at] + ["--info-fd", str(info_w), "--block-fd", str(block_r), SLEEP,
                                              "infinity"], pass_fds=[*fds, info_w, block_r], env=env, cwd=cwd)
         for f in (*fds, info_w, block_r):
             os.close(f)
-        with os.fdopen(info_r, "rb") as f:
-            info = json.loads(f.read() or b"{}")
-        child = int(info["child-pid"])
-        pid1 = os.pidfd_open(child)
-        deadline = time.monotonic() + REPLY_TIMEOUT_S
-        while "CapEff:\t0000000000000000" not in Path(f"/proc/{child}/status").read_text():
-            # bwrap drops its capabilities right before it blocks on --block-fd: set up
-            if bwrap.poll() is not None or time.monotonic() > deadline:
-                raise Refused(f"bubblewrap did not set the sandbox up (exit {bwrap.poll()})")
-            time.sleep(0.0005)
-        last_cap = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
-        ns = [(os.open(f"/proc/{child}/ns/{name}", os.O_RDONLY), flag) for name, flag in NAMESPACES
-              if os.readlink(f"/proc/{child}/ns/{name}") != os.readlink(f"/proc/self/ns/{name}")]
-        root = os.open(f"/proc/{child}/root", os.O_RDONLY | os.O_DIRECTORY)
-        for fd, flag in ns:
-            _check(_libc.setns(fd, flag), f"setns({flag:#x})")
-            os.close(fd)
-            if flag == NAMESPACES[0][1]:  # setns resets root and cwd to the namespace's root
-                os.fchdir(root)
-                os.chroot(".")
-        os.close(root)
-        _drop_privileges(last_cap)
+        child, pid1 = _sandbox_pid1(bwrap, info_r)
+        _enter_sandbox(child)
         alive_r, alive_w = os.pipe()
         kpid = os.fork()
         if kpid == 0:
@@ -288,6 +256,65 @@ def _supervise(sock_fd: int, stdin_fd: int, out_fd: int, err_fd: int) -> None:
     with contextlib.suppress(OSError):
         _send(sock, exit=code)
     os._exit(0)
+
+
+def _kernel_command(argv: list, cwd: str, env: dict) -> tuple[list, list, dict, str, int]:
+    """The worker's kernel command, checked to be the grading sandbox's with the zygote's own
+    environment and Python, in this process's cwd and environment: ``(bwrap command, its fds,
+    the kernel's env, the kernel's cwd, index of the kernel's argv in the command)``.
+
+    Raises:
+        Refused: another kernelspec, environment or Python."""
+    if argv[1] != str(Path(sandbox.__file__).resolve()) or "-f" not in argv:
+        raise Refused("not the grading sandbox's kernelspec")
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    cmd, fds = sandbox.prepare(argv[2:], extra_procs=EXTRA_PROCS)
+    kenv, kcwd, at = bwrap_env(env, cmd)
+    differ = sorted(k for k in set(kenv) | set(_ZYGOTE_ENV)
+                    if k not in VOLATILE and kenv.get(k) != _ZYGOTE_ENV.get(k))
+    if differ:
+        raise Refused(f"the kernel's environment differs from the zygote's in {', '.join(differ)}")
+    if cmd[at] != sys.executable:
+        raise Refused(f"the sandbox runs {cmd[at]}, the zygote is {sys.executable}")
+    return cmd, fds, kenv, kcwd, at
+
+
+def _sandbox_pid1(bwrap: subprocess.Popen, info_r: int) -> tuple[int, int]:
+    """The sandbox's PID 1 (from bubblewrap's ``--info-fd``) and a pidfd of it, once bubblewrap
+    has set the sandbox up (dropped its capabilities, blocked on ``--block-fd``).
+
+    Raises:
+        Refused: bubblewrap exited, or took longer than ``REPLY_TIMEOUT_S``."""
+    with os.fdopen(info_r, "rb") as f:
+        info = json.loads(f.read() or b"{}")
+    child = int(info["child-pid"])
+    pid1 = os.pidfd_open(child)
+    deadline = time.monotonic() + REPLY_TIMEOUT_S
+    while "CapEff:\t0000000000000000" not in Path(f"/proc/{child}/status").read_text():
+        # bwrap drops its capabilities right before it blocks on --block-fd: set up
+        if bwrap.poll() is not None or time.monotonic() > deadline:
+            raise Refused(f"bubblewrap did not set the sandbox up (exit {bwrap.poll()})")
+        time.sleep(0.0005)
+    return child, pid1
+
+
+def _enter_sandbox(child: int) -> None:
+    """Join ``child``'s namespaces (those that differ from this process's) and root, then drop
+    every privilege."""
+    last_cap = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
+    ns = [(os.open(f"/proc/{child}/ns/{name}", os.O_RDONLY), flag) for name, flag in NAMESPACES
+          if os.readlink(f"/proc/{child}/ns/{name}") != os.readlink(f"/proc/self/ns/{name}")]
+    root = os.open(f"/proc/{child}/root", os.O_RDONLY | os.O_DIRECTORY)
+    for fd, flag in ns:
+        _check(_libc.setns(fd, flag), f"setns({flag:#x})")
+        os.close(fd)
+        if flag == NAMESPACES[0][1]:  # setns resets root and cwd to the namespace's root
+            os.fchdir(root)
+            os.chroot(".")
+    os.close(root)
+    _drop_privileges(last_cap)
 
 
 def _watch(sock: socket.socket, kpid: int, kfd: int) -> int:

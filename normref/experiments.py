@@ -428,7 +428,27 @@ def train_placements(*, steps: int = 60, warmup: int = 20, lr: float = 1.5e-2, d
     without it).
     """
     import torch
-    import torch.nn.functional as F
+
+    data = _bigram_data(vocab, seq, 2048, seed=123)
+    runs = runs or [("pre", False), ("post", False), ("pre", True), ("post", True)]
+    freq = torch.bincount(data[:, 1:].flatten(), minlength=vocab).double() / data[:, 1:].numel()
+    freq = freq[freq > 0]
+    out: dict = {"optimal": float(np.log(2.0)), "unigram": float(-(freq * freq.log()).sum()),
+                 "uniform": float(np.log(vocab)), "steps": steps, "warmup": warmup, "lr": lr,
+                 "depth": depth}
+    with one_thread():
+        for placement, warm in runs:
+            torch.manual_seed(seed)
+            model = _placement_lm(placement, depth=depth, dim=dim, n_heads=n_heads, norm=norm, seq=seq,
+                                  vocab=vocab)
+            out[(placement, warm)] = _train_run(model, data, steps=steps, warmup=warmup if warm else None,
+                                                lr=lr, batch=batch, seed=seed)
+    return out
+
+
+def _placement_lm(placement: str, *, depth: int, dim: int, n_heads: int, norm: str, seq: int, vocab: int):
+    """The tiny language model of :func:`train_placements`: embeddings, a stack, a linear head."""
+    import torch
     from torch import nn
 
     from .blocks import TransformerStack
@@ -445,30 +465,27 @@ def train_placements(*, steps: int = 60, warmup: int = 20, lr: float = 1.5e-2, d
             h = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))  # [B, T, D]
             return self.head(self.stack(h))  # [B, T, vocab]
 
-    data = _bigram_data(vocab, seq, 2048, seed=123)
-    runs = runs or [("pre", False), ("post", False), ("pre", True), ("post", True)]
-    freq = torch.bincount(data[:, 1:].flatten(), minlength=vocab).double() / data[:, 1:].numel()
-    freq = freq[freq > 0]
-    out: dict = {"optimal": float(np.log(2.0)), "unigram": float(-(freq * freq.log()).sum()),
-                 "uniform": float(np.log(vocab)), "steps": steps, "warmup": warmup, "lr": lr,
-                 "depth": depth}
-    with one_thread():
-        for placement, warm in runs:
-            torch.manual_seed(seed)
-            model = TinyLM(placement)
-            opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), foreach=True)
-            ramp = (lambda s: min(1.0, (s + 1) / warmup)) if warm else (lambda s: 1.0)
-            sched = torch.optim.lr_scheduler.LambdaLR(opt, ramp)
-            order = torch.Generator().manual_seed(seed)
-            losses = []
-            for _ in range(steps):
-                idx = data[torch.randint(0, len(data), (batch,), generator=order)]  # [B, T + 1]
-                logits = model(idx[:, :-1])
-                loss = F.cross_entropy(logits.flatten(0, 1), idx[:, 1:].flatten())
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                sched.step()
-                losses.append(loss.item())
-            out[(placement, warm)] = np.array(losses)
-    return out
+    return TinyLM(placement)
+
+
+def _train_run(model, data, *, steps: int, warmup: int | None, lr: float, batch: int, seed: int) -> np.ndarray:
+    """``[steps]`` training losses of ``model`` under Adam at ``lr``, warmed up linearly over
+    ``warmup`` steps (None: none), on batches of ``data`` drawn in ``seed``'s order."""
+    import torch
+    import torch.nn.functional as F
+
+    opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), foreach=True)
+    ramp = (lambda s: min(1.0, (s + 1) / warmup)) if warmup is not None else (lambda s: 1.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, ramp)
+    order = torch.Generator().manual_seed(seed)
+    losses = []
+    for _ in range(steps):
+        idx = data[torch.randint(0, len(data), (batch,), generator=order)]  # [B, T + 1]
+        logits = model(idx[:, :-1])
+        loss = F.cross_entropy(logits.flatten(0, 1), idx[:, 1:].flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+    return np.array(losses)

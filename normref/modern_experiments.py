@@ -173,9 +173,6 @@ def train_tiny(placement: str = "pre", *, norm: str = "rms", qk_norm: str | None
     Team OLMo 2024 (attention logit growth, QK-norm); Zhu et al. 2025 (DyT).
     """
     import torch
-    import torch.nn.functional as F
-
-    from .modules import DyT, LayerNorm, RMSNorm
 
     unknown = set(model) - set(TINY)
     if unknown:
@@ -188,46 +185,67 @@ def train_tiny(placement: str = "pre", *, norm: str = "rms", qk_norm: str | None
         lm = _tiny_lm(placement, norm, qk_norm, cfg)
         with torch.no_grad():
             rms_init = _rms_per_layer(lm(evaluation, return_hidden=True)[1])
-        opt = torch.optim.Adam(lm.parameters(), lr=lr, betas=(0.9, 0.98), foreach=True)
-        order = torch.Generator().manual_seed(seed)
-        seen: list[float] = []
-
-        def watch(mod, inputs, output):  # the largest logit this layer's attention computed
-            with torch.no_grad():
-                seen.append(float(mod.logits(inputs[0]).abs().max()))
-
-        hooks = [b.self_attn.register_forward_hook(watch) for b in lm.stack.layers] if record_logits else []
-        losses, peaks = [], []
-        try:
-            for _ in range(steps):
-                idx = data[torch.randint(0, len(data), (cfg["batch"],), generator=order)]  # [B, T + 1]
-                seen.clear()
-                loss = F.cross_entropy(lm(idx[:, :-1]).flatten(0, 1), idx[:, 1:].flatten())
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                losses.append(loss.item())
-                if seen:
-                    peaks.append(max(seen))
-        finally:
-            for h in hooks:
-                h.remove()
-        inputs: list = []
-        norms = [(n, m) for n, m in lm.stack.named_modules() if isinstance(m, (RMSNorm, LayerNorm, DyT))]
-        grab = [m.register_forward_hook(lambda m, i, o: inputs.append(i[0].detach().double().numpy()))
-                for _, m in norms] if record_norm_io else []
-        with torch.no_grad():
-            rms_final = _rms_per_layer(lm(evaluation, return_hidden=True)[1])
-        for h in grab:
-            h.remove()
+        losses, peaks = _train_steps(lm, data, cfg["batch"], lr, steps, seed, record_logits)
+        rms_final, norm_io = _final_pass(lm, evaluation, record_norm_io)
     out = {"loss": np.array(losses), "max_logit": np.array(peaks), "rms_init": rms_init,
            "rms_final": rms_final, "placement": placement, "norm": norm, "qk_norm": qk_norm, "lr": lr,
            "seed": seed, "steps": steps}
-    if record_norm_io:
-        out["norm_inputs"] = inputs
-        out["norm_names"] = [_pretty(n) for n, _ in norms]
-        out["norm_eps"] = [getattr(m, "eps", None) for _, m in norms]
+    out.update(norm_io)
     return out
+
+
+def _train_steps(lm, data, batch: int, lr: float, steps: int, seed: int, record_logits: bool) -> tuple[list, list]:
+    """``steps`` Adam steps of ``lm`` on batches of ``data`` drawn in ``seed``'s order: the loss
+    of each and (``record_logits``) the largest attention logit of each."""
+    import torch
+    import torch.nn.functional as F
+
+    opt = torch.optim.Adam(lm.parameters(), lr=lr, betas=(0.9, 0.98), foreach=True)
+    order = torch.Generator().manual_seed(seed)
+    seen: list[float] = []
+
+    def watch(mod, inputs, output):  # the largest logit this layer's attention computed
+        with torch.no_grad():
+            seen.append(float(mod.logits(inputs[0]).abs().max()))
+
+    hooks = [b.self_attn.register_forward_hook(watch) for b in lm.stack.layers] if record_logits else []
+    losses, peaks = [], []
+    try:
+        for _ in range(steps):
+            idx = data[torch.randint(0, len(data), (batch,), generator=order)]  # [B, T + 1]
+            seen.clear()
+            loss = F.cross_entropy(lm(idx[:, :-1]).flatten(0, 1), idx[:, 1:].flatten())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+            if seen:
+                peaks.append(max(seen))
+    finally:
+        for h in hooks:
+            h.remove()
+    return losses, peaks
+
+
+def _final_pass(lm, evaluation, record_norm_io: bool) -> tuple[np.ndarray, dict]:
+    """The hidden-state RMS per layer on ``evaluation``, and (``record_norm_io``) what every
+    norm of the stack received: ``{"norm_inputs", "norm_names", "norm_eps"}``, else ``{}``."""
+    import torch
+
+    from .modules import DyT, LayerNorm, RMSNorm
+
+    inputs: list = []
+    norms = [(n, m) for n, m in lm.stack.named_modules() if isinstance(m, (RMSNorm, LayerNorm, DyT))]
+    grab = [m.register_forward_hook(lambda m, i, o: inputs.append(i[0].detach().double().numpy()))
+            for _, m in norms] if record_norm_io else []
+    with torch.no_grad():
+        rms_final = _rms_per_layer(lm(evaluation, return_hidden=True)[1])
+    for h in grab:
+        h.remove()
+    if not record_norm_io:
+        return rms_final, {}
+    return rms_final, {"norm_inputs": inputs, "norm_names": [_pretty(n) for n, _ in norms],
+                       "norm_eps": [getattr(m, "eps", None) for _, m in norms]}
 
 
 def _pretty(name: str) -> str:

@@ -229,6 +229,49 @@ def plot_qk_logits(runs: dict) -> Plot:
     return Plot(fig, alt, take, data)
 
 
+def _map_panel(ax, m: dict, rng, max_points: int) -> dict:
+    """One norm's map (``m``, of :func:`normref.modern_experiments.layer_norm_maps`) on ``ax``:
+    a subsample of its points, the fitted tanh and line; returns the fit."""
+    x, y = np.ravel(m["x"]), np.ravel(m["y"])
+    pick = rng.choice(x.size, size=min(max_points, x.size), replace=False)
+    ax.scatter(x[pick], y[pick], s=3, color="#777777", alpha=0.35, linewidths=0,
+               label="one feature of one token")
+    grid = np.linspace(x.min(), x.max(), 400)
+    ax.plot(grid, m["lam"] * np.tanh(m["alpha"] * grid), color=OKABE_ITO["vermillion"], linewidth=2,
+            label=f"{m['lam']:.2f} tanh({m['alpha']:.3g} x), R² {m['r2_tanh']:.3f}")
+    ax.plot(grid, m["slope"] * grid, color=OKABE_ITO["blue"], linewidth=1.5, linestyle="--",
+            label=f"line {m['slope']:.3g} x, R² {m['r2_line']:.3f}")
+    ax.set_xlabel("LayerNorm input x (one feature of one token)")
+    ax.set_ylabel("output before gamma, beta")
+    ax.set_title(f"{m['name']}")
+    ax.set_ylim(-max(4.0, float(np.abs(y).max()) * 1.05), max(4.0, float(np.abs(y).max()) * 1.05))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+    return {k: m[k] for k in ("name", "alpha", "lam", "r2_tanh", "r2_line", "slope", "x_max")}
+
+
+def _loss_panel(ax, ln_runs: list[dict], dyt_runs: list[dict]) -> dict:
+    """The training loss of each LayerNorm and DyT run on ``ax``; returns their final losses
+    ``{"LayerNorm": [seeds], "DyT": [seeds]}``."""
+    from .modern_experiments import final_loss
+
+    final = {}
+    for label, rs, color, ls in (("LayerNorm", ln_runs, OKABE_ITO["blue"], "-"),
+                                 ("DyT", dyt_runs, OKABE_ITO["orange"], "--")):
+        for j, r in enumerate(rs):
+            loss = np.asarray(r["loss"])
+            ax.plot(np.arange(1, len(loss) + 1), loss, color=color, linestyle=ls, alpha=0.85,
+                    label=f"{label} stack" if j == 0 else None)
+        final[label] = np.array([final_loss(r) for r in rs])
+    ax.axhline(np.log(2), color="black", linewidth=0.8, linestyle="-.", label="best possible, ln 2")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("cross-entropy loss (nats per token)")
+    ax.set_title(f"Pre-LN stacks, LayerNorm vs DyT, lr {ln_runs[0]['lr']:g}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return final
+
+
 def plot_ln_map(maps: list[dict], ln_runs: list[dict], dyt_runs: list[dict], *, show=None,
                 max_points: int = 6000) -> Plot:
     """Zhu et al.'s scatter, small: LayerNorm's input against its output (before gamma and beta) in a
@@ -246,7 +289,7 @@ def plot_ln_map(maps: list[dict], ln_runs: list[dict], dyt_runs: list[dict], *, 
         :class:`Plot`; ``data["fits"]``: the fits of the drawn norms; ``data["final"]``:
         ``{"LayerNorm": [...], "DyT": [...]}`` final losses per seed.
     """
-    from .modern_experiments import final_loss, tanh_gain
+    from .modern_experiments import tanh_gain
 
     gains = tanh_gain(maps)
     if show is None:
@@ -254,40 +297,8 @@ def plot_ln_map(maps: list[dict], ln_runs: list[dict], dyt_runs: list[dict], *, 
     fig = _figure(15, 4.6)
     axes = fig.subplots(1, 3)
     rng = np.random.default_rng(0)
-    fits = []
-    for ax, i in zip(axes[:2], show):
-        m = maps[i]
-        x, y = np.ravel(m["x"]), np.ravel(m["y"])
-        pick = rng.choice(x.size, size=min(max_points, x.size), replace=False)
-        ax.scatter(x[pick], y[pick], s=3, color="#777777", alpha=0.35, linewidths=0,
-                   label="one feature of one token")
-        grid = np.linspace(x.min(), x.max(), 400)
-        ax.plot(grid, m["lam"] * np.tanh(m["alpha"] * grid), color=OKABE_ITO["vermillion"], linewidth=2,
-                label=f"{m['lam']:.2f} tanh({m['alpha']:.3g} x), R² {m['r2_tanh']:.3f}")
-        ax.plot(grid, m["slope"] * grid, color=OKABE_ITO["blue"], linewidth=1.5, linestyle="--",
-                label=f"line {m['slope']:.3g} x, R² {m['r2_line']:.3f}")
-        ax.set_xlabel("LayerNorm input x (one feature of one token)")
-        ax.set_ylabel("output before gamma, beta")
-        ax.set_title(f"{m['name']}")
-        ax.set_ylim(-max(4.0, float(np.abs(y).max()) * 1.05), max(4.0, float(np.abs(y).max()) * 1.05))
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="upper left")
-        fits.append({k: m[k] for k in ("name", "alpha", "lam", "r2_tanh", "r2_line", "slope", "x_max")})
-    ax = axes[2]
-    final = {}
-    for label, rs, color, ls in (("LayerNorm", ln_runs, OKABE_ITO["blue"], "-"),
-                                 ("DyT", dyt_runs, OKABE_ITO["orange"], "--")):
-        for j, r in enumerate(rs):
-            loss = np.asarray(r["loss"])
-            ax.plot(np.arange(1, len(loss) + 1), loss, color=color, linestyle=ls, alpha=0.85,
-                    label=f"{label} stack" if j == 0 else None)
-        final[label] = np.array([final_loss(r) for r in rs])
-    ax.axhline(np.log(2), color="black", linewidth=0.8, linestyle="-.", label="best possible, ln 2")
-    ax.set_xlabel("training step")
-    ax.set_ylabel("cross-entropy loss (nats per token)")
-    ax.set_title(f"Pre-LN stacks, LayerNorm vs DyT, lr {ln_runs[0]['lr']:g}")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    fits = [_map_panel(ax, maps[i], rng, max_points) for ax, i in zip(axes[:2], show)]
+    final = _loss_panel(axes[2], ln_runs, dyt_runs)
     take = ("tanh vs line, share of the map explained: " + "; ".join(
         f"{f['name']} {f['r2_tanh']:.3f} vs {f['r2_line']:.3f}" for f in fits)
         + f" (all {len(maps)} norms: the tanh gains {gains.min():.3f} to {gains.max():.3f}); final loss "

@@ -201,8 +201,6 @@ def plot_batch_before_after(x=None, *, norm: str = "layer") -> Plot:
     Raises:
         ValueError: ``x`` is not 3-D, or unknown ``norm``.
     """
-    from matplotlib.colors import TwoSlopeNorm
-
     from .functional import layer_norm, rms_norm
 
     x = demo_batch() if x is None else np.asarray(x, dtype=np.float64)
@@ -216,28 +214,51 @@ def plot_batch_before_after(x=None, *, norm: str = "layer") -> Plot:
     labels = [f"b={b}, t={t}" for b in range(B) for t in range(T)]
     fig = _figure(12, 4.4)
     axes = fig.subplots(1, 3, width_ratios=[1, 1, 0.9])
-    lim = float(np.abs(np.r_[flat_x.ravel(), flat_y.ravel()]).max())
-    cnorm = TwoSlopeNorm(vcenter=0.0, vmin=-lim, vmax=lim)
     name = _NAMES[norm]
-    for ax, data, title in ((axes[0], flat_x, f"input x {list(x.shape)}"),
-                            (axes[1], flat_y, f"{name}(x) {list(y.shape)}")):
-        im = ax.imshow(data, cmap="RdBu_r", norm=cnorm, aspect="auto")
-        ax.set_yticks(range(B * T), labels)
-        ax.set_xticks(range(D))
-        ax.set_xlabel("feature index r (D axis)")
-        ax.set_ylabel("token (batch b, position t)")
-        ax.set_title(title)
-        for r in range(1, B):
-            ax.axhline(r * T - 0.5, color="black", linewidth=1.5)
-    fig.colorbar(im, ax=axes[:2], label="value (unitless)", shrink=0.9)
+    _token_heat_maps(fig, axes[:2], flat_x, flat_y, (f"input x {list(x.shape)}", f"{name}(x) {list(y.shape)}"),
+                     labels, T)
     st = {"mean_x": flat_x.mean(-1), "std_x": flat_x.std(-1), "mean_y": flat_y.mean(-1),
           "std_y": flat_y.std(-1), "rms_x": np.sqrt((flat_x ** 2).mean(-1)),
           "rms_y": np.sqrt((flat_y ** 2).mean(-1))}
-    # the right panel plots the statistic the norm fixes (LayerNorm: the std; RMSNorm: the RMS)
+    _token_stats(axes[2], st, norm, labels)
+    if norm == "layer":
+        take = (f"each token, on its own, ends with mean {_span(st['mean_y'])} and std "
+                f"{_span(st['std_y'])}; the shape {list(y.shape)} is unchanged.")
+    else:
+        take = (f"each token, on its own, ends with RMS {_span(st['rms_y'])}, its mean not forced "
+                f"to 0; the shape {list(y.shape)} is unchanged.")
+    _takeaway(fig, take)
+    alt = (f"Two heat maps of a {list(x.shape)} batch, one row per token and one column per "
+           f"feature, before and after {name}, on a blue-white-red scale; and a dot plot of "
+           f"each token's mean and {'standard deviation' if norm == 'layer' else 'RMS'} before (orange "
+           f"squares) and after (blue circles).")
+    return Plot(fig, alt, take, dict(x=x, y=y, **st))
+
+
+def _token_heat_maps(fig, axes, flat_x, flat_y, titles, labels: list[str], T: int) -> None:
+    """Heat maps of the tokens ``[B*T, D]`` before and after the norm, on one colour scale."""
+    from matplotlib.colors import TwoSlopeNorm
+
+    lim = float(np.abs(np.r_[flat_x.ravel(), flat_y.ravel()]).max())
+    cnorm = TwoSlopeNorm(vcenter=0.0, vmin=-lim, vmax=lim)
+    for ax, data, title in zip(axes, (flat_x, flat_y), titles):
+        im = ax.imshow(data, cmap="RdBu_r", norm=cnorm, aspect="auto")
+        ax.set_yticks(range(len(labels)), labels)
+        ax.set_xticks(range(data.shape[1]))
+        ax.set_xlabel("feature index r (D axis)")
+        ax.set_ylabel("token (batch b, position t)")
+        ax.set_title(title)
+        for r in range(1, len(labels) // T):
+            ax.axhline(r * T - 0.5, color="black", linewidth=1.5)
+    fig.colorbar(im, ax=axes, label="value (unitless)", shrink=0.9)
+
+
+def _token_stats(ax, st: dict, norm: str, labels: list[str]) -> None:
+    """Each token's mean and the statistic the norm fixes (LayerNorm: the std; RMSNorm: the
+    RMS), before and after."""
     spread = "std" if norm == "layer" else "rms"
     word = "std" if norm == "layer" else "RMS"
-    ax = axes[2]
-    rows = np.arange(B * T)
+    rows = np.arange(len(labels))
     si, so = SERIES_STYLE["input"], SERIES_STYLE["output"]
     ax.plot(st["mean_x"], rows, si["marker"], color=si["color"], label="mean before", mfc="none", ms=8)
     ax.plot(st[f"{spread}_x"], rows, si["marker"], color=si["color"], label=f"{word} before", ms=8)
@@ -251,18 +272,6 @@ def plot_batch_before_after(x=None, *, norm: str = "layer") -> Plot:
     ax.set_ylabel("token (batch b, position t)")
     ax.set_title(f"per-token mean and {word}")
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.24), ncols=2)
-    if norm == "layer":
-        take = (f"each token, on its own, ends with mean {_span(st['mean_y'])} and std "
-                f"{_span(st['std_y'])}; the shape {list(y.shape)} is unchanged.")
-    else:
-        take = (f"each token, on its own, ends with RMS {_span(st['rms_y'])}, its mean not forced "
-                f"to 0; the shape {list(y.shape)} is unchanged.")
-    _takeaway(fig, take)
-    alt = (f"Two heat maps of a {list(x.shape)} batch, one row per token and one column per "
-           f"feature, before and after {name}, on a blue-white-red scale; and a dot plot of "
-           f"each token's mean and {'standard deviation' if norm == 'layer' else 'RMS'} before (orange "
-           f"squares) and after (blue circles).")
-    return Plot(fig, alt, take, dict(x=x, y=y, **st))
 
 
 # --------------------------------------------------------------------------- cost
@@ -390,33 +399,35 @@ def plot_grad_norms(grads: dict, depth_sweep: dict | None = None) -> Plot:
             f"the output side gets {1 / out_ratio:.1f}x more gradient in Pre-LN" if out_ratio <= 1 / 1.05 else
             "the output side gets about the same gradient in both")
     take = f"last/first layer: Post-LN {ratio['post']:.2f}x, Pre-LN {ratio['pre']:.2f}x; {side}"
-    if depth_sweep:
-        d = depth_sweep
-        _per_layer(axes[1], {"pre": d["pre"], "post": d["post"]}, x=d["depths"], log=True,
-                   ylabel="‖∂loss/∂W2‖ of the last layer (log scale)",
-                   xlabel="depth L (number of layers, log scale)",
-                   title="Last layer's gradient vs depth (Theorem 1)")
-        axes[1].set_xscale("log", base=2)
-        axes[1].set_xticks(d["depths"], [str(v) for v in d["depths"]])
-        pre0, pre1 = float(d["pre"][0]), float(d["pre"][-1])
-        ref = pre0 * np.sqrt(d["depths"][0] / np.asarray(d["depths"], float))
-        axes[1].plot(d["depths"], ref, color="gray", linestyle=":", label="∝ 1/sqrt(L)")
-        axes[1].legend()
-        data["post_over_pre_last"] = float(d["post"][-1] / d["pre"][-1])
-        data["depth_sweep"] = {k: (np.asarray(v, float) if k != "depths" else list(v)) for k, v in d.items()}
-        post0, post1 = float(d["post"][0]), float(d["post"][-1])
-        post_says = ("Post-LN's does not shrink" if post1 >= 0.8 * post0
-                     else f"Post-LN's shrinks {post0 / post1:.1f}x")
-        take += (f"; from L={d['depths'][0]} to {d['depths'][-1]} Pre-LN's last-layer gradient "
-                 f"shrinks {pre0 / pre1:.1f}x, {post_says}.")
-    else:
-        take += "."
+    take += _depth_panel(axes[1], depth_sweep, data) if depth_sweep else "."
     _takeaway(fig, take)
     alt = ("Line chart, log scale, of the gradient norm of each layer's second feed-forward "
            "matrix at initialisation, Pre-LN (blue circles, solid) and Post-LN (vermillion "
            "squares, dashed)" + (", and of the last layer's gradient norm against depth" if depth_sweep else "")
            + ".")
     return Plot(fig, alt, take, data)
+
+
+def _depth_panel(ax, d: dict, data: dict) -> str:
+    """The last layer's gradient norm against depth (``d``: ``{"depths", "pre", "post"}``) on
+    ``ax``, with a 1/sqrt(L) guide; adds the sweep to ``data``; returns the takeaway's end."""
+    _per_layer(ax, {"pre": d["pre"], "post": d["post"]}, x=d["depths"], log=True,
+               ylabel="‖∂loss/∂W2‖ of the last layer (log scale)",
+               xlabel="depth L (number of layers, log scale)",
+               title="Last layer's gradient vs depth (Theorem 1)")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(d["depths"], [str(v) for v in d["depths"]])
+    pre0, pre1 = float(d["pre"][0]), float(d["pre"][-1])
+    ref = pre0 * np.sqrt(d["depths"][0] / np.asarray(d["depths"], float))
+    ax.plot(d["depths"], ref, color="gray", linestyle=":", label="∝ 1/sqrt(L)")
+    ax.legend()
+    data["post_over_pre_last"] = float(d["post"][-1] / d["pre"][-1])
+    data["depth_sweep"] = {k: (np.asarray(v, float) if k != "depths" else list(v)) for k, v in d.items()}
+    post0, post1 = float(d["post"][0]), float(d["post"][-1])
+    post_says = ("Post-LN's does not shrink" if post1 >= 0.8 * post0
+                 else f"Post-LN's shrinks {post0 / post1:.1f}x")
+    return (f"; from L={d['depths'][0]} to {d['depths'][-1]} Pre-LN's last-layer gradient "
+            f"shrinks {pre0 / pre1:.1f}x, {post_says}.")
 
 
 #: A run "trains" when its final loss is within this many nats of the best possible, and

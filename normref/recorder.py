@@ -103,6 +103,8 @@ _MODE_C = {"_pop_torch_function_stack", "_push_on_torch_function_stack", "_set_t
 _PROFILE_SETTERS = {("sys", "setprofile"), ("sys", "_setprofileallthreads"), ("_thread", "setprofile")}
 #: What the backward question's answer may not use (``autograd=True``).
 AUTOGRAD_MESSAGE = "uses autograd"
+#: What the student's code taking the recorder's torch function mode off is recorded as.
+_SWITCHED = "switched off the grader's call recorder (torch function mode)"
 
 
 class ReferenceRecorder:
@@ -299,39 +301,48 @@ class ReferenceRecorder:
                       "grader's call were still running)")
 
     def __enter__(self) -> "ReferenceRecorder":
-        rec = self
         self._check_threads()
         self._entry = sys._getframe(1)
-        mode_on = stack_len = stack_at = None
+        self._mode = None
+        self._mode_stack = None  # torch's (mode enabled?, stack length, stack item) once armed
+        self._done: set = set()  # the kinds ("normref", "torchref") already recorded once
+        waiting = loaded() is None  # no torch yet: arm as soon as the call's import of it is done
+        profile = self._profile_hook(waiting)
+        if not waiting:
+            self._arm(loaded())
+        self._old_profile = sys.getprofile()
+        self._profile = profile
+        sys.setprofile(profile)
+        return self
 
-        def arm(torch) -> None:
-            """The torch function mode on, now (torch loaded) or as soon as the call has imported
-            torch (a numpy kernel): every torch function and op called after it is seen."""
-            nonlocal mode_on, stack_len, stack_at
-            from torch.overrides import TorchFunctionMode
+    def _arm(self, torch) -> None:
+        """The torch function mode on, now (torch loaded) or as soon as the call has imported
+        torch (a numpy kernel): every torch function and op called after it is seen."""
+        from torch.overrides import TorchFunctionMode
 
-            class Mode(TorchFunctionMode):
-                def __torch_function__(self, func, types, args=(), kwargs=None):
-                    name = str(getattr(func, "__name__", "")).split(".")[0]
-                    if name in rec.torch_names and rec._student_frame(sys._getframe(1)):
-                        rec._add(f"calls torch's {name}")
-                    return func(*args, **(kwargs or {}))
+        rec = self
 
-            mode_on = torch._C._is_torch_function_mode_enabled
-            stack_len = torch._C._len_torch_function_stack
-            stack_at = torch._C._get_function_stack_at
-            if self.autograd:
-                self._autograd_codes = self._autograd_of(torch)
-            self._mode = Mode()
-            self._mode.__enter__()
+        class Mode(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                name = str(getattr(func, "__name__", "")).split(".")[0]
+                if name in rec.torch_names and rec._student_frame(sys._getframe(1)):
+                    rec._add(f"calls torch's {name}")
+                return func(*args, **(kwargs or {}))
 
+        self._mode_stack = (torch._C._is_torch_function_mode_enabled, torch._C._len_torch_function_stack,
+                            torch._C._get_function_stack_at)
+        if self.autograd:
+            self._autograd_codes = self._autograd_of(torch)
+        self._mode = Mode()
+        self._mode.__enter__()
+
+    def _profile_hook(self, waiting: bool):
+        """The profile hook of one recorded call: it arms the mode once the call has imported
+        torch (``waiting``), and sends C calls and Python calls to their checks."""
         kinds = self._kind
         allowed = self._allowed
         classify = self._classify
-        library = self._is_library
         modules = sys.modules
-        switched = "switched off the grader's call recorder (torch function mode)"
-        waiting = loaded() is None  # no torch yet: arm as soon as the call's import of it is done
 
         def profile(frame, event, arg):
             nonlocal waiting
@@ -340,26 +351,9 @@ class ReferenceRecorder:
                 if torch is not None and getattr(getattr(torch, "__spec__", None), "_initializing", True) is False \
                         and loaded() is torch:
                     waiting = False
-                    arm(torch)
+                    self._arm(torch)
             if event == "c_call":
-                mod, name = getattr(arg, "__module__", None), getattr(arg, "__name__", None)
-                if (mod, name) in _ESCAPES:
-                    # Work moved to another thread or process runs where this recorder cannot see it.
-                    self._add(f"runs code in another thread or process ({arg.__module__}.{arg.__name__})")
-                    return
-                code = frame.f_code
-                if (mod, name) in _PROFILE_SETTERS and code not in allowed:
-                    self._add("switched off the grader's call recorder (sys.setprofile)")
-                student = kinds.get((code, "student"))
-                if student is None:
-                    student = kinds[(code, "student")] = not library(code, frame)
-                if student and mode_on is not None:
-                    if name in _MODE_C:
-                        self._add(switched)
-                    elif not mode_on() or stack_at(stack_len() - 1) is not self._mode:
-                        self._add(switched)  # DisableTorchFunction, or the mode popped off the stack
-                if self.autograd and name == "run_backward" and self._student_frame(frame):
-                    self._add(AUTOGRAD_MESSAGE)
+                self._on_c_call(frame, arg)
                 return
             if event != "call":
                 return
@@ -369,36 +363,64 @@ class ReferenceRecorder:
             except KeyError:
                 kind = kinds[code] = classify(code)
             if kind is None:
-                caller = frame.f_back
-                if caller is not None and code not in allowed:
-                    student = kinds.get((code, "student"))
-                    if student is None:
-                        student = kinds[(code, "student")] = not library(code, frame)
-                    if not student:
-                        student = kinds.get((caller.f_code, "student"))
-                        if student is None:
-                            student = kinds[(caller.f_code, "student")] = not library(caller.f_code, caller)
-                    if student and caller is not self._entry and mode_on is not None and (
-                            not mode_on() or stack_at(stack_len() - 1) is not self._mode):
-                        self._add(switched)  # DisableTorchFunction, or the mode popped off the stack
-                return
-            if kind[0] in ("normref", "torchref") and kind[0] in done:
-                return
-            if kind[0] == "mode":
-                if self._mode_caller(frame):
-                    self._add(kind[1])
-            elif self._student_frame(frame):
-                self._add(kind[1])
-                done.add(kind[0])
+                if frame.f_back is not None and code not in allowed:
+                    self._on_ordinary_call(code, frame)
+            else:
+                self._on_counted_call(kind, frame)
 
-        done: set = set()
-        self._mode = None
-        if not waiting:
-            arm(loaded())
-        self._old_profile = sys.getprofile()
-        self._profile = profile
-        sys.setprofile(profile)
-        return self
+        return profile
+
+    def _is_student(self, code, frame) -> bool:
+        """Is ``code`` (run in ``frame``) the student's, not a library's? Kept per call."""
+        key = (code, "student")
+        student = self._kind.get(key)
+        if student is None:
+            student = self._kind[key] = not self._is_library(code, frame)
+        return student
+
+    def _mode_off(self) -> bool:
+        """Is the armed mode switched off (DisableTorchFunction) or popped off torch's stack?
+        False before the mode is armed."""
+        if self._mode_stack is None:
+            return False
+        mode_on, stack_len, stack_at = self._mode_stack
+        return not mode_on() or stack_at(stack_len() - 1) is not self._mode
+
+    def _on_c_call(self, frame, arg) -> None:
+        """A C function called: a thread or process started, the profile hook replaced, the
+        mode taken off by the student's code, autograd's engine run."""
+        mod, name = getattr(arg, "__module__", None), getattr(arg, "__name__", None)
+        if (mod, name) in _ESCAPES:
+            # Work moved to another thread or process runs where this recorder cannot see it.
+            self._add(f"runs code in another thread or process ({arg.__module__}.{arg.__name__})")
+            return
+        code = frame.f_code
+        if (mod, name) in _PROFILE_SETTERS and code not in self._allowed:
+            self._add("switched off the grader's call recorder (sys.setprofile)")
+        if self._mode_stack is not None and self._is_student(code, frame) and (name in _MODE_C or self._mode_off()):
+            self._add(_SWITCHED)  # DisableTorchFunction, or the mode popped off the stack
+        if self.autograd and name == "run_backward" and self._student_frame(frame):
+            self._add(AUTOGRAD_MESSAGE)
+
+    def _on_ordinary_call(self, code, frame) -> None:
+        """An ordinary Python function called (no reference): the student's code, or a library
+        called by it, must find the mode still on."""
+        caller = frame.f_back
+        student = self._is_student(code, frame) or self._is_student(caller.f_code, caller)
+        if student and caller is not self._entry and self._mode_off():
+            self._add(_SWITCHED)  # DisableTorchFunction, or the mode popped off the stack
+
+    def _on_counted_call(self, kind: tuple, frame) -> None:
+        """A call that counts (a reference, normref or torch reference code, autograd, a mode
+        helper), recorded when the student's code made it."""
+        if kind[0] in ("normref", "torchref") and kind[0] in self._done:
+            return
+        if kind[0] == "mode":
+            if self._mode_caller(frame):
+                self._add(kind[1])
+        elif self._student_frame(frame):
+            self._add(kind[1])
+            self._done.add(kind[0])
 
     def __exit__(self, *exc) -> None:
         if sys.getprofile() is not self._profile:
@@ -406,14 +428,14 @@ class ReferenceRecorder:
         if self._mode is None:  # torch was never loaded while the call ran ...
             sys.setprofile(self._old_profile)
             if loaded() is not None:  # ... or it was, and the mode could not follow
-                self._add("switched off the grader's call recorder (torch function mode)")
+                self._add(_SWITCHED)
             self._check_threads()
             return
         from torch.overrides import _get_current_function_mode_stack
 
         stack = _get_current_function_mode_stack()
         if not stack or stack[-1] is not self._mode:
-            self._add("switched off the grader's call recorder (torch function mode)")
+            self._add(_SWITCHED)
         sys.setprofile(self._old_profile)
         if stack and self._mode in stack:
             self._mode.__exit__(*exc)

@@ -143,28 +143,15 @@ def _attribute_use(node: ast.Attribute, modules: set) -> str | None:
     return None
 
 
-def scan(source: str, protected: dict[str, str | None] | None = None) -> list[Finding]:
-    """Findings in one cell's source (IPython magics and shell lines are scanned as tamper).
-
-    Args:
-        source: the cell's code.
-        protected: names bound by the locked cells (see :func:`protected_bindings`).
-    """
-    protected = protected or {}
-    lines = source.splitlines()
-    findings = [Finding("tamper", i, f"IPython magic or shell command {ln.lstrip().split()[0]!r}")
-                for i, ln in enumerate(lines, 1) if ln.lstrip().startswith(("%", "!"))]
-    code = "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in lines)
-    try:
-        tree = parse(code)
-    except SyntaxError:
-        return findings  # a syntax error only costs the student the cell; nothing to tamper with
-
+def _tree_findings(tree: ast.Module, protected: dict[str, str | None]) -> list[Finding]:
+    """The tamper findings in a cell's parsed code: denied imports and names, rebound
+    protected names, assignments to and denied uses of modules' attributes, ``setattr``."""
     # names this cell binds to a module or a module's attribute by an import (``import
     # normref.handback as h``): assigning to their attributes changes that module
     imported = {name for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
                 for name, _ in _import_targets(node)}
     modules = MODULE_NAMES | set(protected) | imported
+    findings: list[Finding] = []
 
     def bind(name: str, line: int, target: str | None = None):
         if name in protected and not (target is not None and protected[name] == target):
@@ -201,6 +188,26 @@ def scan(source: str, protected: dict[str, str | None] | None = None) -> list[Fi
             if isinstance(fn, ast.Name) and fn.id in ("setattr", "delattr") and node.args:
                 if _root(node.args[0]) in modules:
                     findings.append(Finding("tamper", line, f"{fn.id} on {_dotted(node.args[0])}"))
+    return findings
+
+
+def scan(source: str, protected: dict[str, str | None] | None = None) -> list[Finding]:
+    """Findings in one cell's source (IPython magics and shell lines are scanned as tamper).
+
+    Args:
+        source: the cell's code.
+        protected: names bound by the locked cells (see :func:`protected_bindings`).
+    """
+    protected = protected or {}
+    lines = source.splitlines()
+    findings = [Finding("tamper", i, f"IPython magic or shell command {ln.lstrip().split()[0]!r}")
+                for i, ln in enumerate(lines, 1) if ln.lstrip().startswith(("%", "!"))]
+    code = "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in lines)
+    try:
+        tree = parse(code)
+    except SyntaxError:
+        return findings  # a syntax error only costs the student the cell; nothing to tamper with
+    findings += _tree_findings(tree, protected)
     for line, what in _rules.reference_calls(code, protected):  # imports and calls of a reference
         findings.append(Finding("reference", line, what.replace("calls ", "calls the reference ", 1)))
     # one finding per (kind, line, what)

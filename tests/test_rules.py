@@ -252,7 +252,7 @@ RULE_CASES = {
         "_ref = student_from_variant('rms_norm', ())\n\n"
         "def rms_norm(x, weight, eps=1e-6):\n    return _ref(x, weight, eps=eps)\n")},
         {"rms_norm_shape": 0.0, "rms_norm_battery": 0.0},
-        "calls the course's own normref.diagnosis.coverage.student_from_variant.<locals>.norm_fn"),
+        "calls the course's own normref.diagnosis.coverage._norm_student.<locals>.norm_fn"),
     "normref_checker_model": ("rmsnorm", {"rms_norm_impl": (
         "from normref.checks.norms import model_t\n\n"
         "def rms_norm(x, weight, eps=1e-6):\n    return model_t('rms', x, weight, None, eps)\n")},

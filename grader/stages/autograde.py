@@ -99,7 +99,7 @@ def carry_hand_grades(b: Batch) -> None:
     written when they were captured, so an earlier run stopped before this point left them
     there) go back where the answer is unchanged, for the submissions autograded in this run;
     the others are named (log and report) as to redo. They leave the record once the submission
-    is recorded as graded (:func:`trusted_scoring`)."""
+    is recorded as graded (:func:`grader.stages.grade.trusted_scoring`)."""
     from ..handgrades import carry_over, pending
 
     graded = set(b.run.autograde.graded)

@@ -14,7 +14,7 @@ from ..reset import DEMO_MARKER, start_over
 
 def parse_duedates(items: list[str]) -> dict[str, str]:
     """``--duedate`` values (``"DATE"`` for every assignment, ``"ASSIGNMENT=DATE"`` for one) as
-    the ``duedates`` of :func:`grade_class`: ``{"*" or assignment: date}``.
+    the ``duedates`` of :func:`grader.pipeline.grade_class`: ``{"*" or assignment: date}``.
 
     Raises:
         ValueError: a date nbgrader cannot read.

@@ -91,6 +91,43 @@ def _shape_fault(case: _BackwardCase, got, want) -> CaseResult | None:
     return None
 
 
+def _backward_case(case: _BackwardCase, fn, reference) -> CaseResult:
+    """One case of :func:`check_layer_norm_backward`: ``fn``'s three gradients against
+    ``reference``'s (default :func:`layer_norm_grads`), a failure diagnosed by the known faults."""
+    want = tuple(np.asarray(a, np.float64) for a in
+                 (reference or layer_norm_grads)(case.dy, case.x, case.weight, case.eps))
+    got, failed = student_call(case.name, fn, (case.dy, case.x, case.weight, case.eps),
+                               watch=(case.dy, case.x, case.weight), keepdim_hint=True,
+                               backend="numpy")
+    if failed:
+        return failed
+    wrong = _shape_fault(case, got, want)
+    if wrong:
+        return wrong
+    g = tuple(np.asarray(a, dtype=np.float64) for a in got)
+    rtol, atol = tolerance("float64")
+    errs = {label: errors(a, w) for label, a, w in zip(_BWD_NAMES, g, want)}
+    max_abs = max(e[0] for e in errs.values())
+    max_rel = max(e[1] for e in errs.values())
+    bad = [label for label, a, w in zip(_BWD_NAMES, g, want) if not close(a, w, rtol, atol)]
+
+    def flat(triple):  # the three gradients as one vector, so one model explains them all
+        return np.concatenate([np.ravel(a) for a in triple])
+
+    observed = (flat(g), flat(want), rtol, atol)  # for normref.diagnosis.refine
+    if not bad:
+        return CaseResult(case.name, True, f"case '{case.name}': ok", None, max_abs, max_rel, observed)
+    where = "; ".join(f"{label} max abs error {fmt(errs[label][0])} (rel {fmt(errs[label][1])})"
+                      for label in bad)
+
+    models = ((fault, flat(out), hint) for fault, out, hint in _backward_models(case, want)
+              if out is not None and all(o.shape == w.shape for o, w in zip(out, want)))
+    fault, hint = diagnose_by_models(flat(g), flat(want), models, rtol, atol, backend="numpy")
+    failed = fail(case.name, f"{where}; {hint}", fault, max_abs, max_rel)
+    failed.observed = observed
+    return failed
+
+
 @single_threaded
 def check_layer_norm_backward(fn: Callable, quick: bool = False, *, reference: Callable | None = None,
                               cases: list[_BackwardCase] | None = None) -> CheckResult:
@@ -123,39 +160,6 @@ def check_layer_norm_backward(fn: Callable, quick: bool = False, *, reference: C
     Source: Ba et al. 2016, eq. (3)-(4); :mod:`normref.backward` (the complex step).
     """
 
-    def run_case(case: _BackwardCase) -> CaseResult:
-        want = tuple(np.asarray(a, np.float64) for a in
-                     (reference or layer_norm_grads)(case.dy, case.x, case.weight, case.eps))
-        got, failed = student_call(case.name, fn, (case.dy, case.x, case.weight, case.eps),
-                                   watch=(case.dy, case.x, case.weight), keepdim_hint=True,
-                                   backend="numpy")
-        if failed:
-            return failed
-        wrong = _shape_fault(case, got, want)
-        if wrong:
-            return wrong
-        g = tuple(np.asarray(a, dtype=np.float64) for a in got)
-        rtol, atol = tolerance("float64")
-        errs = {label: errors(a, w) for label, a, w in zip(_BWD_NAMES, g, want)}
-        max_abs = max(e[0] for e in errs.values())
-        max_rel = max(e[1] for e in errs.values())
-        bad = [label for label, a, w in zip(_BWD_NAMES, g, want) if not close(a, w, rtol, atol)]
-
-        def flat(triple):  # the three gradients as one vector, so one model explains them all
-            return np.concatenate([np.ravel(a) for a in triple])
-
-        observed = (flat(g), flat(want), rtol, atol)  # for normref.diagnosis.refine
-        if not bad:
-            return CaseResult(case.name, True, f"case '{case.name}': ok", None, max_abs, max_rel, observed)
-        where = "; ".join(f"{label} max abs error {fmt(errs[label][0])} (rel {fmt(errs[label][1])})"
-                          for label in bad)
-
-        models = ((fault, flat(out), hint) for fault, out, hint in _backward_models(case, want)
-                  if out is not None and all(o.shape == w.shape for o, w in zip(out, want)))
-        fault, hint = diagnose_by_models(flat(g), flat(want), models, rtol, atol, backend="numpy")
-        failed = fail(case.name, f"{where}; {hint}", fault, max_abs, max_rel)
-        failed.observed = observed
-        return failed
-
     cases = (_backward_battery() if cases is None else list(cases))[: 2 if quick else None]
-    return run("layer_norm_backward", cases, run_case, fn, backend="numpy", reference=BACKWARD_REFERENCE)
+    return run("layer_norm_backward", cases, lambda case: _backward_case(case, fn, reference), fn,
+               backend="numpy", reference=BACKWARD_REFERENCE)

@@ -247,6 +247,45 @@ def _build_case(case: _BlockCase, m) -> CaseResult:
     return CaseResult(case.name, True, f"case '{case.name}': ok")
 
 
+def _block_case(case: _BlockCase, block_cls, no_norms: list[str]) -> CaseResult:
+    """One case of :func:`check_pre_ln_block`: the build case (records in ``no_norms`` a norm
+    that does not normalise; then no other case is scored), or the wiring with the checker's
+    parts or the student's own, against the reference wiring."""
+    if no_norms:  # not a pre-norm block: the other cases are not scored (0, as in grading)
+        return fail(case.name, f"not scored: {no_norms[0]} does not normalise (see the build case), "
+                    "so this is not a pre-norm block", "missing_norm")
+    m, failed = _build_block(case.name, block_cls)
+    if failed:
+        return failed
+    if case.parts is None:
+        result = _build_case(case, m)
+        if result.fault == "missing_norm":
+            no_norms.append(next((a for a in _NORM_ATTRS if f"{a} does not normalise" in result.message),
+                                 "a norm"))
+        return result
+    if case.parts == "own":
+        parts = tuple(getattr(m, a) for a in _PART_ATTRS)
+    else:
+        parts = case.parts  # the checker's known submodules replace the student's
+        for attr, part in zip(_PART_ATTRS, parts):
+            setattr(m, attr, part)
+    with torch.no_grad():
+        if case.parts == "own":
+            want, failed = _own_reference(case, parts)
+            if failed:
+                return failed
+        else:
+            want = to_f64(_block_reference(case.x, *parts))
+        # the checker's own submodules run inside the student's forward: they may run a reference
+        handed = () if case.parts == "own" else parts
+        got, failed = student_call(case.name, m, (case.x,), watch=(case.x,), handed_in=handed)
+        if failed:
+            return failed
+
+        return compare_array(case.name, case.x, got, want, lambda g, rtol, atol: diagnose_by_models(
+            g, want, block_models(case.x, *parts, g), rtol, atol))
+
+
 @single_threaded
 def check_pre_ln_block(block_cls, quick: bool = False, *, cases: list[_BlockCase] | None = None) -> CheckResult:
     """Check a student's pre-norm transformer block: one block with its two norms, wired as in
@@ -310,40 +349,5 @@ def check_pre_ln_block(block_cls, quick: bool = False, *, cases: list[_BlockCase
     cases = (_block_battery() if cases is None else list(cases))[: 2 if quick else None]
 
     no_norms: list[str] = []  # the build case found a norm that does not normalise
-
-    def run_case(case: _BlockCase) -> CaseResult:
-        if no_norms:  # not a pre-norm block: the other cases are not scored (0, as in grading)
-            return fail(case.name, f"not scored: {no_norms[0]} does not normalise (see the build case), "
-                        "so this is not a pre-norm block", "missing_norm")
-        m, failed = _build_block(case.name, block_cls)
-        if failed:
-            return failed
-        if case.parts is None:
-            result = _build_case(case, m)
-            if result.fault == "missing_norm":
-                no_norms.append(next((a for a in _NORM_ATTRS if f"{a} does not normalise" in result.message),
-                                     "a norm"))
-            return result
-        if case.parts == "own":
-            parts = tuple(getattr(m, a) for a in _PART_ATTRS)
-        else:
-            parts = case.parts  # the checker's known submodules replace the student's
-            for attr, part in zip(_PART_ATTRS, parts):
-                setattr(m, attr, part)
-        with torch.no_grad():
-            if case.parts == "own":
-                want, failed = _own_reference(case, parts)
-                if failed:
-                    return failed
-            else:
-                want = to_f64(_block_reference(case.x, *parts))
-            # the checker's own submodules run inside the student's forward: they may run a reference
-            handed = () if case.parts == "own" else parts
-            got, failed = student_call(case.name, m, (case.x,), watch=(case.x,), handed_in=handed)
-            if failed:
-                return failed
-
-            return compare_array(case.name, case.x, got, want, lambda g, rtol, atol: diagnose_by_models(
-                g, want, block_models(case.x, *parts, g), rtol, atol))
-
-    return run("pre-LN block", cases, run_case, block_cls, "a class or module", reference=BLOCK_REFERENCE)
+    return run("pre-LN block", cases, lambda case: _block_case(case, block_cls, no_norms), block_cls,
+               "a class or module", reference=BLOCK_REFERENCE)

@@ -74,6 +74,45 @@ def _parameter_case(case: _ModuleCase, m) -> CaseResult:
     return CaseResult(case.name, True, f"case '{case.name}': ok")
 
 
+def _module_case(case: _ModuleCase, cls) -> CaseResult:
+    """One case of :func:`check_rms_norm_module`: ``cls`` built (its parameter alone, or
+    with a trained weight set) and called on the case's input, against :func:`rms_norm`."""
+    import torch
+
+    kwargs = {} if case.eps is None else {"eps": case.eps}
+    m, failed = build(case.name, cls, (case.dim,), kwargs)
+    if failed:
+        return failed
+    if case.x is None:
+        return _parameter_case(case, m)
+    eps = RMS_NORM_EPS if case.eps is None else case.eps
+    weight = case.weight
+    if weight is not None:
+        w = getattr(m, "weight", None)
+        if not isinstance(w, torch.Tensor) or tuple(w.shape) != (case.dim,):
+            return fail(case.name, f"cannot set a trained weight: {msg('module_weight')}",
+                        "module_weight")
+        with torch.no_grad():
+            w.copy_(weight)
+    want = to_f64(rms_norm(case.x, weight, eps=eps))
+    with torch.no_grad():
+        got, failed = student_call(case.name, m, (case.x,), watch=(case.x,), keepdim_hint=True)
+    if failed:
+        return failed
+
+    def diagnose(g, rtol, atol):
+        if case.eps is None:  # the default eps: did they pick another one?
+            for other in (LAYER_NORM_EPS, 1e-8):
+                if close(g, to_f64(rms_norm(case.x, weight, eps=other)), rtol, atol):
+                    return "wrong_eps", f"your default eps behaves like {other:g}; " + msg("wrong_eps")
+        elif close(g, to_f64(rms_norm(case.x, weight)), rtol, atol):
+            return "wrong_eps", (f"built with eps={case.eps:g}, your module still used 1e-6: "
+                                 "store the eps argument (self.eps = eps) and use it in forward.")
+        return diagnose_norm("rms", case.x, weight, None, eps, g, want, rtol, atol)
+
+    return compare_array(case.name, case.x, got, want, diagnose)
+
+
 @single_threaded
 def check_rms_norm_module(cls, quick: bool = False, *, cases: list[_ModuleCase] | None = None) -> CheckResult:
     """Check a student's MiniMind-style ``RMSNorm(dim, eps=1e-6)`` ``nn.Module`` class.
@@ -95,7 +134,7 @@ def check_rms_norm_module(cls, quick: bool = False, *, cases: list[_ModuleCase] 
         :class:`CheckResult` with seven cases: the parameter, float32 ``[2, 3, 8]`` with a
         trained weight, ``[4, 4, 4]``, the float16 overflow row, bfloat16, eps=1e-4 on tiny
         values, and the default eps. Diagnoses module_weight, wrong_eps and every
-        :func:`check_rms_norm` fault. Never raises because of what ``cls`` does.
+        :func:`normref.checks.norms.check_rms_norm` fault. Never raises because of what ``cls`` does.
 
     Raises:
         Nothing: whatever the student's code does (raising, looping, odd return values)
@@ -103,41 +142,5 @@ def check_rms_norm_module(cls, quick: bool = False, *, cases: list[_ModuleCase] 
 
     Source: the seed's MiniMind ``RMSNorm``; Zhang and Sennrich 2019, eq. (4).
     """
-    import torch
-
-    def run_case(case: _ModuleCase) -> CaseResult:
-        kwargs = {} if case.eps is None else {"eps": case.eps}
-        m, failed = build(case.name, cls, (case.dim,), kwargs)
-        if failed:
-            return failed
-        if case.x is None:
-            return _parameter_case(case, m)
-        eps = RMS_NORM_EPS if case.eps is None else case.eps
-        weight = case.weight
-        if weight is not None:
-            w = getattr(m, "weight", None)
-            if not isinstance(w, torch.Tensor) or tuple(w.shape) != (case.dim,):
-                return fail(case.name, f"cannot set a trained weight: {msg('module_weight')}",
-                            "module_weight")
-            with torch.no_grad():
-                w.copy_(weight)
-        want = to_f64(rms_norm(case.x, weight, eps=eps))
-        with torch.no_grad():
-            got, failed = student_call(case.name, m, (case.x,), watch=(case.x,), keepdim_hint=True)
-        if failed:
-            return failed
-
-        def diagnose(g, rtol, atol):
-            if case.eps is None:  # the default eps: did they pick another one?
-                for other in (LAYER_NORM_EPS, 1e-8):
-                    if close(g, to_f64(rms_norm(case.x, weight, eps=other)), rtol, atol):
-                        return "wrong_eps", f"your default eps behaves like {other:g}; " + msg("wrong_eps")
-            elif close(g, to_f64(rms_norm(case.x, weight)), rtol, atol):
-                return "wrong_eps", (f"built with eps={case.eps:g}, your module still used 1e-6: "
-                                     "store the eps argument (self.eps = eps) and use it in forward.")
-            return diagnose_norm("rms", case.x, weight, None, eps, g, want, rtol, atol)
-
-        return compare_array(case.name, case.x, got, want, diagnose)
-
     cases = (_module_battery() if cases is None else list(cases))[: 2 if quick else None]
-    return run("RMSNorm module", cases, run_case, cls, "a class", reference=NORM_REFERENCE)
+    return run("RMSNorm module", cases, lambda case: _module_case(case, cls), cls, "a class", reference=NORM_REFERENCE)

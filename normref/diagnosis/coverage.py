@@ -71,79 +71,106 @@ def _tensor_like(out: np.ndarray, x):
 def student_from_variant(checker: str, v: Variant):
     """A student's answer that computes variant ``v`` of ``checker``'s reference on any input
     (raises where the variant would)."""
+    ch = {c.dim: c.value for c in v}
+    if checker in ("rms_norm", "layer_norm"):
+        return _norm_student("rms" if checker == "rms_norm" else "layer", ch)
+    if checker == "RMSNorm module":
+        return _module_student(ch)
+    if checker in ("pre_ln", "post_ln"):
+        return _placement_student(checker, ch)
+    if checker == "pre-LN block":
+        return _block_student(checker, ch)
+    if checker == "layer_norm_backward":
+        return _backward_student(checker, ch)
+    raise KeyError(checker)
+
+
+def _cannot_compute():
+    raise RuntimeError("this variant cannot be computed on this input (shapes do not broadcast)")
+
+
+def _variant_norm(kind: str, ch: dict, x, weight, bias, eps):
+    """The norm variant ``ch`` on a checker's inputs, as ``x``'s type; raises where it would."""
+    with np.errstate(all="ignore"):
+        try:
+            out = evaluate_norm(kind, ch, norm_case(x, weight, bias, eps))
+        except (ValueError, IndexError):
+            out = None
+    return _cannot_compute() if out is None else _tensor_like(out, x)
+
+
+def _norm_student(kind: str, ch: dict):
+    """``rms_norm(x, weight, eps)`` or ``layer_norm(x, weight, bias, eps)`` computing ``ch``."""
+    def norm_fn(x, weight, *rest, eps=1e-6 if kind == "rms" else 1e-5):
+        return _variant_norm(kind, ch, x, weight, rest[0] if rest else None, eps)
+
+    return norm_fn
+
+
+def _module_student(ch: dict):
+    """An ``RMSNorm(dim, eps)`` module class computing ``ch``."""
     import torch
     from torch import nn
 
-    ch = {c.dim: c.value for c in v}
+    class VariantRMSNorm(nn.Module):
+        def __init__(self, dim, eps=1e-6):
+            super().__init__()
+            self.eps = eps
+            self.weight = nn.Parameter(torch.ones(dim))
 
-    def fail():
-        raise RuntimeError("this variant cannot be computed on this input (shapes do not broadcast)")
+        def forward(self, x):
+            return _variant_norm("rms", ch, x, self.weight, None, self.eps)
 
-    if checker in ("rms_norm", "layer_norm"):
-        kind = "rms" if checker == "rms_norm" else "layer"
+    return VariantRMSNorm
 
-        def norm_fn(x, weight, *rest, eps=1e-6 if kind == "rms" else 1e-5):
-            bias = rest[0] if rest else None
-            with np.errstate(all="ignore"):
-                try:
-                    out = evaluate_norm(kind, ch, norm_case(x, weight, bias, eps))
-                except (ValueError, IndexError):
-                    out = None
-            return fail() if out is None else _tensor_like(out, x)
 
-        return norm_fn
-    if checker == "RMSNorm module":
-        class VariantRMSNorm(nn.Module):
-            def __init__(self, dim, eps=1e-6):
-                super().__init__()
-                self.eps = eps
-                self.weight = nn.Parameter(torch.ones(dim))
+def _placement_student(checker: str, ch: dict):
+    """``pre_ln``/``post_ln(x, sublayer, norm)`` computing ``ch``."""
+    import torch
 
-            def forward(self, x):
-                with np.errstate(all="ignore"):
-                    try:
-                        out = evaluate_norm("rms", ch, norm_case(x, self.weight, None, self.eps))
-                    except (ValueError, IndexError):
-                        out = None
-                return fail() if out is None else _tensor_like(out, x)
+    def placement_fn(x, sublayer, norm):
+        g = grammar_for(checker)  # fresh: its memo is keyed by case object
+        out = g.evaluate(ch, PlacementCase(x, sublayer, norm))
+        return torch.from_numpy(out).to(x.dtype)
 
-        return VariantRMSNorm
-    if checker in ("pre_ln", "post_ln"):
-        def placement_fn(x, sublayer, norm):
-            g = grammar_for(checker)  # fresh: its memo is keyed by case object
-            out = g.evaluate(ch, PlacementCase(x, sublayer, norm))
+    return placement_fn
+
+
+def _block_student(checker: str, ch: dict):
+    """A pre-LN block class ``(dim, n_heads)`` with normref's parts, wired as ``ch``."""
+    import torch
+    from torch import nn
+
+    from ..blocks import CausalSelfAttention, FeedForward
+    from ..modules import RMSNorm
+
+    class VariantBlock(nn.Module):
+        def __init__(self, dim, n_heads):
+            super().__init__()
+            self.input_layernorm = RMSNorm(dim)
+            self.self_attn = CausalSelfAttention(dim, n_heads)
+            self.post_attention_layernorm = RMSNorm(dim)
+            self.mlp = FeedForward(dim)
+
+        def forward(self, x):
+            g = grammar_for(checker)
+            out = g.evaluate(ch, BlockCase(x, self.self_attn, self.mlp, self.input_layernorm,
+                                           self.post_attention_layernorm))
             return torch.from_numpy(out).to(x.dtype)
 
-        return placement_fn
-    if checker == "pre-LN block":
-        from ..blocks import CausalSelfAttention, FeedForward
-        from ..modules import RMSNorm
+    return VariantBlock
 
-        class VariantBlock(nn.Module):
-            def __init__(self, dim, n_heads):
-                super().__init__()
-                self.input_layernorm = RMSNorm(dim)
-                self.self_attn = CausalSelfAttention(dim, n_heads)
-                self.post_attention_layernorm = RMSNorm(dim)
-                self.mlp = FeedForward(dim)
 
-            def forward(self, x):
-                g = grammar_for(checker)
-                out = g.evaluate(ch, BlockCase(x, self.self_attn, self.mlp, self.input_layernorm,
-                                               self.post_attention_layernorm))
-                return torch.from_numpy(out).to(x.dtype)
+def _backward_student(checker: str, ch: dict):
+    """``layer_norm_backward(dy, x, weight, eps)`` computing ``ch``: ``(dx, dweight, dbias)``."""
+    def backward_fn(dy, x, weight, eps=1e-5):
+        out = grammar_for(checker).evaluate(ch, BackwardCase(dy, x, weight, eps))
+        if out is None:
+            _cannot_compute()
+        n, d = x.size, weight.size
+        return out[:n].reshape(x.shape), out[n:n + d], out[n + d:]
 
-        return VariantBlock
-    if checker == "layer_norm_backward":
-        def backward_fn(dy, x, weight, eps=1e-5):
-            out = grammar_for(checker).evaluate(ch, BackwardCase(dy, x, weight, eps))
-            if out is None:
-                fail()
-            n, d = x.size, weight.size
-            return out[:n].reshape(x.shape), out[n:n + d], out[n + d:]
-
-        return backward_fn
-    raise KeyError(checker)
+    return backward_fn
 
 
 @dataclass

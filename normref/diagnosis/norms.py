@@ -97,7 +97,6 @@ def evaluate_norm(kind: str, ch: dict, c: NormCase) -> np.ndarray | None:
     low = ch.get("dtype") == "input" and c.dtype in ("float16", "bfloat16")
     q = _round(c.dtype) if low else (lambda a: a)
     x = c.x.astype(cdt)
-    nd = x.ndim
     w = None if c.weight is None else c.weight.astype(cdt)
     b = None if c.bias is None else c.bias.astype(cdt)
     weight_mode, bias_mode = ch.get("weight", "mul"), ch.get("bias", "add")
@@ -110,24 +109,32 @@ def evaluate_norm(kind: str, ch: dict, c: NormCase) -> np.ndarray | None:
     if ax == "all":
         axis, n = None, h.size
     else:
-        if ax != -1 and ax >= nd:
+        if ax != -1 and ax >= x.ndim:
             return None
         axis, n = ax, h.shape[ax]
+    div = {"n": n, "n-1": n - 1, "1": 1}[ch.get("divisor", "n")]
+    if div <= 0:
+        return None
+    hc, denom = _centred_and_scale(kind, ch, h, axis, div, c.eps, q)
+    y = q(hc * denom) if ch.get("apply") == "multiply" else q(hc / denom)
+    y = _affine(y, w, b, weight_mode, bias_mode)
+    if y.shape != c.x.shape:
+        return None
+    y = to_bf16(y) if c.dtype == "bfloat16" else y.astype(c.dtype)
+    return y.astype(np.float64)
+
+
+def _centred_and_scale(kind: str, ch: dict, h: np.ndarray, axis, div, eps: float, q) -> tuple:
+    """``(h centred or not, the statistic it is divided by)`` for the variant ``ch``: its
+    centring, keepdim, statistic, divisor ``div``, root and eps; ``q`` rounds each step."""
     keep = ch.get("keepdim", "")
     mean_keep = keep not in ("both", "mean", "torchvar")
     scale_keep = keep not in ("both", "scale", "torchvar")
     center = ch.get("center", kind == "layer")
-    if center:
-        m = q(h.mean(axis=axis, keepdims=mean_keep))
-        hc = q(h - m)
-    else:
-        m, hc = None, h
+    hc = q(h - q(h.mean(axis=axis, keepdims=mean_keep))) if center else h
     hs = q(h - h.mean(axis=axis, keepdims=True)) if keep == "torchvar" and center else hc
     stat = ch.get("stat", "ms")
-    div = {"n": n, "n-1": n - 1, "1": 1}[ch.get("divisor", "n")]
-    if div <= 0:
-        return None
-    eps = ch.get("eps_value", c.eps)
+    eps = ch.get("eps_value", eps)
     place = ch.get("eps_place", "inside")
     if place == "none":
         eps = 0.0
@@ -138,18 +145,19 @@ def evaluate_norm(kind: str, ch: dict, c: NormCase) -> np.ndarray | None:
         else:
             s = q(q(hs * hs).sum(axis=axis, keepdims=scale_keep) / div)
         if ch.get("root") == "none":
-            denom = q(s + eps)
-        elif place == "outside":
-            denom = q(q(np.sqrt(s)) + eps)
-        else:
-            denom = q(np.sqrt(q(s + eps)))
-    elif stat == "mean_abs":
-        denom = q(np.abs(hs).sum(axis=axis, keepdims=scale_keep) / div + eps)
-    elif stat == "max_abs":
-        denom = q(np.abs(hs).max(axis=axis, keepdims=scale_keep) + eps)
-    else:  # pragma: no cover - grammar values only
-        raise ValueError(stat)
-    y = q(hc * denom) if ch.get("apply") == "multiply" else q(hc / denom)
+            return hc, q(s + eps)
+        if place == "outside":
+            return hc, q(q(np.sqrt(s)) + eps)
+        return hc, q(np.sqrt(q(s + eps)))
+    if stat == "mean_abs":
+        return hc, q(np.abs(hs).sum(axis=axis, keepdims=scale_keep) / div + eps)
+    if stat == "max_abs":
+        return hc, q(np.abs(hs).max(axis=axis, keepdims=scale_keep) + eps)
+    raise ValueError(stat)  # pragma: no cover - grammar values only
+
+
+def _affine(y: np.ndarray, w, b, weight_mode: str, bias_mode: str) -> np.ndarray:
+    """``y`` with the weight (gamma) and bias (beta) applied as the variant does."""
     if w is not None:
         if bias_mode == "inside" and b is not None:
             y = y + b
@@ -166,13 +174,7 @@ def evaluate_norm(kind: str, ch: dict, c: NormCase) -> np.ndarray | None:
             y = y - b
         elif bias_mode == "mul":
             y = y * b
-    if y.shape != c.x.shape:
-        return None
-    if c.dtype == "bfloat16":
-        y = to_bf16(y)
-    else:
-        y = y.astype(c.dtype)
-    return y.astype(np.float64)
+    return y
 
 
 _NAMES = {"rms": "RMSNorm", "layer": "LayerNorm"}
@@ -185,66 +187,16 @@ _REFERENCE = {
 
 
 def _dims(kind: str, module: bool = False):
+    """The grammar's dimensions for ``kind`` (``"rms"``/``"layer"``), as a function of the
+    cases (their rank, weight, bias and dtype say which dimensions can show)."""
     def dims(cases: Sequence[NormCase]) -> list[list[Choice]]:
         nd = max((c.x.ndim for c in cases), default=1)
         has_w = any(c.weight is not None and not np.all(c.weight == 1) for c in cases)
         has_b = any(c.bias is not None and np.any(c.bias != 0) for c in cases)
         low = any(c.dtype in ("float16", "bfloat16") for c in cases)
         stat_word = "root mean square" if kind == "rms" else "standard deviation"
-        out: list[list[Choice]] = []
-        axes = [Choice("axis", 0, "took the statistics over axis 0 (across the batch) instead of "
-                       "the last axis, the d features of one token", "wrong_axis")]
-        if nd >= 3:
-            axes.append(Choice("axis", 1, "took the statistics over axis 1 (across the sequence) "
-                               "instead of the last axis, the d features of one token", "wrong_axis"))
-        axes.append(Choice("axis", "all", "took one statistic over the whole tensor instead of one "
-                           "per token (over the last axis)"))
-        out.append(axes)
-        keep = [Choice("keepdim", "scale", f"dropped keepdim=True on the {stat_word}, so it "
-                       "broadcast against the wrong axes", "missing_keepdim")]
-        if kind == "layer":
-            keep += [Choice("keepdim", "mean", "dropped keepdim=True on the mean, so x - mean "
-                            "broadcast against the wrong axes", "missing_keepdim"),
-                     Choice("keepdim", "both", "dropped keepdim=True on both the mean and the "
-                            "variance", "missing_keepdim"),
-                     Choice("keepdim", "torchvar", "took the variance with keepdim lost on both "
-                            "statistics (torch.var(dim=-1) style)", "missing_keepdim")]
-        out.append(keep)
-        if kind == "rms":
-            out.append([Choice("center", True, "subtracted the mean before dividing", "subtracts_mean")])
-        else:
-            out.append([Choice("center", False, "did not subtract the mean", "not_centered")])
-        out.append([Choice("stat", "mean_abs", "divided by the mean of |x| over the token"),
-                    Choice("stat", "max_abs", "divided by the largest |x| of the token")])
-        out.append([Choice("divisor", "n-1", "divided the sum of squares by n-1 instead of n",
-                           "unbiased_variance"),
-                    Choice("divisor", "1", "did not divide the sum of squares by n (that is the "
-                           "L2 norm, not the " + stat_word + ")")])
-        out.append([Choice("root", "none", "divided by the " + ("mean square" if kind == "rms"
-                                                                 else "variance")
-                           + " itself, without the square root")])
-        out.append([Choice("eps_place", "outside", "added eps outside the square root, sqrt(.) + eps",
-                           "eps_outside_sqrt"),
-                    Choice("eps_place", "none", "left eps out", "no_eps")])
-        known_eps = "wrong_eps" if module else None
-        out.append([Choice("eps_value", v, f"used eps = {v:g} instead of the eps you were given",
-                           known_eps) for v in (1e-5, 1e-6, 1e-8, 1e-3)])
-        out.append([Choice("apply", "multiply", f"multiplied by the {stat_word} instead of "
-                           "dividing by it")])
-        if has_w:
-            out.append([Choice("weight", "none", "did not apply the weight (gamma)", "ignores_weight"),
-                        Choice("weight", "add", "added the weight (gamma) instead of multiplying by it"),
-                        Choice("weight", "before", "multiplied x by the weight before normalizing "
-                               "instead of after"),
-                        Choice("weight", "divide", "divided by the weight (gamma) instead of "
-                               "multiplying")])
-        if has_b:
-            out.append([Choice("bias", "none", "did not add the bias (beta)", "ignores_bias"),
-                        Choice("bias", "sub", "subtracted the bias (beta) instead of adding it"),
-                        Choice("bias", "inside", "added the bias before multiplying by the weight, "
-                               "(xhat + beta) * gamma"),
-                        Choice("bias", "before", "added the bias to x before normalizing"),
-                        Choice("bias", "mul", "multiplied by the bias (beta) instead of adding it")])
+        out = [_axis_choices(nd), _keepdim_choices(kind, stat_word), *_formula_choices(kind, stat_word, module),
+               *_affine_choices(has_w, has_b)]
         if low:
             out.append([Choice("dtype", "input", "computed the statistics in the input's "
                                "float16/bfloat16 instead of float32", "low_precision_stats")])
@@ -255,6 +207,77 @@ def _dims(kind: str, module: bool = False):
         return out
 
     return dims
+
+
+def _axis_choices(nd: int) -> list[Choice]:
+    axes = [Choice("axis", 0, "took the statistics over axis 0 (across the batch) instead of "
+                   "the last axis, the d features of one token", "wrong_axis")]
+    if nd >= 3:
+        axes.append(Choice("axis", 1, "took the statistics over axis 1 (across the sequence) "
+                           "instead of the last axis, the d features of one token", "wrong_axis"))
+    axes.append(Choice("axis", "all", "took one statistic over the whole tensor instead of one "
+                       "per token (over the last axis)"))
+    return axes
+
+
+def _keepdim_choices(kind: str, stat_word: str) -> list[Choice]:
+    keep = [Choice("keepdim", "scale", f"dropped keepdim=True on the {stat_word}, so it "
+                   "broadcast against the wrong axes", "missing_keepdim")]
+    if kind == "layer":
+        keep += [Choice("keepdim", "mean", "dropped keepdim=True on the mean, so x - mean "
+                        "broadcast against the wrong axes", "missing_keepdim"),
+                 Choice("keepdim", "both", "dropped keepdim=True on both the mean and the "
+                        "variance", "missing_keepdim"),
+                 Choice("keepdim", "torchvar", "took the variance with keepdim lost on both "
+                        "statistics (torch.var(dim=-1) style)", "missing_keepdim")]
+    return keep
+
+
+def _formula_choices(kind: str, stat_word: str, module: bool) -> list[list[Choice]]:
+    """The statistic's dimensions: centring, what is averaged, divisor, root, eps, apply."""
+    out: list[list[Choice]] = []
+    if kind == "rms":
+        out.append([Choice("center", True, "subtracted the mean before dividing", "subtracts_mean")])
+    else:
+        out.append([Choice("center", False, "did not subtract the mean", "not_centered")])
+    out.append([Choice("stat", "mean_abs", "divided by the mean of |x| over the token"),
+                Choice("stat", "max_abs", "divided by the largest |x| of the token")])
+    out.append([Choice("divisor", "n-1", "divided the sum of squares by n-1 instead of n",
+                       "unbiased_variance"),
+                Choice("divisor", "1", "did not divide the sum of squares by n (that is the "
+                       "L2 norm, not the " + stat_word + ")")])
+    out.append([Choice("root", "none", "divided by the " + ("mean square" if kind == "rms"
+                                                             else "variance")
+                       + " itself, without the square root")])
+    out.append([Choice("eps_place", "outside", "added eps outside the square root, sqrt(.) + eps",
+                       "eps_outside_sqrt"),
+                Choice("eps_place", "none", "left eps out", "no_eps")])
+    known_eps = "wrong_eps" if module else None
+    out.append([Choice("eps_value", v, f"used eps = {v:g} instead of the eps you were given",
+                       known_eps) for v in (1e-5, 1e-6, 1e-8, 1e-3)])
+    out.append([Choice("apply", "multiply", f"multiplied by the {stat_word} instead of "
+                       "dividing by it")])
+    return out
+
+
+def _affine_choices(has_w: bool, has_b: bool) -> list[list[Choice]]:
+    """The weight's and the bias's dimensions, where the cases have a weight or bias."""
+    out: list[list[Choice]] = []
+    if has_w:
+        out.append([Choice("weight", "none", "did not apply the weight (gamma)", "ignores_weight"),
+                    Choice("weight", "add", "added the weight (gamma) instead of multiplying by it"),
+                    Choice("weight", "before", "multiplied x by the weight before normalizing "
+                           "instead of after"),
+                    Choice("weight", "divide", "divided by the weight (gamma) instead of "
+                           "multiplying")])
+    if has_b:
+        out.append([Choice("bias", "none", "did not add the bias (beta)", "ignores_bias"),
+                    Choice("bias", "sub", "subtracted the bias (beta) instead of adding it"),
+                    Choice("bias", "inside", "added the bias before multiplying by the weight, "
+                           "(xhat + beta) * gamma"),
+                    Choice("bias", "before", "added the bias to x before normalizing"),
+                    Choice("bias", "mul", "multiplied by the bias (beta) instead of adding it")])
+    return out
 
 
 def _compatible(a: Choice, b: Choice) -> bool:
