@@ -334,3 +334,34 @@ def test_a_name_the_answers_own_cell_binds_comes_from_that_cell_not_from_an_olde
                  "    return normref.qk_norm_logits(q, k, q_norm, k_norm)\n")
     assert check_qk_norm_logits(ns["qk_norm_logits"], quick=True).breaches == [
         "0 points: calls normref.qk_norm_logits \u2014 implement it with tensor operations"]
+
+
+def test_a_copy_of_the_notebook_beside_it_does_not_turn_the_imports_cell_into_tamper(tmp_path, monkeypatch):
+    """Found playing the student (red team, modern): with File > Duplicate's "modern-Copy1.ipynb"
+    beside "modern.ipynb", Validate (a kernel without JPY_SESSION_NAME) could not tell which
+    notebook's locked cells to trust, scanned the locked imports cell for the correct answer's
+    ``math.sqrt`` and said "0 points: imports normref.handback (line 6 of the cell that imports
+    math) ... remove the import" about a cell the student cannot edit; grading gives full marks."""
+    import shutil
+
+    from normref import check_qk_norm_logits
+
+    answer = ("def qk_norm_logits(q, k, q_norm, k_norm):\n"
+              "    return q_norm(q) @ k_norm(k).transpose(-2, -1) / math.sqrt(q.shape[-1])\n")
+    release = REPO / "release" / "modern" / "modern.ipynb"
+    nb = nbformat.read(release, as_version=4)
+    cell = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells}
+    imports = cell["modern_imports"].source
+    assert "import math" in imports and "normref.handback" in imports  # the case this test is about
+    shutil.copy(release, tmp_path / "modern-Copy1.ipynb")  # an earlier copy: the stubs
+    cell["qk_logits_impl"].source = answer
+    nbformat.write(nb, tmp_path / "modern.ipynb")  # the saved notebook Validate runs
+    (tmp_path / "notes.ipynb").write_text(json.dumps({"cells": [], "metadata": {}, "nbformat": 4,
+                                                      "nbformat_minor": 5}))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    ns = {"__name__": "__main__"}
+    _cell(ns, 1, imports)
+    _cell(ns, 2, answer)
+    result = check_qk_norm_logits(ns["qk_norm_logits"], quick=True)
+    assert result.breaches == [] and result.passed, result.report()
