@@ -365,3 +365,25 @@ def test_a_copy_of_the_notebook_beside_it_does_not_turn_the_imports_cell_into_ta
     _cell(ns, 2, answer)
     result = check_qk_norm_logits(ns["qk_norm_logits"], quick=True)
     assert result.breaches == [] and result.passed, result.report()
+
+
+def test_the_start_lessons_example_diagnosis_is_what_the_checker_says():
+    """Found playing the student (red team): lesson 00 quoted the unbiased-variance diagnosis as
+    "your output equals the reference times 0.935 ...", which no checker prints; its own cell
+    above prints the real one. The quote must be the checker's words for that lesson cell's slip."""
+    import re
+
+    import torch
+
+    from normref import check_layer_norm
+
+    text = " ".join((REPO / "notebooks" / "00_start.md").read_text(encoding="utf-8").split())
+    (quote,) = re.findall(r'for example \*"(.+?)"\*', text)
+
+    def my_layer_norm(x, weight, bias, eps=1e-5):  # the lesson's cell: unbiased=True divides by d - 1
+        mean = x.mean(dim=-1, keepdim=True)
+        var = x.var(dim=-1, unbiased=True, keepdim=True)
+        return (x - mean) / torch.sqrt(var + eps) * weight + bias
+
+    said = _flat(check_layer_norm(my_layer_norm, backend="torch", quick=True).report())
+    assert "0.935 = sqrt(7/8)" in quote and quote in said, (quote, said)
