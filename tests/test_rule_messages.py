@@ -387,3 +387,11 @@ def test_the_start_lessons_example_diagnosis_is_what_the_checker_says():
 
     said = _flat(check_layer_norm(my_layer_norm, backend="torch", quick=True).report())
     assert "0.935 = sqrt(7/8)" in quote and quote in said, (quote, said)
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_an_assignments_title_names_the_course_lesson(assignment):
+    """Found playing the student (red team): modern's title said "(Lesson 04)" where every other
+    assignment says "(Lesson 16 ...)"; 04 is the notebook of lesson 16, not a lesson."""
+    title = _markdown(assignment)[0].splitlines()[0]
+    assert title.startswith("# ") and "(Lesson 16" in title, title
