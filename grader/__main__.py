@@ -175,8 +175,10 @@ def grade(argv: list[str]) -> int:
         print(f"error: {_os_error_line(e)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as e:
-        print(f"stopped ({e or 'SIGINT'}): the autograde workers were stopped; run the same command "
-              "again to finish the batch", file=sys.stderr)
+        again = ("grade the demo class again (it starts over)" if args.submissions is None
+                 else "finish the batch (what was graded is kept)")
+        print(f"stopped ({str(e) or 'SIGINT'}) before the run finished, and its workers with it; run the same "
+              f"command again to {again}", file=sys.stderr)
         return 130
     print()
     print(format_table(run))

@@ -537,6 +537,8 @@ def test_new_checkers_never_raise_on_garbage(checker):
         r = checker(student)
         assert r.score == 0 and r.faults and not r.passed
     assert "not implemented yet" in checker(raises).messages[0]
+    # an exception without a message is named alone (the release stub's raise NotImplementedError())
+    assert "raised NotImplementedError; not implemented yet" in checker(raises).messages[0]
 
 
 def test_a_correct_answer_that_writes_to_stderr_still_leaves_stderr_empty(capsys):

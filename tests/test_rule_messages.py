@@ -334,3 +334,64 @@ def test_a_name_the_answers_own_cell_binds_comes_from_that_cell_not_from_an_olde
                  "    return normref.qk_norm_logits(q, k, q_norm, k_norm)\n")
     assert check_qk_norm_logits(ns["qk_norm_logits"], quick=True).breaches == [
         "0 points: calls normref.qk_norm_logits \u2014 implement it with tensor operations"]
+
+
+def test_a_copy_of_the_notebook_beside_it_does_not_turn_the_imports_cell_into_tamper(tmp_path, monkeypatch):
+    """Found playing the student (red team, modern): with File > Duplicate's "modern-Copy1.ipynb"
+    beside "modern.ipynb", Validate (a kernel without JPY_SESSION_NAME) could not tell which
+    notebook's locked cells to trust, scanned the locked imports cell for the correct answer's
+    ``math.sqrt`` and said "0 points: imports normref.handback (line 6 of the cell that imports
+    math) ... remove the import" about a cell the student cannot edit; grading gives full marks."""
+    import shutil
+
+    from normref import check_qk_norm_logits
+
+    answer = ("def qk_norm_logits(q, k, q_norm, k_norm):\n"
+              "    return q_norm(q) @ k_norm(k).transpose(-2, -1) / math.sqrt(q.shape[-1])\n")
+    release = REPO / "release" / "modern" / "modern.ipynb"
+    nb = nbformat.read(release, as_version=4)
+    cell = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells}
+    imports = cell["modern_imports"].source
+    assert "import math" in imports and "normref.handback" in imports  # the case this test is about
+    shutil.copy(release, tmp_path / "modern-Copy1.ipynb")  # an earlier copy: the stubs
+    cell["qk_logits_impl"].source = answer
+    nbformat.write(nb, tmp_path / "modern.ipynb")  # the saved notebook Validate runs
+    (tmp_path / "notes.ipynb").write_text(json.dumps({"cells": [], "metadata": {}, "nbformat": 4,
+                                                      "nbformat_minor": 5}))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    ns = {"__name__": "__main__"}
+    _cell(ns, 1, imports)
+    _cell(ns, 2, answer)
+    result = check_qk_norm_logits(ns["qk_norm_logits"], quick=True)
+    assert result.breaches == [] and result.passed, result.report()
+
+
+def test_the_start_lessons_example_diagnosis_is_what_the_checker_says():
+    """Found playing the student (red team): lesson 00 quoted the unbiased-variance diagnosis as
+    "your output equals the reference times 0.935 ...", which no checker prints; its own cell
+    above prints the real one. The quote must be the checker's words for that lesson cell's slip."""
+    import re
+
+    import torch
+
+    from normref import check_layer_norm
+
+    text = " ".join((REPO / "notebooks" / "00_start.md").read_text(encoding="utf-8").split())
+    (quote,) = re.findall(r'for example \*"(.+?)"\*', text)
+
+    def my_layer_norm(x, weight, bias, eps=1e-5):  # the lesson's cell: unbiased=True divides by d - 1
+        mean = x.mean(dim=-1, keepdim=True)
+        var = x.var(dim=-1, unbiased=True, keepdim=True)
+        return (x - mean) / torch.sqrt(var + eps) * weight + bias
+
+    said = _flat(check_layer_norm(my_layer_norm, backend="torch", quick=True).report())
+    assert "0.935 = sqrt(7/8)" in quote and quote in said, (quote, said)
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_an_assignments_title_names_the_course_lesson(assignment):
+    """Found playing the student (red team): modern's title said "(Lesson 04)" where every other
+    assignment says "(Lesson 16 ...)"; 04 is the notebook of lesson 16, not a lesson."""
+    title = _markdown(assignment)[0].splitlines()[0]
+    assert title.startswith("# ") and "(Lesson 16" in title, title

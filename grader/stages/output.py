@@ -40,7 +40,8 @@ def export(b: Batch) -> None:
 
         got = fill_lms_gradebook(b.tree, b.lms_gradebook, b.run.assignments)
         b.run.lms_import = got.path
-        b.log(f"export: {got.path} is {b.lms_gradebook.name} with the points of {len(got.filled)} students "
+        n = len(got.filled)
+        b.log(f"export: {got.path} is {b.lms_gradebook.name} with the points of {n} student{'s' * (n != 1)} "
               f"filled in: import it into {got.lms.capitalize()}")
         if got.kept is not None:
             b.log(f"export: the earlier, different {got.path.name} was kept as {got.kept}")
@@ -54,7 +55,8 @@ def export(b: Batch) -> None:
     kept: dict[Path, Path] = {}
     b.run.feedback_zips = feedback_zips(b.tree, b.run.assignments, kept)
     for path, students in b.run.feedback_zips.items():
-        b.log(f"export: {path}: the feedback of {len(students)} students, named for the LMS's bulk "
+        n = len(students)
+        b.log(f"export: {path}: the feedback of {n} student{'s' * (n != 1)}, named for the LMS's bulk "
               "feedback upload")
     for path, earlier in kept.items():
         b.log(f"export: the earlier, different {Path(path).name} was kept as {earlier}")

@@ -79,29 +79,44 @@ def user_code(obj, limit: int = 40) -> list:
     return out
 
 
-def locked_cells() -> list[str]:
-    """The notebook's locked cells' sources, as grading reads them (``[]`` when the notebook
-    file is not found): the kernel's notebook (JupyterLab's ``JPY_SESSION_NAME``), else the
-    only ``.ipynb`` in the working folder (``nbgrader validate`` runs there)."""
-    path = os.environ.get("JPY_SESSION_NAME", "")
-    if path.endswith(".ipynb") and not os.path.isfile(path):
-        path = os.path.basename(path)  # relative to the server's root; the kernel runs in its folder
-    if not (path.endswith(".ipynb") and os.path.isfile(path)):
-        found = glob.glob("*.ipynb")
-        path = found[0] if len(found) == 1 else None
-    if not path:
-        return []
+def _read_locked(path: str) -> tuple[list[str], set[str]] | None:
+    """The locked code cells' sources of notebook ``path`` and all its code cells' (stripped),
+    or None when it cannot be read."""
     try:
         with open(path, encoding="utf-8") as f:
             nb = json.load(f)
-        out = []
+        locked, code = [], set()
         for c in nb.get("cells", []):
-            if c.get("cell_type") == "code" and c.get("metadata", {}).get("nbgrader", {}).get("locked"):
-                src = c.get("source", "")
-                out.append("".join(src) if isinstance(src, list) else src)
-        return out
+            if c.get("cell_type") != "code":
+                continue
+            src = c.get("source", "")
+            src = "".join(src) if isinstance(src, list) else src
+            code.add(src.strip())
+            if c.get("metadata", {}).get("nbgrader", {}).get("locked"):
+                locked.append(src)
+        return locked, code
     except (OSError, ValueError, AttributeError):
-        return []
+        return None
+
+
+def locked_cells(sources=()) -> list[str]:
+    """The notebook's locked cells' sources, as grading reads them (``[]`` when the notebook
+    file is not found): the kernel's notebook (JupyterLab's ``JPY_SESSION_NAME``), else the
+    ``.ipynb`` in the working folder (``nbgrader validate`` runs there). With several there
+    (a student's "modern-Copy1.ipynb" beside "modern.ipynb"), the one that holds the checked
+    code's cells (``sources``, as the kernel ran them), or the locked cells they all share."""
+    path = os.environ.get("JPY_SESSION_NAME", "")
+    if path.endswith(".ipynb") and not os.path.isfile(path):
+        path = os.path.basename(path)  # relative to the server's root; the kernel runs in its folder
+    paths = [path] if path.endswith(".ipynb") and os.path.isfile(path) else sorted(glob.glob("*.ipynb"))
+    read = [r for r in map(_read_locked, paths) if r is not None]
+    if len(read) > 1:
+        want = {s.strip() for s in sources if s.strip()}
+        holding = [r for r in read if want and want <= r[1]]
+        read = holding or read
+        if len({tuple(s.strip() for s in r[0]) for r in read}) > 1:
+            return []  # different notebooks, none known for this code: grading's view is unknown
+    return read[0][0] if read else []
 
 
 def protected_from(globals_: dict) -> dict:
@@ -203,7 +218,8 @@ def scan_findings(obj) -> list[tuple[str, bool, Finding]]:
         return []
     own = {f.__code__.co_filename for f in _functions(obj)}
     globals_ = fns[0].__globals__
-    locked = locked_cells()
+    locked = locked_cells("".join(linecache.getlines(f.__code__.co_filename, f.__globals__))
+                          for f in fns)
     locked_set = {s.strip() for s in locked}
     protected = protected_bindings(locked) if locked else protected_from(globals_)
     out, done = [], set()

@@ -219,7 +219,7 @@ def fail(case: str, text: str, fault: str, max_abs=float("nan"), max_rel=float("
 
 
 def _raised(case: str, e: BaseException, keepdim_hint: bool, backend: str) -> CaseResult:
-    text = f"{type(e).__name__}: {e}".strip()
+    text = f"{type(e).__name__}: {e}" if str(e).strip() else type(e).__name__  # not "NotImplementedError:;"
     hint, fault = msg("raises", backend), "raises"
     if isinstance(e, NotImplementedError):
         hint = "not implemented yet: replace `raise NotImplementedError()` with your code."
