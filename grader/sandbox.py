@@ -255,12 +255,18 @@ class SandboxSession:
         return out
 
 
+#: A cell stopped by nbgrader's ``Execute.timeout`` ends in this error (nbclient interrupts the kernel).
+_INTERRUPTED = ("was stopped by the grader's time limit per cell (nbgrader's Execute.timeout; or it raised "
+                "KeyboardInterrupt): what it defines is missing for the cells below it, which may score 0")
+_FLAGGED_ERRORS = ("GradingSandboxLimit", "KeyboardInterrupt")
+
+
 def limit_flags(course_root: Path, session: "SandboxSession | None", pairs) -> dict[tuple[str, str], list[str]]:
     """Report flags for every ``(assignment, student)`` in ``pairs`` whose kernel hit a cap.
 
-    Two sources: the kernels' cgroups (read outside the sandbox; the process cap), and the
-    :class:`~grader.kernel_guard.GradingSandboxLimit` error that the guard put in the
-    autograded notebook's cell (either cap; names the answer cell).
+    Read from the kernels' cgroups (outside the sandbox; the process cap) and from the autograded
+    notebooks' cells: the guard's :class:`~grader.kernel_guard.GradingSandboxLimit` (either cap),
+    and ``KeyboardInterrupt``, which nbgrader's time limit per cell ends a cell with.
     """
     flags: dict[tuple[str, str], list[str]] = {}
     root = Path(course_root).resolve()
@@ -281,12 +287,13 @@ def limit_flags(course_root: Path, session: "SandboxSession | None", pairs) -> d
                 continue
             for cell in nb.cells:
                 for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
-                    if out.get("output_type") == "error" and out.get("ename") == "GradingSandboxLimit":
-                        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-                        where = f"cell {gid!r}" if gid else "a cell the student added"
-                        flags.setdefault((a, st), []).append(f"{where}: {out.get('evalue', '')}")
+                    if out.get("output_type") != "error" or out.get("ename") not in _FLAGGED_ERRORS:
+                        continue
+                    gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+                    where = f"cell {gid!r}" if gid else "a cell the student added"
+                    said = out.get("evalue", "") if out["ename"] == "GradingSandboxLimit" else _INTERRUPTED
+                    flags.setdefault((a, st), []).append(f"{where}: {said}")
     return flags
-
 
 
 #: What a grading kernel imports before the student's first cell (:data:`grader.zygote.PRELOAD`).

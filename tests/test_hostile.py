@@ -133,8 +133,9 @@ def build_corpus(release, root, port):
     def q1(code):
         return {"hostile.ipynb": w(answered(release, q1=code))}
 
-    c["infinite_loop"] = (q1("while True:\n    pass\n" + RMS_CORRECT), Q1_ZERO, None)
-    c["sleeper"] = (q1("import time\ntime.sleep(10**6)\n" + RMS_CORRECT), Q1_ZERO, None)
+    stopped = "cell 'rms_norm_impl': was stopped by the grader's time limit per cell"  # the cause named
+    c["infinite_loop"] = (q1("while True:\n    pass\n" + RMS_CORRECT), Q1_ZERO, stopped)
+    c["sleeper"] = (q1("import time\ntime.sleep(10**6)\n" + RMS_CORRECT), Q1_ZERO, stopped)
     c["memory_bomb"] = (q1("hog = bytearray(64 * 2**30)\n" + RMS_CORRECT), Q1_ZERO, None)
     c["sys_exit"] = (q1("import sys\ndef rms_norm(x, weight, eps=1e-6):\n    sys.exit(0)"), Q1_ZERO, None)
     c["os_exit"] = (q1("import os\nos._exit(1)\n" + RMS_CORRECT), Q1_ZERO, None)
