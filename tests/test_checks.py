@@ -914,3 +914,22 @@ def test_validates_message_names_the_question_cases_points_and_every_cause(monke
     assert causes[1].startswith("- bfloat16 [2, 3, 8]: the output dtype must be the input dtype")
     assert all(len(line) <= 76 for line in lines[1:])
     assert e.value._render_traceback_() == [f"AssertionError: {e.value}"]  # IPython: the message alone
+
+
+def test_a_long_diagnosis_is_displayed_wrapped_at_spaces_with_its_words_in_order():
+    """JupyterLab breaks a long output line anywhere ("it only r" / "escales by the RMS", seen by
+    the red team): what a check displays is wrapped at spaces, under 89 columns, the same words."""
+    import torch
+
+    def rms_norm(x, weight, eps=1e-6):  # subtracts the mean: LayerNorm's centring, a known slip
+        x = x - x.mean(-1, keepdim=True)
+        return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * weight
+
+    result = normref.checks.check_rms_norm(rms_norm, quick=True)
+    shown = result._repr_mimebundle_()[0]["text/plain"]
+    assert max(len(line) for line in result.report().splitlines()) > 88  # there is something to wrap
+    assert max(len(line) for line in shown.splitlines()) <= 88, shown
+    assert shown.split() == result.report().split()  # the same words, in order
+    assert len(shown.splitlines()) > len(result.report().splitlines())  # wrapped, not cut
+    for line in shown.splitlines()[1:]:
+        assert line.startswith("  x ") or line.startswith("    "), shown  # a case's continuation sits under it

@@ -167,9 +167,9 @@ class CheckResult:
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         """What ``display(result)`` (or a cell ending in it) shows: the report as plain text,
-        with the fault kinds in the output's metadata (JupyterLab and nbconvert's HTML do not
-        render metadata)."""
-        return {"text/plain": self.report()}, _faults.output_metadata(self.faults, self.variants)
+        wrapped at spaces (:func:`wrapped`), with the fault kinds in the output's metadata
+        (JupyterLab and nbconvert's HTML do not render metadata)."""
+        return {"text/plain": wrapped(self.report())}, _faults.output_metadata(self.faults, self.variants)
 
     def show(self) -> None:
         """Display the report with its fault kinds in the output metadata (as
@@ -181,10 +181,33 @@ class CheckResult:
         except ImportError:  # pragma: no cover - IPython ships with the course environment
             get_ipython = None
         if get_ipython is None or get_ipython() is None:
-            print(self.report())
+            print(wrapped(self.report()))
             return
-        display({"text/plain": self.report()}, raw=True,
+        display({"text/plain": wrapped(self.report())}, raw=True,
                 metadata=_faults.output_metadata(self.faults, self.variants))
+
+
+#: Columns a displayed report wraps at, at spaces: JupyterLab breaks a long output line anywhere,
+#: mid-word ("it only r" / "escales by the RMS"; its CSS for outputs has ``word-break: break-all``).
+DISPLAY_COLUMNS = 88
+
+
+def wrapped(text: str, width: int = DISPLAY_COLUMNS) -> str:
+    """``text`` with each line longer than ``width`` wrapped at spaces, its continuation lines
+    indented under the line's text (a case's ``  x `` line: under what follows the ``x``); a word
+    longer than ``width`` is kept whole. The words are the text's, in order."""
+    import textwrap
+
+    out = []
+    for line in text.splitlines():
+        if len(line) <= width:
+            out.append(line)
+            continue
+        body = line.lstrip()
+        hang = " " * (len(line) - len(body) + (2 if body.startswith("x ") else 0))
+        out.append(textwrap.fill(line, width, subsequent_indent=hang, break_long_words=False,
+                                 break_on_hyphens=False))
+    return "\n".join(out)
 
 
 # --------------------------------------------------------------------------- calling student code
