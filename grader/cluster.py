@@ -70,6 +70,14 @@ def _preload() -> str:  # run on every worker when a run starts (imports paid on
     return "sandboxed" if sandbox.available() else "no-sandbox"
 
 
+class _Queued:
+    """A task :meth:`DaskCluster.submit` holds until a worker thread is free; ``future`` once sent."""
+
+    def __init__(self, key: str, fn, args: tuple, workers: list[str] | None):
+        self.key, self.fn, self.args, self.workers = key, fn, args, workers
+        self.future = None
+
+
 class DaskCluster(Engine):
     """The Dask client of one grading run: to ``scheduler`` (or ``$DASK_SCHEDULER_ADDRESS``), or to
     an embedded local cluster of ``jobs`` single-threaded worker processes (default: all cores).
@@ -152,14 +160,47 @@ class DaskCluster(Engine):
     executor = client
     name, label = "dask", "Dask tasks"
 
-    def submit(self, fn, *args, key: str, workers: list[str] | None = None):
-        return self.client(use_sandbox=False).submit(fn, *args, pure=False, workers=workers,
-                                                     allow_other_workers=False, key=key)
+    def submit(self, fn, *args, key: str, workers: list[str] | None = None) -> "_Queued":
+        """The task, queued here: :meth:`as_completed` sends it to the cluster once a worker
+        thread is free (a worker never holds a task queued behind the one it runs, so a worker
+        that dies is held against the task it was running alone; Dask's ``worker-saturation``
+        does that only for large groups of like tasks, not for one task per submission)."""
+        return _Queued(key, fn, args, workers)
+
+    def _send(self, task: "_Queued"):
+        task.future = self.client(use_sandbox=False).submit(
+            task.fn, *task.args, pure=False, workers=task.workers, allow_other_workers=False, key=task.key)
+        return task.future
+
+    def _threads(self, workers: list[str] | None) -> int:
+        """Worker threads the tasks may use (those of ``workers`` only, when given); at least 1."""
+        return max(1, sum(n for w, n in self._client.nthreads().items() if not workers or w in workers))
 
     def as_completed(self, futures):
+        """``(key, future)`` of each task as it finishes; the tasks :meth:`submit` queued are sent
+        as worker threads free up: no more at once than the workers they may run on have threads
+        (asked again as each finishes, so workers that join are used). A worker's death then
+        counts against the task it ran; a task Dask moves to another worker after that death may
+        queue there behind one, which can be held against an innocent task once, never twice
+        (the culprit has crashed its ``allowed-failures + 1`` workers by then)."""
         from distributed import as_completed
 
-        for fut in as_completed(list(futures), loop=self._client.loop):
+        waiting = [t for t in futures if isinstance(t, _Queued) and t.future is None]
+        sent = as_completed([t.future if isinstance(t, _Queued) else t for t in futures
+                             if not isinstance(t, _Queued) or t.future is not None], loop=self._client.loop)
+        running = sent.count()
+
+        def fill() -> int:
+            n = 0
+            while waiting and running + n < self._threads(waiting[0].workers):
+                sent.add(self._send(waiting.pop(0)))
+                n += 1
+            return n
+
+        running += fill()
+        for fut in sent:
+            running -= 1
+            running += fill()
             yield fut.key, fut
 
     def failure(self, exc: BaseException) -> str:
@@ -170,8 +211,10 @@ class DaskCluster(Engine):
         return super().failure(exc)
 
     def cancel(self, futures) -> None:
-        if self._client is not None and futures:
-            self._client.cancel(list(futures), force=True)
+        sent = [t.future if isinstance(t, _Queued) else t for t in futures]
+        sent = [f for f in sent if f is not None]
+        if self._client is not None and sent:
+            self._client.cancel(sent, force=True)
 
     def describe(self) -> str:
         """One line: where the tasks run, and the dashboard's address when there is one."""

@@ -169,7 +169,12 @@ class CheckResult:
         """What ``display(result)`` (or a cell ending in it) shows: the report as plain text,
         wrapped at spaces (:func:`wrapped`), with the fault kinds in the output's metadata
         (JupyterLab and nbconvert's HTML do not render metadata)."""
-        return {"text/plain": wrapped(self.report())}, _faults.output_metadata(self.faults, self.variants)
+        return {"text/plain": self._shown()}, _faults.output_metadata(self.faults, self.variants)
+
+    def _shown(self) -> str:
+        """The report as displayed: wrapped at spaces (:func:`wrapped`), but a broken rule's line
+        stays one line (the self-check, Validate and the feedback say it alike)."""
+        return self.report() if self.breaches else wrapped(self.report())
 
     def show(self) -> None:
         """Display the report with its fault kinds in the output metadata (as
@@ -181,9 +186,9 @@ class CheckResult:
         except ImportError:  # pragma: no cover - IPython ships with the course environment
             get_ipython = None
         if get_ipython is None or get_ipython() is None:
-            print(wrapped(self.report()))
+            print(self._shown())
             return
-        display({"text/plain": wrapped(self.report())}, raw=True,
+        display({"text/plain": self._shown()}, raw=True,
                 metadata=_faults.output_metadata(self.faults, self.variants))
 
 
