@@ -134,7 +134,7 @@ def _score_bundle(gid: str, seed: int, bundle: dict) -> Scored:
     if refs:
         return _broke_the_rule(gid, refs)
     text = ("The visible check, scored by the grader:\n" if q.all_or_nothing
-            else "Graded on new inputs drawn for this grading run:\n") + result.report()
+            else "Graded on new inputs drawn for this grading run:\n") + result.displayed()
     fraction = float(result.passed) if q.all_or_nothing else float(result.score)
     record = None
     if q.draw is not None:
@@ -203,7 +203,7 @@ def _score_values(gid: str, seed: int, bundle: dict) -> Scored:
     shown = [f"{type(v).__name__} {v!r}" for v in values if isinstance(v, Shown)]
     note = (f"\n(handed to the grader as text, its type not being a number, tuple, string or bool: "
             f"{'; '.join(shown)})" if shown else "")
-    return Scored(gid, float(result.score), "Checked by the grader:\n" + result.report() + note, [],
+    return Scored(gid, float(result.score), "Checked by the grader:\n" + result.displayed() + note, [],
                   result.faults, result.variants)
 
 

@@ -169,11 +169,12 @@ class CheckResult:
         """What ``display(result)`` (or a cell ending in it) shows: the report as plain text,
         wrapped at spaces (:func:`wrapped`), with the fault kinds in the output's metadata
         (JupyterLab and nbconvert's HTML do not render metadata)."""
-        return {"text/plain": self._shown()}, _faults.output_metadata(self.faults, self.variants)
+        return {"text/plain": self.displayed()}, _faults.output_metadata(self.faults, self.variants)
 
-    def _shown(self) -> str:
-        """The report as displayed: wrapped at spaces (:func:`wrapped`), but a broken rule's line
-        stays one line (the self-check, Validate and the feedback say it alike)."""
+    def displayed(self) -> str:
+        """The report as a student reads it (the self-check's display, the feedback): wrapped at
+        spaces (:func:`wrapped`), but a broken rule's line stays one line (the self-check,
+        Validate and the feedback say it alike)."""
         return self.report() if self.breaches else wrapped(self.report())
 
     def show(self) -> None:
@@ -186,9 +187,9 @@ class CheckResult:
         except ImportError:  # pragma: no cover - IPython ships with the course environment
             get_ipython = None
         if get_ipython is None or get_ipython() is None:
-            print(self._shown())
+            print(self.displayed())
             return
-        display({"text/plain": self._shown()}, raw=True,
+        display({"text/plain": self.displayed()}, raw=True,
                 metadata=_faults.output_metadata(self.faults, self.variants))
 
 
