@@ -23,11 +23,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .kernel_guard import RECORD_MIME
-
-#: Start-up files Python or IPython would run before any cell, were they where it looks.
-STARTUP_NAMES = ("sitecustomize.py", "usercustomize.py", "ipython_config.py", "ipython_kernel_config.py",
-                 "jupyter_config.py", "jupyter_notebook_config.py", "jupyter_server_config.py")
+from .kernel_guard import RECORD_MIME, STARTUP_NAMES
 
 
 @dataclass(frozen=True)

@@ -182,13 +182,51 @@ def _guard_kill(real):
 RECORD_MIME = "application/vnd.normref.kernel-record+json"
 #: Files of the student's folder whose opening is recorded: code Python can run or load.
 _CODE_FILES = (".py", ".pyc", ".pth", ".so")
+#: Start-up files Python or IPython would run before any cell, were they where it looks
+#: (:mod:`grader.handed_in` reads this list).
+STARTUP_NAMES = ("sitecustomize.py", "usercustomize.py", "ipython_config.py", "ipython_kernel_config.py",
+                 "jupyter_config.py", "jupyter_notebook_config.py", "jupyter_server_config.py")
+
+
+def _watched(here: str) -> set[str]:
+    """The top-level names in the student's folder ``here`` worth a record: start-up files,
+    ``*.pth``, IPython profiles, and modules named like one importable from elsewhere (a
+    ``torch.py``); a helper module of the student's own (``utils.py``) is not."""
+    import importlib.util
+
+    def elsewhere(stem: str) -> bool:  # importable from outside the student's folder
+        if stem in sys.stdlib_module_names or stem in sys.builtin_module_names:
+            return True
+        try:
+            spec = importlib.util.find_spec(stem)  # finds, imports nothing (a top-level name)
+        except (ImportError, ValueError):
+            return False
+        origin = os.path.realpath(getattr(spec, "origin", None) or here)
+        return spec is not None and not origin.startswith(here + os.sep)
+
+    out = set()
+    for name in os.listdir(here):
+        stem = name.split(".")[0]
+        if name in STARTUP_NAMES or name.endswith(".pth") or name == ".ipython" or name.startswith("profile_"):
+            out.add(name)
+        elif stem.isidentifier() and elsewhere(stem) and \
+                (name.endswith(_CODE_FILES) or os.path.isfile(os.path.join(here, name, "__init__.py"))):
+            out.add(name)
+    return out
 
 
 def _record_student_files(ip) -> None:
     """Record which code files of the student's folder each cell opened (Python's ``open`` audit
     event: ``open()``, ``%run``, ``runpy``, the import system's ``io.open_code``) and which modules
-    it imported from there; hand each cell's record to the grader as one output (:data:`RECORD_MIME`)."""
+    it imported from there; hand each cell's record to the grader as one output (:data:`RECORD_MIME`).
+    Only the files :func:`_watched` names are recorded."""
     here = os.path.realpath(os.getcwd())
+    try:
+        watched = _watched(here)
+    except OSError:
+        return
+    if not watched:
+        return
     roots = {here + os.sep} | ({os.environ["PWD"].rstrip(os.sep) + os.sep} if os.environ.get("PWD") else set())
     opened: list[str] = []
     seen = set(sys.modules)
@@ -208,7 +246,8 @@ def _record_student_files(ip) -> None:
         if event != "open" or not _state["in_cell"] or not args:
             return
         rel = inside(args[0])  # the interpreter's own __pycache__ is not a file the student handed in
-        if rel and rel.endswith(_CODE_FILES) and "__pycache__" not in rel and rel not in opened:
+        if rel and rel.split(os.sep, 1)[0] in watched and rel.endswith(_CODE_FILES) and \
+                "__pycache__" not in rel and rel not in opened:
             opened.append(rel)
 
     def report(result=None):
@@ -218,7 +257,7 @@ def _record_student_files(ip) -> None:
         for name in sorted(now - seen):
             f = getattr(sys.modules.get(name), "__file__", None)
             rel = inside(f) if isinstance(f, str) else None
-            if rel:
+            if rel and rel.split(os.sep, 1)[0] in watched:
                 imported[name] = rel
         seen = now
         if not opened and not imported:

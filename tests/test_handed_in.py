@@ -56,6 +56,8 @@ def test_the_report_says_which_cell_ran_or_imported_a_handed_in_file_and_which_w
         # a module named like an installed one, imported from the folder by putting it first again
         "imports_shadow": ({"colorsys.py": "HUE = 'mine'\n"}, CORRECT,
                            "import os, sys\nsys.path.insert(0, os.getcwd())\nimport colorsys\nprint(colorsys.HUE)"),
+        # an honest helper module of the student's own: nothing to flag, nothing recorded
+        "own_helper": ({"helpers.py": "import torch\n" + CORRECT}, "from helpers import rms_norm\n", None),
         # handed in, never touched: a torch.py and a start-up file
         "untouched": ({"torch.py": "raise SystemExit('not the real torch')\n", "sitecustomize.py": STARTUP},
                       CORRECT, None),
@@ -94,6 +96,9 @@ def test_the_report_says_which_cell_ran_or_imported_a_handed_in_file_and_which_w
         "rmsnorm: torch.py (named like the installed module 'torch', handed in beside the notebook): never run "
         "or imported: the grading kernel searches the student's folder last, so `import torch` gets the "
         "installed one, and no cell opened or imported it (the grading kernel's record)"], flags["untouched"]
+    assert flags["own_helper"] == [] and "own_helper" not in run.report.flags, run.report.flags.get("own_helper")
+    helper = nbformat.read(root / "autograded" / "own_helper" / "rmsnorm" / "rmsnorm.ipynb", 4)
+    assert not [o for c in helper.cells for o in c.get("outputs", []) if RECORD_MIME in o.get("data", {})]
     # the record is the kernel's, in the cell that did it (the student reads it in the feedback too)
     nb = nbformat.read(root / "autograded" / "imports_startup" / "rmsnorm" / "rmsnorm.ipynb", 4)
     (cell,) = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "rms_norm_impl"]
