@@ -69,7 +69,8 @@ def describe_handed_in(b: Batch) -> None:
     from ..handed_in import describe
 
     graded = set(b.run.autograde.graded)
-    for a, st in b.to_grade:
+    todo = b.to_grade if b.to_grade is not None else b.tree.pairs(b.run.assignments)  # None: every one
+    for a, st in todo:
         folder = b.tree.submitted(st, a)
         if not folder.is_dir():
             continue
