@@ -87,9 +87,12 @@ def test_written_work_is_what_differs_from_the_stubs_nbgrader_generated(course_c
 
 
 def _stage(tree: CourseTree, lines: list, run_id: str = "run-1"):
-    b = pipeline.Batch(tree=tree, run=pipeline.GradeRun(course_root=tree.root, assignments=["layernorm"]),
-                       submissions=None, jobs=1, fresh=False, progress=False, use_sandbox=False,
-                       cell_timeout=None, duedates={}, log=lines.append, run_id=run_id)
+    from grader.batch import Services
+    from grader.options import GradeOptions
+
+    b = pipeline.Batch(options=GradeOptions(course_root=tree.root, jobs=1, fresh=False, use_sandbox=False),
+                       services=Services(tree=tree, log=lines.append, run_id=run_id, command="test", jobs=1),
+                       run=pipeline.GradeRun(course_root=tree.root, assignments=["layernorm"]))
     pipeline.generate(b)
     return lines
 
