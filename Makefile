@@ -73,9 +73,11 @@ notebooks: $(STAMP)
 	$(BIN)/python tools/build_notebooks.py
 
 # Regenerate release/ from source/ with nbgrader (commit the result; a test checks they agree).
+# A release/<assignment>/ holding work written in it (a student's answers) is refused, nothing
+# regenerated; KEEP=1 moves it to logs/release-kept/<run>/ first (grader/release.py).
+KEEP ?=
 release: $(STAMP)
-	@for a in source/*/; do a=$$(basename $$a); echo "generate_assignment $$a"; \
-		$(BIN)/python -m nbgrader generate_assignment $$a --force --log-level=WARN || exit 1; done
+	$(BIN)/python -m grader release $(if $(KEEP),--keep)
 
 # The student-facing tree (no source/, no solutions: checked) for a separate student repository.
 # BINDER_REPO=OWNER/NAME points its Binder badge at that repository. See tools/student_repo.py.

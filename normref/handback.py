@@ -330,9 +330,13 @@ class PointsLost(AssertionError):
 
 def _every_cause(result) -> str:
     """Each distinct reason ``result`` loses points, once, in order (the broken rules, then each
-    failing case's diagnosis without its case name), each wrapped to 76 columns as ``- ...``:
-    a student fixing the first learns of the others too (bfloat16's dtype after float16's overflow)."""
+    failing case's diagnosis), each wrapped at spaces to 76 columns as ``- ...``: a student
+    fixing the first learns of the others too (bfloat16's dtype after float16's overflow). The
+    cases a diagnosis explains are named by their labels (:func:`normref.checks.core.case_label`,
+    whole phrases), at most two, then "and N more cases": shortened by whole cases, never cut."""
     import textwrap
+
+    from .checks.core import case_label
 
     causes: dict[str, list[str]] = {}  # hint -> the cases it explains
     for why in result.breaches:
@@ -342,7 +346,7 @@ def _every_cause(result) -> str:
             continue
         if c.message.startswith("case '"):  # a code case, "case '<name>': <what>; <hint>": the hint
             hint = " ".join(c.message.split("': ", 1)[-1].split("; ", 1)[-1].split())
-            causes.setdefault(hint, []).append(c.name.split(" (", 1)[0])
+            causes.setdefault(hint, []).append(case_label(c.name))  # a whole phrase, never cut mid-way
         else:  # a short answer's message, whole: it names its answer ("variance: you gave 3: ...")
             causes.setdefault(" ".join(c.message.split()), [])
 

@@ -38,6 +38,33 @@ def backend_of(x) -> str:
     return "numpy" if isinstance(x, np.ndarray) else "torch"
 
 
+#: What a case name's head phrase may not end with, a sign or a word: it would be cut mid-phrase ("q =").
+_OPEN_SIGNS = ("=", "+", "-", "*", "/", "<", ">", ":", ",", "(")
+_OPEN_WORDS = {"with", "of", "on", "and", "at", "to", "by", "in", "for", "from", "a", "an", "the"}
+
+
+def case_label(name: str) -> str:
+    """A case's name as a short label: its head phrase, cut at the first ``": "``, ``", "`` or
+    ``" ("`` outside brackets where the head is a whole phrase, never mid-phrase; the whole name
+    when there is no such place.
+
+    ``"B = T = D [4, 4, 4] (a wrong axis still broadcasts)"`` -> ``"B = T = D [4, 4, 4]"``;
+    ``"the seed token: q = ((1, 2, 3), ...), k = ..."`` -> ``"the seed token"`` (never
+    ``"the seed token: q ="``); ``"x = (1, 2)"`` stays whole.
+    """
+    depth = 0
+    for i, ch in enumerate(name):
+        if depth == 0 and (name.startswith((": ", ", "), i) or name.startswith(" (", i)):
+            head = name[:i].rstrip()
+            if head and not head.endswith(_OPEN_SIGNS) and head.split()[-1] not in _OPEN_WORDS:
+                return head
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+    return name
+
+
 # --------------------------------------------------------------------------- results
 
 
