@@ -399,8 +399,9 @@ def _deep_block_form(S, R, sizes):
     if a1 is None or a2 is None or abs(a1 - a2) > 1e-6:
         return None
     a = alpha_words(a1)
-    return "residual_scaled", (f"that is Post-LN with the residual scaled by {a}, a DeepNorm block, Norm(alpha x + F(x)) "
-                               f"for each sublayer with alpha = {a} (Wang et al. 2022); a Pre-LN block adds F(Norm(x)) to x.")
+    return "residual_scaled", (f"that is Post-LN with the residual scaled by {a}, a DeepNorm block, "
+                               f"Norm(alpha x + F(x)) for each sublayer with alpha = {a} (Wang et al. 2022); "
+                               "a Pre-LN block adds F(Norm(x)) to x.")
 
 
 declare(Question("pre-LN block", "block(x, self_attn, mlp, input_layernorm, post_attention_layernorm)",

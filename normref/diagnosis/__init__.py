@@ -153,8 +153,12 @@ def refine(checker: str, battery: Sequence[object], results: Sequence[object], a
     if q is None:
         search_now()
         return found[0]
-    diagnose(q, battery, results, answer=answer, call=call, backend=backend,
-             search=search_now if q.search and checker in _GRAMMARS else None)
+    import warnings
+
+    with warnings.catch_warnings(), np.errstate(all="ignore"):  # nothing of the diagnosis reaches stderr
+        warnings.simplefilter("ignore")
+        diagnose(q, battery, results, answer=answer, call=call, backend=backend,
+                 search=search_now if q.search and checker in _GRAMMARS else None)
     return found[0] if found else None
 
 

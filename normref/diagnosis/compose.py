@@ -226,7 +226,7 @@ def _grow(pool: _Pool, s: int, callables: list[dict], products: tuple, consider)
                     pass
                 else:
                     out = [_evaluate(lambda a, b: a + b, a, b) for a, b in zip(va, vb)]
-                    if all(o is not None for o in out) and all(tuple(o.shape) == tuple(a.shape) for o, a in zip(out, va)):
+                    if all(o is not None and tuple(o.shape) == tuple(a.shape) for o, a in zip(out, va)):
                         k = pool.add(E.add(ea, eb), out)
                         if k is not None:
                             consider(k)

@@ -125,7 +125,8 @@ def _reference_formula(q: Question, args: tuple, kwargs: dict):
 
 def _model_formulas(q: Question, args: tuple) -> list[tuple[str, E.Expr, str]]:
     """The checker's fault models on the stand-ins: ``(fault, formula, hint)`` each that traces."""
-    from .trace import StandIn, Sym, Untraceable, _Log
+    from .sym import Sym, Untraceable, _Log
+    from .trace import StandIn
 
     if q.models is None:
         return []
@@ -170,7 +171,8 @@ def _traced_formulas(q: Question, fn, battery: Sequence, results: Sequence) -> d
         if seen is not None:
             got, _, rtol, atol = seen
             v = _f64(t.value)
-            if v is None or v.shape != got.shape or not np.allclose(v, got, rtol=2 * rtol, atol=2 * atol, equal_nan=True):
+            if v is None or v.shape != got.shape or not np.allclose(v, got, rtol=2 * rtol, atol=2 * atol,
+                                                                    equal_nan=True):
                 continue  # the stand-ins did not compute what the answer did: not this formula
         out[i] = t.expr
     return out
@@ -247,7 +249,8 @@ def _output_facts(q: Question, case_args: tuple, kwargs: dict, seen: tuple) -> l
         ratio = _constant_ratio(got, want)
         if ratio is not None:
             w = factor_words(ratio, sizes)
-            facts.append(f"your output is the reference's times {ratio:.4g}" + (f" = {w}" if w and w != f"{ratio:g}" else ""))
+            said = f" = {w}" if w and w != f"{ratio:g}" else ""
+            facts.append(f"your output is the reference's times {ratio:.4g}{said}")
     if not facts and q.norm:
         t = token_stats_words(got, want, q.title)
         if t:
@@ -272,7 +275,8 @@ def _norm_facts(q: Question, x: np.ndarray, args: tuple, kwargs: dict, got, want
         if np.all(rr > 1e-12):
             per = (g * r).sum(0) / rr
             if np.allclose(g, per * r, rtol=tol, atol=1e-6 + tol * np.abs(r).max()):
-                for words, f in (("1 + weight: your output is multiplied by (1 + weight) where the weight itself belongs "
+                for words, f in (("1 + weight: your output is multiplied by (1 + weight) where the weight itself "
+                                  "belongs "
                                   "(Gemma's RMSNorm stores its weight as an offset from 1; here weight is gamma)",
                                   (1 + w) / w),
                                  ("1 / weight**2: you divide by the weight where the weight multiplies", 1 / (w * w))):

@@ -66,7 +66,8 @@ def _callable_clauses(S: E.Expr, R: E.Expr, title: str, callables: list[str], ct
     r_args = {c: _args(R, c) for c in callables}
     # the whole reference's output passed through a callable once more, or its last one left out
     if isinstance(S, E.Call) and S.arg == R and S.fn in callables:
-        ends = " ends with the residual add" if any(isinstance(t, E.Atom) for t in E.terms(R)) else f" ends at {_r(R, ctx)}"
+        residual = any(isinstance(t, E.Atom) for t in E.terms(R))
+        ends = " ends with the residual add" if residual else f" ends at {_r(R, ctx)}"
         out.append(f"yours passes {title}'s output through {S.fn} once more: {title}{ends}")
         ctx["said_residual"] = True
         return out

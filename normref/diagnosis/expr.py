@@ -489,7 +489,8 @@ def _render_prod(e: Prod, context, names) -> str:
             num.append(s if abs(p - 1) < _TOL else (f"{s}**{_num(p)}" if p != 0.5 else f"sqrt({s.strip('()')})"))
         else:
             q = -p
-            den.append(s if abs(q - 1) < _TOL else (f"sqrt({s.strip('()')})" if abs(q - 0.5) < _TOL else f"{s}**{_num(q)}"))
+            root = f"sqrt({s.strip('()')})"
+            den.append(s if abs(q - 1) < _TOL else (root if abs(q - 0.5) < _TOL else f"{s}**{_num(q)}"))
     top = " * ".join(num) if num else "1"
     if not den:
         return top

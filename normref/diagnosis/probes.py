@@ -305,7 +305,8 @@ def _alpha_fact(probed: list[Probed], title: str) -> str | None:
     if dx is not None and dx.got1 is not None and np.allclose(a.got1, dx.got1, rtol=1e-3, atol=1e-5):
         return None  # alpha multiplies x, as it should
     if hx is not None and hx.got1 is not None and np.allclose(a.got1, hx.got1, rtol=1e-3, atol=1e-5):
-        return f"doubling alpha does to your output what halving x does: your alpha divides x, where {title} multiplies x by alpha"
+        return (f"doubling alpha does to your output what halving x does: your alpha divides x, where {title} "
+                "multiplies x by alpha")
     if dx is not None and dx.got1 is not None:
         return (f"doubling alpha changes your output otherwise than doubling x does: in yours alpha is not the factor "
                 f"of x, where {title} computes tanh(alpha * x)")
@@ -369,7 +370,8 @@ def _upcast_fact(p: Probed, title: str, x16: np.ndarray) -> str | None:
     if sq > 65504:
         step = f"x**2 (up to {sq:.6g}) overflows float16, whose largest number is 65504"
     elif float(np.max((x16 * x16).sum(-1))) > 65504:
-        step = f"the sum of x**2 over the d = {d} features (up to {float(np.max((x16 * x16).sum(-1))):.6g}) overflows float16"
+        top = float(np.max((x16 * x16).sum(-1)))
+        step = f"the sum of x**2 over the d = {d} features (up to {top:.6g}) overflows float16"
     what = step or "float16's 11 bits of precision lose the statistics"
     return (f"on the same values in float32 your output is right, so the float16 computation is what fails: {what}; "
             "compute the statistics in float32 and cast back")
@@ -395,7 +397,8 @@ def probe_facts(probed: list[Probed], title: str, kind: str | None = None, param
     pos = {n: i for i, n in enumerate(params)}
     for p in probed:
         args = p.base[0]
-        w = _f64(args[pos["weight"]]) if "weight" in pos and pos["weight"] < len(args) and args[pos["weight"]] is not None else None
+        given = {n: args[i] for n, i in pos.items() if i < len(args) and args[i] is not None}
+        w = _f64(given["weight"]) if "weight" in given else None
         b = None
         if kind == "layer" and "bias" in pos and pos["bias"] < len(args) and args[pos["bias"]] is not None:
             b = _f64(args[pos["bias"]])
