@@ -255,6 +255,10 @@ def _term_clauses(S: E.Expr, R: E.Expr, title: str, ctx: dict) -> list[str]:
             out.append(f"{what} is {scale_words(ts[t] / c, ctx)}")
     if ctx.get("said_residual"):
         return out
+    only_s, only_r = [t for t in ts if t not in tr], [t for t in tr if t not in ts]
+    if len(only_s) == 1 and len(only_r) == 1 and (isinstance(only_s[0], E.Atom) or isinstance(only_r[0], E.Atom)):
+        # one term in place of another, one of them an input: "you add x where ... adds Norm(x)"
+        return out + [f"you add {_r(only_s[0], ctx)} where {title} adds {_r(only_r[0], ctx)}"]
     for t, c in tr.items():
         if t not in ts and isinstance(t, E.Atom) and t.name in ctx.get("inputs", ()):
             out.append(f"the residual {_r(t, ctx)} is not added" + (

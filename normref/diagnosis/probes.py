@@ -359,19 +359,22 @@ def _saturate_fact(p: Probed, title: str) -> str | None:
             f"up to {gr:.3g} (weight + bias)")
 
 
-def _upcast_fact(p: Probed, title: str, x16: np.ndarray) -> str | None:
+def _upcast_fact(p: Probed, title: str, x16: np.ndarray, kind: str | None) -> str | None:
     if p.got1 is None or p.got1.shape != p.want1.shape:
         return None
     if not np.allclose(p.got1, p.want1, rtol=1e-4, atol=1e-4):
         return None
-    sq = float(np.max(x16 * x16))
+    centred = kind == "layer"
+    v = x16 - x16.mean(-1, keepdims=True) if centred else x16
+    name = "(x - mean)**2" if centred else "x**2"
+    sq = float(np.max(v * v))
     d = x16.shape[-1]
     step = None
     if sq > 65504:
-        step = f"x**2 (up to {sq:.6g}) overflows float16, whose largest number is 65504"
-    elif float(np.max((x16 * x16).sum(-1))) > 65504:
-        top = float(np.max((x16 * x16).sum(-1)))
-        step = f"the sum of x**2 over the d = {d} features (up to {top:.6g}) overflows float16"
+        step = f"{name} (up to {sq:.6g}) overflows float16, whose largest number is 65504"
+    elif float(np.max((v * v).sum(-1))) > 65504:
+        top = float(np.max((v * v).sum(-1)))
+        step = f"the sum of {name} over the d = {d} features (up to {top:.6g}) overflows float16"
     what = step or "float16's 11 bits of precision lose the statistics"
     return (f"on the same values in float32 your output is right, so the float16 computation is what fails: {what}; "
             "compute the statistics in float32 and cast back")
@@ -418,7 +421,7 @@ def probe_facts(probed: list[Probed], title: str, kind: str | None = None, param
             elif p.probe == "saturate":
                 f = _plateau_fact(p, title, w) or _saturate_fact(p, title)
             elif p.probe == "upcast":
-                f = _upcast_fact(p, title, _f64(p.base[0][0]))
+                f = _upcast_fact(p, title, _f64(p.base[0][0]), kind)
             else:
                 f = None
         except Exception:  # noqa: BLE001 - a measurement never breaks a check
