@@ -203,7 +203,8 @@ _CELLS = {  # answer cell -> (defined name, checker), in the order a notebook ru
     "rms_norm_impl": ("rms_norm", checks.check_rms_norm),
     "layer_norm_impl": ("layer_norm", lambda f: checks.check_layer_norm(f, "numpy")),
     "layer_norm_backward_impl": ("layer_norm_backward", checks.check_layer_norm_backward),
-    "peri_ln_impl": ("peri_ln", checks.check_peri_ln), "qk_logits_impl": ("qk_norm_logits", checks.check_qk_norm_logits),
+    "peri_ln_impl": ("peri_ln", checks.check_peri_ln),
+    "qk_logits_impl": ("qk_norm_logits", checks.check_qk_norm_logits),
     "dyt_impl": ("dyt", checks.check_dyt),
 }
 
