@@ -55,7 +55,8 @@ def main() -> None:
     print(f"correct answers (nothing to diagnose): median {1e3 * statistics.median(ok):.1f} ms, "
           f"max {1e3 * max(ok):.1f} ms")
     worst = max(rows, key=lambda r: r[1] - r[2])
-    print(f"largest: {worst[0].name} ({worst[0].question}), {1e3 * worst[1]:.0f} ms with, {1e3 * worst[2]:.0f} ms without")
+    print(f"largest: {worst[0].name} ({worst[0].question}), {1e3 * worst[1]:.0f} ms with, "
+          f"{1e3 * worst[2]:.0f} ms without")
     graded_rows = []
     for a in WRONG:
         if a.question not in FUNCTIONS:
