@@ -264,3 +264,28 @@ def test_a_new_question_gets_the_mechanisms_by_declaring_its_signature_and_refer
                 and "you add x where the sandwich adds Norm(x)" in c.message), c.message
     graded = check_sandwich(Replay(run_calls(lambda x, F, N: x + F(N(x)), probe(check_sandwich))))
     assert [c.message for c in graded.cases] == [c.message for c in r.cases]  # identified, not traced
+
+
+def test_the_probes_of_a_slow_answer_are_left_out_of_the_hidden_test_not_its_score(monkeypatch):
+    """The kernel makes the battery's calls first and stops after ``CALLS_BUDGET_S`` (a clock that
+    ticks once per call here: the six battery calls of check_rms_norm fit, the probes do not):
+    the score is the battery's, and the diagnosis says what the outputs alone show."""
+    import itertools
+    import types
+
+    import normref.handback as hb
+    from normref import check_rms_norm
+
+    def gemma(x, w, eps=1e-6):
+        h = x.float()
+        return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * (1 + w)).to(x.dtype)
+
+    ticks = itertools.count()
+    monkeypatch.setattr(hb, "time", types.SimpleNamespace(monotonic=lambda: float(next(ticks))))
+    monkeypatch.setattr(hb, "CALLS_BUDGET_S", 6.0)
+    calls = probe(check_rms_norm)
+    records = run_calls(gemma, calls)
+    assert len(calls) > 6 and all("raised" in r for r in records[6:]) and not any("raised" in r for r in records[:6])
+    graded, self_check = check_rms_norm(Replay(records)), check_rms_norm(gemma)
+    assert graded.score == self_check.score == 0.0
+    assert all("1 + weight" in c.message for c in graded.cases if not c.passed), graded.report()

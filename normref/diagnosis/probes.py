@@ -151,6 +151,7 @@ def run_probes(probes: tuple, params: tuple, battery: list, args_of: Callable, c
     """Make each probe: the answer (``call(args, kwargs) -> output or None``, the checker's
     safe call) and the reference on its base case and on the changed case, in this order."""
     out: list[Probed] = []
+    bases: dict = {}  # one base call per case, shared by the probes made on it
     for probe in probes:
         case = _base_case(battery, args_of, probe)
         if case is None:
@@ -164,7 +165,9 @@ def run_probes(probes: tuple, params: tuple, battery: list, args_of: Callable, c
             got0 = None  # the battery's own call: its output is the case's
         else:
             base = (tuple(_copy(a) for a in args), dict(kwargs))
-            got0 = _f64(call(*base))
+            if id(case) not in bases:
+                bases[id(case)] = _f64(call(*base))
+            got0 = bases[id(case)]
         got1 = _f64(call(*changed))  # call(args, kwargs)
         try:
             want0, want1 = _f64(reference(*base[0], **base[1])), _f64(reference(*changed[0], **changed[1]))
