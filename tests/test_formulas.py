@@ -107,7 +107,7 @@ TRACED = [  # (checker, answer, "your <fn> computes ...", "<Title> is ...", word
      "yours is divided by sqrt(T) where QK-norm's is divided by sqrt(d)"),
     (check_dyt, lambda x, a, w, b: (torch.tanh(a * w * x.float()) + b).to(x.dtype),
      "dyt computes tanh(alpha * weight * x) + bias", "DyT is weight * tanh(alpha * x) + bias",
-     "weight is inside tanh(...), where DyT's weight multiplies tanh's output"),
+     "weight is a factor inside tanh(...), where DyT's weight multiplies tanh's output"),
     (check_dyt, lambda x, a, w, b: torch.tanh(a * x.float()).to(x.dtype), "dyt computes tanh(alpha * x)",
      "DyT is weight * tanh(alpha * x) + bias", "weight and bias are never used"),
     (check_pre_ln, lambda x, F, N: (x + F(N(x))) / math.sqrt(2), "pre_ln computes (x + F(Norm(x))) / sqrt(2)",

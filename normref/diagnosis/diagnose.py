@@ -279,12 +279,13 @@ def _norm_facts(q: Question, x: np.ndarray, args: tuple, kwargs: dict, got, want
                                   "belongs "
                                   "(Gemma's RMSNorm stores its weight as an offset from 1; here weight is gamma)",
                                   (1 + w) / w),
-                                 ("1 / weight**2: you divide by the weight where the weight multiplies", 1 / (w * w))):
+                                 ("1 / weight**2: you divide by the weight where the weight multiplies", 1 / (w * w)),
+                                 ("weight: the weight is applied twice", w)):
                     if np.all(np.isfinite(f)) and not np.allclose(f, 1) and np.allclose(per, f, rtol=tol):
                         return [f"per feature, your output is the reference's times {words}"]
     k = per_token_factors(got, want, b)
     if k is None:
-        return []
+        return _offset_fact(q, got, want, b)
     eps = float(kwargs.get("eps", 0.0))
     rows = x.reshape(-1, d)
     if q.norm == "layer":
@@ -306,6 +307,23 @@ def _norm_facts(q: Question, x: np.ndarray, args: tuple, kwargs: dict, got, want
         return [f"each token's output is the reference's times its own factor ({spread}): the number you divide "
                 "each token by is off by a different amount per token"]
     return []
+
+
+def _offset_fact(q: Question, got, want, b) -> list[str]:
+    """A shift per feature, the same at every token (what is added after normalizing differs)."""
+    d = want.shape[-1]
+    delta = (got - want).reshape(-1, d)
+    if delta.shape[0] < 2 or not np.allclose(delta, delta[:1], rtol=1e-3, atol=1e-5):
+        return []
+    o = delta[0]
+    said = "per feature, your output is the reference's shifted by the same amount at every token"
+    if b is not None:
+        for words, f in (("the bias is added twice", b),
+                         ("the mean of the bias is added instead of the bias itself", np.mean(b) - b)):
+            if np.allclose(o, f, rtol=1e-3, atol=1e-5):
+                return [f"{said}: {words}"]
+    return [f"{said} ({float(o.min()):.3g} to {float(o.max()):.3g}): what {q.title} adds after normalizing "
+            "differs in yours"]
 
 
 def _constant_ratio(got: np.ndarray, want: np.ndarray) -> float | None:

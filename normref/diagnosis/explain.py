@@ -184,15 +184,20 @@ def _occurrences(e: E.Expr, atom: E.Atom) -> list[tuple]:
 
 
 def _role(occ: tuple, name: str) -> str:
+    """How one occurrence enters: ``"multiplies tanh's output"``, ``"is a factor inside tanh(...)"``."""
     path, p, how, partner = occ
     inside = f" inside {path[-1]}(...)" if path else ""
     if how == "multiplied" and partner and not path:
-        return f"multiplies {partner}'s output"
+        return f"{'divides' if p < 0 else 'multiplies'} {partner}'s output"
     if how == "multiplied":
-        return ("divides" if p < 0 else "multiplies") + (f" {partner}'s output" if partner else "") + inside
+        return ("is a divisor" if p < 0 else "is a factor") + (inside or " of the output")
     if how == "added":
         return "is added" + (inside or " last")
-    return f"is {how}{inside}" if how != "alone" else "is the output"
+    if how == "argument":
+        return f"is the whole argument of {path[-1]}(...)" if path else "is the output"
+    if how == "matmul":
+        return "enters a matrix product" + inside
+    return "is the output"
 
 
 def _atom_clauses(S: E.Expr, R: E.Expr, title: str, atoms: list[str], ctx: dict) -> list[str]:
@@ -213,7 +218,8 @@ def _atom_clauses(S: E.Expr, R: E.Expr, title: str, atoms: list[str], ctx: dict)
         if s_paths != r_paths:
             sp = sorted(s_paths - r_paths or s_paths)[0]
             ro0 = next(o for o in ro if o[0] in (r_paths - s_paths or r_paths))
-            out.append(f"{name} is inside {sp[-1]}(...)" if sp else f"{name} is outside every function")
+            so0 = next(o for o in so if o[0] == sp)
+            out.append(f"{name} {_role(so0, name)}" if sp else f"{name} is outside every function")
             out[-1] += f", where {title}'s {name} {_role(ro0, name)}"
             continue
         s_pow, r_pow = {(o[0], o[1]) for o in so}, {(o[0], o[1]) for o in ro}
@@ -223,10 +229,7 @@ def _atom_clauses(S: E.Expr, R: E.Expr, title: str, atoms: list[str], ctx: dict)
             out.append(f"you {'divide by' if q < 0 else 'multiply by'} {name}{_pw(q)} where {title} "
                        f"{'divides by' if ref_q < 0 else 'multiplies by'} {name}{_pw(ref_q)}")
             continue
-        s_how = sorted({o[2] for o in so})
-        r_occ = sorted(ro)[0]
-        out.append(f"{name} {'multiplies' if 'multiplied' in s_how else s_how[0]}, where {title}'s {name} "
-                   f"{_role(r_occ, name)}")
+        out.append(f"{name} {_role(sorted(so)[0], name)}, where {title}'s {name} {_role(sorted(ro)[0], name)}")
     if never:
         out.insert(0, f"{' and '.join(never)} {'is' if len(never) == 1 else 'are'} never used")
     return out
@@ -252,7 +255,10 @@ def _term_clauses(S: E.Expr, R: E.Expr, title: str, ctx: dict) -> list[str]:
     for t, c in tr.items():
         if t in ts and abs(ts[t] - c) > 1e-6 * max(1.0, abs(c)):
             what = "the residual " + _r(t, ctx) if isinstance(t, E.Atom) else _r(t, ctx)
-            out.append(f"{what} is {scale_words(ts[t] / c, ctx)}")
+            if abs(ts[t] / c + 1) < 1e-9:
+                out.append(f"you subtract {_r(t, ctx)} where {title} adds it")
+            else:
+                out.append(f"{what} is {scale_words(ts[t] / c, ctx)}")
     if ctx.get("said_residual"):
         return out
     only_s, only_r = [t for t in ts if t not in tr], [t for t in tr if t not in ts]
@@ -290,8 +296,8 @@ def differences(S: E.Expr, R: E.Expr, *, title: str, callables: list[str], atoms
     clauses += _perm_clause(S, R, title, ctx)
     clauses += _statistics_clause(S, R, title, ctx, callables)
     clauses += [c for c in _term_clauses(S, R, title, ctx) if c not in clauses]
-    if not callables and not clauses:
-        clauses += _atom_clauses(S, R, title, [a for a in atoms if a not in ctx.get("inputs", ())], ctx)
+    if not callables and not clauses:  # a formula of its inputs (DyT): where each one enters
+        clauses += _atom_clauses(S, R, title, list(atoms), ctx)
     if not clauses:
         clauses = [f"yours computes {_r(S, ctx)} where {title} computes {_r(R, ctx)}"]
     return list(dict.fromkeys(clauses))[:limit]
