@@ -289,3 +289,13 @@ def test_the_probes_of_a_slow_answer_are_left_out_of_the_hidden_test_not_its_sco
     graded, self_check = check_rms_norm(Replay(records)), check_rms_norm(gemma)
     assert graded.score == self_check.score == 0.0
     assert all("1 + weight" in c.message for c in graded.cases if not c.passed), graded.report()
+
+
+def test_tracing_prints_nothing_into_the_students_cell(capsys):
+    def chatty(x, F, N, M):
+        print("hello")
+        return N(x + F(N(x)))
+
+    r = check_peri_ln(chatty)
+    assert r.faults == ["other_formula"], r.report()
+    assert capsys.readouterr().out.count("hello") == len(r.cases)  # the battery's calls, not the traces

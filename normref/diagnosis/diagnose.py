@@ -115,11 +115,15 @@ def _trace_case(q: Question, fn, args: tuple, kwargs: dict):
 
 
 def _reference_formula(q: Question, args: tuple, kwargs: dict):
+    from ..calling import Timeout
     from .trace import trace
 
     inputs, callables = _parts(q, args)
     ref = q.formula or q.reference
-    t = trace(lambda syms, stands: ref(*_rebuild(q, args, syms, stands), **kwargs), inputs, callables)
+    try:
+        t = trace(lambda syms, stands: ref(*_rebuild(q, args, syms, stands), **kwargs), inputs, callables)
+    except Timeout:
+        return None
     return None if t is None else t.expr
 
 
@@ -154,6 +158,7 @@ def _model_formulas(q: Question, args: tuple) -> list[tuple[str, E.Expr, str]]:
 def _traced_formulas(q: Question, fn, battery: Sequence, results: Sequence) -> dict[int, E.Expr]:
     """``{case index: formula}`` on every case where tracing followed the answer and the traced
     value is what the answer returned there."""
+    from ..calling import Timeout
     from .trace import traceable
 
     if not q.traceable or not traceable(fn):
@@ -164,7 +169,10 @@ def _traced_formulas(q: Question, fn, battery: Sequence, results: Sequence) -> d
         if call is None:
             continue
         args, kwargs = call
-        t = _trace_case(q, fn, args, kwargs)
+        try:
+            t = _trace_case(q, fn, args, kwargs)
+        except Timeout:  # a slow answer is traced no further: the self-check stays quick
+            break
         if t is None:
             continue
         seen = getattr(r, "observed", None)

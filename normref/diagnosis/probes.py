@@ -146,13 +146,24 @@ def _changed(probe: str, params: tuple, args: tuple, kwargs: dict):
     return tuple(args), kwargs
 
 
+#: Seconds of probes one check makes; later ones are left out (a slow answer's self-check stays
+#: quick; grading replays its outputs, instantly, so it never runs short).
+PROBES_BUDGET_S = 10.0
+
+
 def run_probes(probes: tuple, params: tuple, battery: list, args_of: Callable, call: Callable,
                reference: Callable) -> list[Probed]:
     """Make each probe: the answer (``call(args, kwargs) -> output or None``, the checker's
-    safe call) and the reference on its base case and on the changed case, in this order."""
+    safe call) and the reference on its base case and on the changed case, in this order,
+    for at most :data:`PROBES_BUDGET_S` seconds."""
+    import time
+
+    start = time.monotonic()
     out: list[Probed] = []
     bases: dict = {}  # one base call per case, shared by the probes made on it
     for probe in probes:
+        if time.monotonic() - start > PROBES_BUDGET_S:
+            break
         case = _base_case(battery, args_of, probe)
         if case is None:
             continue

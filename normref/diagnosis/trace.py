@@ -16,6 +16,8 @@ casts it made, or None; the caller checks that the traced value is what the answ
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import types
 from dataclasses import dataclass
 from typing import Callable
@@ -100,7 +102,9 @@ def traceable(fn) -> bool:
 
 def trace(call: Callable, inputs: dict, callables: dict, timeout: float = 2.0) -> Traced | None:
     """Call ``call(**stand-ins)`` once and return what it computed, or None where the code
-    cannot be followed (or raised, or did not return a traced tensor).
+    cannot be followed (or raised, or did not return a traced tensor). Raises
+    :class:`normref.calling.Timeout` when the call ran past ``timeout`` (the caller stops
+    tracing that answer).
 
     Args:
         call: ``call(symbols: dict, stand_ins: dict) -> output``: runs the answer on them.
@@ -114,16 +118,16 @@ def trace(call: Callable, inputs: dict, callables: dict, timeout: float = 2.0) -
     log = _Log()
     syms = {n: Sym(v.detach().clone(), E.Atom(n), log) for n, v in inputs.items()}
     stands = {n: StandIn(n, f) for n, f in callables.items()}
-    try:
-        with torch.no_grad():
+    try:  # what the answer prints while traced is not the student's output: kept out of the cell
+        with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):
             out = call_with_timeout(call, (syms, stands), {}, timeout)
-    except (Untraceable, Timeout):
+    except Timeout:
+        raise
+    except Untraceable:
         return None
     except Exception:  # noqa: BLE001 - the answer raised on this case (said elsewhere)
         return None
     if not isinstance(out, Sym):
-        return None
-    if any(isinstance(n, E.Atom) and n.name.startswith("const") for n in [out.expr]):
         return None
     return Traced(out.expr, out.value, list(log.casts))
 
