@@ -273,3 +273,14 @@ def test_every_wrong_answer_of_the_tests_names_a_measured_difference():
     for check, student in runs:
         r = check(student)
         assert not bare(r), r.report()
+
+
+def test_how_steeply_dyt_rises_near_zero_is_measured():
+    from normref.checks.modern import _dyt_battery
+    from normref.functional import dyt
+
+    params = ("x", "alpha", "weight", "bias")
+    probed = run_probes(("zero", "slope"), params, _dyt_battery(), lambda c: ((c.x, c.alpha, c.weight, c.bias), {}),
+                        lambda a, k: (a[2] * torch.tanh(2 * a[1] * a[0].float()) + a[3]).to(a[0].dtype), dyt)
+    facts = probe_facts(probed, "DyT", None, params)
+    assert "near x = 0 your output rises 2 times as steeply as DyT's" in facts["slope"][0], facts

@@ -15,6 +15,8 @@ records the battery's calls (:func:`normref.handback.probe`), and the grader rep
 * ``double_x``, ``half_x``: the input doubled or halved (against doubling ``alpha``: does alpha
   multiply x?);
 * ``saturate``: the input scaled up 100 times (where the output levels off);
+* ``zero``, ``slope``: the input set to 0 and scaled down 100 times (how steeply the output rises
+  near 0);
 * ``upcast``: the float16 case's values in float32 (is the answer right there, so that the
   low precision is what fails?).
 
@@ -32,7 +34,8 @@ import numpy as np
 __all__ = ["PROBES", "Probed", "run_probes", "probe_facts", "probes_for"]
 
 #: Every probe, in the order it is made.
-PROBES = ("element", "scale", "shift", "weight", "bias", "alpha", "double_x", "half_x", "eps", "saturate", "upcast")
+PROBES = ("element", "scale", "shift", "weight", "bias", "alpha", "double_x", "half_x", "eps", "saturate", "zero",
+          "slope", "upcast")
 
 
 def probes_for(params: tuple, norm: bool) -> tuple:
@@ -46,7 +49,7 @@ def probes_for(params: tuple, norm: bool) -> tuple:
         if p in params:
             out.append(p)
     if "alpha" in params:
-        out += ["element", "double_x", "half_x", "saturate"]
+        out += ["element", "double_x", "half_x", "saturate", "zero", "slope"]
     out.append("upcast")
     return tuple(dict.fromkeys(o for o in PROBES if o in out))
 
@@ -137,6 +140,10 @@ def _changed(probe: str, params: tuple, args: tuple, kwargs: dict):
         kwargs["eps"] = kwargs["eps"] * 100
     elif probe == "saturate":
         args[0] = x * 100
+    elif probe == "zero":
+        args[0] = x * 0
+    elif probe == "slope":
+        args[0] = x * 1e-2
     elif probe == "double_x":
         args[0] = x * 2
     elif probe == "half_x":
@@ -348,6 +355,33 @@ def _plateau_fact(p: Probed, title: str, weight) -> str | None:
     return None
 
 
+def _slope_fact(probed: list[Probed], title: str) -> str | None:
+    """How steeply the output rises near 0, feature by feature: ``(out(x/100) - out(0)) / (x/100)``
+    against the reference's (DyT: weight * alpha)."""
+    by = {p.probe: p for p in probed}
+    z, sl = by.get("zero"), by.get("slope")
+    if z is None or sl is None or z.got1 is None or sl.got1 is None or sl.got1.shape != sl.want1.shape:
+        return None
+    xs = _f64(sl.changed[0][0])
+    if xs is None or xs.ndim < 2:
+        return None
+    d = xs.shape[-1]
+    xs = xs.reshape(-1, d)
+    ds, dr = (sl.got1 - z.got1).reshape(-1, d), (sl.want1 - z.want1).reshape(-1, d)
+    xx = (xs * xs).sum(0)
+    if np.any(xx < 1e-12):
+        return None
+    slope_s, slope_r = (ds * xs).sum(0) / xx, (dr * xs).sum(0) / xx
+    if np.allclose(slope_s, slope_r, rtol=2e-2, atol=1e-4):
+        return None
+    k = slope_s / np.where(np.abs(slope_r) > 1e-12, slope_r, np.nan)
+    if np.all(np.isfinite(k)) and np.allclose(k, k[0], rtol=2e-2):
+        return (f"near x = 0 your output rises {k[0]:.3g} times as steeply as {title}'s (whose slope there is "
+                "weight * alpha)")
+    return (f"near x = 0 your output's slope per feature is {float(slope_s.min()):.3g} to {float(slope_s.max()):.3g}, "
+            f"where {title}'s is weight * alpha, {float(slope_r.min()):.3g} to {float(slope_r.max()):.3g}")
+
+
 def _eps_fact(p: Probed, title: str) -> str | None:
     if p.got0 is None or p.got1 is None:
         return None
@@ -430,6 +464,8 @@ def probe_facts(probed: list[Probed], title: str, kind: str | None = None, param
                 f = _alpha_fact(probed, title)
             elif p.probe in ("weight", "bias"):
                 f = _param_fact(p, title, w)
+            elif p.probe == "slope":
+                f = _slope_fact(probed, title)
             elif p.probe == "eps":
                 f = _eps_fact(p, title)
             elif p.probe == "saturate":
