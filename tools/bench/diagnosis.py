@@ -1,7 +1,7 @@
 """How much time the diagnosis (normref.diagnosis.refine: tracing, identification, probes,
 measurements) adds to a checker call: every answer of the corpus (tests/corpus/wrong_answers.py)
 checked with the diagnosis and with it switched off, CPU time (process_time), the median of
-``--repeat`` runs each. ``python tools/bench_diagnosis.py [--repeat 3]``."""
+``--repeat`` runs each. ``python -m tools.bench.diagnosis [--repeat 3]``."""
 from __future__ import annotations
 
 import argparse
@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT)]
 
 
