@@ -3,13 +3,15 @@ outputs are, when its code cannot be traced (grading replays outputs; code that 
 torch functions the stand-ins do not follow).
 
 The space is generated, not listed: every expression up to :data:`MAX_SIZE` nodes built from the
-inputs (``x``; ``q``, ``k``), each callable handed in applied to a smaller one (``F(.)``,
-``norm(.)``), sums of two, and the question's products (``a b^T`` for attention logits),
-evaluated with the case's real objects and kept once per distinct value (two expressions that
-give the same numbers on every case are one). An answer's outputs are identified as one of
-them times a constant (least squares: ``c E``), or a sum of two of them (a meet in the middle
-over a random projection). A match must reproduce the answer on every case it gave an output
-(within twice the case's tolerance) and differ from the reference wherever the answer failed.
+inputs (``x``; ``q``, ``k``; their multiples :data:`SCALES` as a callable's argument), each
+callable handed in applied to a smaller one (``F(.)``, ``norm(.)``), sums of two, and the
+question's products (``a b^T`` for attention logits), evaluated with the case's real objects
+and kept once per distinct value (two expressions that give the same numbers on every case are
+one). An answer's outputs are identified as one of them times a constant (least squares:
+``c E``; one number, or one word of each case's sizes such as ``1/sqrt(d)``), or a sum of two
+of them (a meet in the middle over a random projection). A match must reproduce the answer on
+every case it gave an output (within twice the case's tolerance) and differ from the reference
+wherever the answer failed.
 """
 from __future__ import annotations
 
@@ -26,6 +28,8 @@ __all__ = ["Identified", "identify", "MAX_SIZE"]
 MAX_SIZE = 6
 #: At most this many distinct values are kept (the search stops growing beyond it).
 MAX_POOL = 4000
+#: The scalar multiples of each input generated (size 2 each): ``2 x``, ``x / 2``, ``-x``.
+SCALES = (2.0, 0.5, -1.0)
 
 
 @dataclass
@@ -58,6 +62,8 @@ class _Pool:
         self.items: list[tuple[E.Expr, list, np.ndarray]] = []  # (expr, tensors per case, flat f64)
         self.seen: set = set()
         self.by_size: dict[int, list[int]] = {}
+        #: expressions used only as a callable's argument (never in a sum or a product)
+        self.arguments_only: set[int] = set()
 
     def add(self, e: E.Expr, vals: list) -> int | None:
         flat = np.concatenate([_f64(v).ravel() for v in vals])
@@ -143,6 +149,11 @@ def identify(inputs: list[dict], callables: list[dict], outputs: list, tolerance
             i = pool.add(E.Atom(name), [inp[name] for inp in inputs])
             if i is not None:
                 consider(i)
+        for name in names:  # the inputs' scalar multiples a student writes, as a callable's argument: F(2 x)
+            for c in SCALES:
+                i = pool.add(E.scale(E.Atom(name), c), [inp[name] * c for inp in inputs])
+                if i is not None:
+                    pool.arguments_only.add(i)
         for s in range(2, max_size + 1):
             if found and min(f[0] for f in found) < s:
                 break
@@ -218,8 +229,8 @@ def _grow(pool: _Pool, s: int, callables: list[dict], products: tuple, consider)
                 consider(j)
     for s1 in range(1, s - 1):
         s2 = s - 1 - s1
-        for i in list(pool.by_size.get(s1, [])):
-            for j in list(pool.by_size.get(s2, [])):
+        for i in [i for i in pool.by_size.get(s1, []) if i not in pool.arguments_only]:
+            for j in [j for j in pool.by_size.get(s2, []) if j not in pool.arguments_only]:
                 ea, va, _ = pool.items[i]
                 eb, vb, _ = pool.items[j]
                 if s1 == s2 and j <= i:
@@ -247,7 +258,7 @@ def _pair(pool: _Pool, y: np.ndarray, matches, budget_s: float) -> tuple | None:
     ``y - E1`` is looked up among the pool's values by a random projection, then checked."""
     if budget_s <= 0 or len(pool.items) < 2:
         return None
-    good = [i for i, (_, vals, flat) in enumerate(pool.items) if flat.size == y.size]
+    good = [i for i, (_, vals, flat) in enumerate(pool.items) if flat.size == y.size and i not in pool.arguments_only]
     if len(good) < 2:
         return None
     rng = np.random.default_rng(0)

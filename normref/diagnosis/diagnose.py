@@ -259,7 +259,7 @@ def _output_facts(q: Question, case_args: tuple, kwargs: dict, seen: tuple) -> l
             w = factor_words(ratio, sizes)
             said = f" = {w}" if w and w != f"{ratio:g}" else ""
             facts.append(f"your output is the reference's times {ratio:.4g}{said}")
-    if not facts and q.norm:
+    if not facts:
         t = token_stats_words(got, want, q.title)
         if t:
             facts.append(t)
