@@ -278,6 +278,11 @@ def _norm_facts(q: Question, x: np.ndarray, args: tuple, kwargs: dict, got, want
     off = 0.0 if b is None else b
     g, r = (got - off).reshape(-1, d), (want - off).reshape(-1, d)
     tol = max(2e-3, 3 * rtol)
+    if w is not None and b is not None and w.shape == b.shape == (d,) and np.all(np.abs(w) > 1e-6):
+        xhat = r / w  # the reference's normalized values
+        if np.allclose(got.reshape(-1, d), xhat * b + w, rtol=tol, atol=tol) and not np.allclose(w, b):
+            return [f"your output is xhat * bias + weight: the weight and bias are swapped, where {q.title} "
+                    "computes xhat * weight + bias"]
     if w is not None and w.shape == (d,):
         rr = (r * r).sum(0)
         if np.all(rr > 1e-12):

@@ -98,11 +98,18 @@ def main() -> None:
     by_lesson: dict = {}
     for a, how, g, first in f["rows"]:
         print(f"  {a.question:20s} {a.name:28s} {how:8s} graded: {g or '-':8s}")
-        by_lesson.setdefault(CHECKS[a.question][2], []).append((a, first))
+        by_lesson.setdefault(CHECKS[a.question][2], []).append((a, how, first))
     for lesson, items in sorted(by_lesson.items()):
-        print(f"\n{lesson}:")
-        for a, first in items[:: max(1, len(items) // 3)][:3]:
-            print(f"  [{a.name}] {first.split(': ', 1)[-1]}")
+        print(f"\n{lesson} (three of the messages the shared mechanisms wrote):")
+        new = [(a, first) for a, how, first in items if how in ("formula", "measured")]
+        picked: list = []
+        for a, first in new:  # one per question first, then more of the lesson's own
+            if a.question not in {x.question for x, _ in picked}:
+                picked.append((a, first))
+        picked += [p for p in new if p not in picked]
+        for a, first in picked[:3]:
+            text = first.split("': ", 1)[-1]
+            print(f"  [{a.name}] {text}")
 
 
 if __name__ == "__main__":
