@@ -420,17 +420,27 @@ def run(name: str, cases: list, run_case: Callable, fn=None, what: str = "a func
                 result.cases.append(CaseResult(case.name, False, f"case '{case.name}': could not be "
                                                f"checked ({type(e).__name__}: {e}) "
                                                f"{_faults.format_tag('wrong_values')}", "wrong_values"))
-    try:  # name what the generic diagnosis could not (normref.diagnosis: variants of the reference)
-        from ..diagnosis import refine
-
-        refine(name, cases, result.cases)
-    except Exception:  # noqa: BLE001 - the search only adds to a diagnosis, never breaks a check
-        pass
+        _refine(name, cases, result.cases, fn, backend)  # its probes are recorded like the cases
     for c in result.cases:  # the tags were for refine; the student reads the text without them
         c.message, _, variants = _faults.split_tags(c.message)
         c.variant = c.variant or (variants[0] if variants else None)
     result.breaches = rule_lines(fn, ran, backend)
     return result
+
+
+def _refine(name: str, cases: list, results: list, fn, backend: str) -> None:
+    """Name what the generic diagnosis could not (:func:`normref.diagnosis.refine`: the formula
+    the answer computes, what was measured); the answer's probes run through
+    :func:`student_call`, so grading records and replays them like the battery's calls."""
+    try:
+        from ..diagnosis import refine
+
+        def call(answer, args, kwargs):
+            return student_call("probe", answer, tuple(args), dict(kwargs), backend=backend)[0]
+
+        refine(name, cases, results, answer=fn, call=call, backend=backend)
+    except Exception:  # noqa: BLE001 - the diagnosis only adds to a message, never breaks a check
+        pass
 
 
 def rule_lines(fn, ran: list[str], backend: str = "torch") -> list[str]:
