@@ -36,8 +36,9 @@ SEED_NUMBERS = {
                         "Peri-LN    x + Norm(F(Norm(x)))  [1.707, 0.586, 3.707]",
                         "= 8.083   (14 / sqrt(3))", "= 1.732   (3 / sqrt(3) = sqrt(3))",
                         "DyT(1, 2, 3), alpha 0.5 ~ [0.462, 0.762, 0.905]",
-                        "at lr 0.1 Peri-LN ends below Pre-LN on every seed (0, 1, 2)",
-                        "at lr 0.01 DeepNorm ends below Post-LN on every seed (0, 1, 2)", "no contrast here"],
+                        "at lr 0.1 Peri-LN ends below Pre-LN on every seed (0, 1, 2, 3, 4)",
+                        "at lr 0.01 DeepNorm ends below Post-LN on every seed (0, 1, 2, 3, 4)", "no contrast here",
+                        "largest loss of steps 1-10: Pre-LN", "on seeds [2, 4] of [0, 1, 2, 3, 4]"],
 }
 # How many widgets and captioned figures each lesson shows.
 WIDGETS = {"00_start.ipynb": 0, "01_layernorm.ipynb": 1, "02_rmsnorm.ipynb": 3, "03_placement.ipynb": 7,
