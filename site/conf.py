@@ -43,10 +43,13 @@ nb_merge_streams = True
 html_theme = "sphinx_book_theme"
 html_title = "Lesson 16 · Normalization in the transformer block"
 html_static_path = ["_static"]
+templates_path = ["_templates"]
 html_css_files = ["course.css"]
+html_favicon = "_static/favicon.svg"
 mathjax_path = "mathjax/tex-svg.js"
 html_last_updated_fmt = None
-html_copy_source = False
+html_copy_source = True  # the download button offers each page's notebook (release/ only for assignments)
+html_sourcelink_suffix = ""
 html_show_sourcelink = False
 
 _repo = SETTINGS["repo"]
@@ -67,3 +70,6 @@ html_theme_options = {
     "extra_footer": ("Built from the course's repository with Sphinx, MyST-NB and the Sphinx Book Theme; "
                      "the lessons were run when this site was built."),
 }
+# The figures are drawn on white: the light theme, unless the reader picks another (pydata-sphinx-theme
+# reads it from html_context; without it every page logs "Got invalid theme mode" as a console error).
+html_context = {"default_mode": "light"}
