@@ -11,7 +11,7 @@ a tiny model, on a laptop CPU, several seeds each.
   and against a straight line (Zhu et al. 2025's motivation for DyT, reproduced small).
 - :func:`lesson_runs`: every run the lesson draws, on :data:`SEEDS`, read from the file shipped
   with the package (``normref/data/modern_runs.json``, written by ``tools/modern_runs.py``), or
-  trained again with ``recompute=True`` (about half a minute of one core).
+  trained again with ``recompute=True`` (about 20 s of one core).
 
 Everything is seeded, runs on one CPU thread (:func:`normref.experiments.one_thread`) and uses the
 data of lesson 03: a Markov chain in which every token has two equally likely successors (best
@@ -321,7 +321,7 @@ def lesson_runs(*, recompute: bool = False, seeds=SEEDS, progress: bool = True, 
 
     Read from :data:`RUNS_FILE` (trained once by ``tools/modern_runs.py`` with this function's
     ``recompute=True``), so the lesson runs in seconds; ``recompute=True`` trains them again here
-    (about 65 runs of :func:`train_tiny`, half a minute of one CPU core, with a progress bar).
+    (60 runs of :func:`train_tiny`, about 20 s of one CPU core, with a progress bar).
 
     Args:
         recompute: train instead of reading the file.

@@ -416,7 +416,7 @@ class LearningRateExplorer:
     beside another placement: the loss per step, and the hidden-state RMS per layer after training.
 
     Each new (placement, learning rate) trains :func:`normref.modern_experiments.train_tiny`
-    (40 steps, seed ``seed``: about a second of one CPU core per run) and keeps the result, so
+    (40 steps, seed ``seed``: about 0.4 s of one CPU core per run, measured) and keeps the result, so
     going back to a setting redraws at once. Runs handed in with ``runs`` are used as they are.
 
     Controls (``description`` -> attribute):

@@ -1,7 +1,7 @@
 """Write lesson 04's trained runs, ``normref/data/modern_runs.json``: what
 ``normref.modern_experiments.lesson_runs()`` reads, so that the lesson runs in seconds.
 
-    .venv/bin/python tools/modern_runs.py      # about half a minute of one core
+    .venv/bin/python tools/modern_runs.py      # about 20 s of one core
 
 Run it after changing anything the runs depend on (the tiny model, the learning rates, the
 configurations, the seeds: ``lesson_runs`` refuses a file made with other settings), and commit
