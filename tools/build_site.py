@@ -206,7 +206,7 @@ def build(out: Path, *, repo: str = DEFAULT_REPO, hub_url: str = "", branch: str
         raise BuildError("the site would show what students must not see (removed):\n  " + "\n  ".join(refused[:20]))
     for note in notes:
         print(f"note: a solution line a lesson shows as well (the student repository has it too): {note}")
-    pages = len(list(out.rglob("*.html")))
+    pages = len([p for p in out.rglob("*.html") if "_static" not in p.relative_to(out).parts])
     return {"seconds": time.perf_counter() - t0, "mib": size_mib(out), "pages": pages, "notes": notes}
 
 
