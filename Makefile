@@ -63,7 +63,7 @@ grade: $(STAMP)
 
 # Figures, not a test: make grade vs plain sequential nbgrader on the demo class.
 bench: $(STAMP)
-	$(BIN)/python -m grader.bench $(if $(JOBS),--jobs $(JOBS)) $(if $(STUDENTS),--students $(STUDENTS)) \
+	$(BIN)/python -m tools.bench $(if $(JOBS),--jobs $(JOBS)) $(if $(STUDENTS),--students $(STUDENTS)) \
 		$(if $(KERNELS_ONLY),--kernels-only) $(if $(REPS),--kernel-reps $(REPS) --reps $(REPS)) \
 		$(if $(ENGINES_ONLY),--engines-only)
 

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from .course import REPO_ROOT, RUN_LOG
+from .options import add_arguments, from_args
 
 
 def _grade_parser() -> argparse.ArgumentParser:
@@ -36,47 +37,7 @@ def _grade_parser() -> argparse.ArgumentParser:
         "only them; --fresh starts over. Other commands: `python -m grader restore` (a gradebook "
         "backup), `python -m grader clean` (remove grading state, after a backup).",
     )
-    p.add_argument("--submissions", type=Path, default=None, metavar="PATH",
-                   help="an nbgrader submitted/<student>/<assignment>/ tree, or a folder or .zip of "
-                   "LMS-downloaded notebooks (Canvas, Moodle, Blackboard names); default: the demo class")
-    p.add_argument("--jobs", type=int, default=None, metavar="N",
-                   help="concurrent autograde processes (default: all cores)")
-    p.add_argument("--fresh", action="store_true", default=None,
-                   help="remove earlier grading state (submitted/, autograded/, feedback/, gradebook.db, "
-                   "reports/, ...) first, after a backup under logs/backups/; with real students "
-                   "there this needs --yes or a yes at the terminal")
-    p.add_argument("--yes", action="store_true", help="consent to --fresh removing real students' state")
-    p.add_argument("--duedate", action="append", default=[], metavar="[ASSIGNMENT=]DATE",
-                   help="record a due date, e.g. '2026-11-21 09:00 UTC' (every assignment) or "
-                   "'rmsnorm=2026-11-21 09:00 UTC'; repeatable. A submission whose timestamp "
-                   "(submitted/.../timestamp.txt, or the LMS file name) is later is marked late")
-    p.add_argument("--no-sandbox", action="store_true",
-                   help="run student code without the bubblewrap sandbox (not recommended)")
-    p.add_argument("--cell-timeout", type=int, default=None, metavar="S",
-                   help="seconds a cell may run before it is interrupted (default: Execute.timeout "
-                   "in nbgrader_config.py, 60)")
-    p.add_argument("--course-root", type=Path, default=REPO_ROOT,
-                   help="the nbgrader course root (default: this repository)")
-    p.add_argument("--lms-gradebook", type=Path, default=None, metavar="CSV",
-                   help="the LMS's gradebook export (Canvas) or grading worksheet (Moodle): written back "
-                   "as lms-import-<lms>.csv with this course's points filled in, to import into the LMS")
-    p.add_argument("--groups", action=argparse.BooleanOptionalAction, default=True,
-                   help="the groups of wrong answers in the class report (default: on; read from the outputs "
-                   "the scoring recorded, no code runs again); --no-groups leaves them out")
-    p.add_argument("--demo-students", type=int, default=None, metavar="N",
-                   help="with no --submissions: grade only the first N demo students (default: all 30)")
-    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
-                   help="run the autograde tasks on the Dask cluster of this scheduler, e.g. "
-                   "tcp://HOST:8786, whose workers were started with `dask worker ADDRESS` "
-                   "(default: $DASK_SCHEDULER_ADDRESS, else an embedded local Dask cluster of --jobs "
-                   "workers)")
-    p.add_argument("--engine", choices=("dask", "processes"), default=None,
-                   help="without --scheduler, where the autograde tasks (one per submission) run: an "
-                   "embedded local Dask cluster (dask, the default) or this machine's process pool of --jobs "
-                   "workers (processes)")
-    p.add_argument("--db", default=None, metavar="URL",
-                   help="the gradebook's database URL, e.g. postgresql://USER@HOST:5432/DBNAME (nbgrader's "
-                   "CourseDirectory.db_url; the database must exist); default: gradebook.db here (SQLite)")
+    add_arguments(p)  # one flag per GradeOptions field (grader/options.py)
     return p
 
 
@@ -144,30 +105,23 @@ def grade(argv: list[str]) -> int:
     p = _grade_parser()
     args = p.parse_args(argv)  # --help and a usage error end here, before the pipeline is loaded
     from .canary import CanaryFailed
-    from .pipeline import GradingError, format_table, grade_class, parse_duedates, summary_text
+    from .pipeline import GradingError, format_table, grade_class, summary_text
     from .state import CourseStateError
 
-    if args.jobs is not None and args.jobs < 1:
-        p.error("--jobs must be at least 1")
     try:
-        duedates = parse_duedates(args.duedate)
+        options = from_args(args, progress=True, command=" ".join(["python -m grader", *argv]))
     except ValueError as e:
-        p.error(f"--duedate: {e}")
-    course_root = args.course_root
-    if args.submissions is None:
+        p.error(str(e))
+    if options.submissions is None:
         from .demo import demo_course
 
-        course_root = demo_course(args.course_root)
-        print(f"demo class: graded in its own course folder {course_root} "
-              f"(nothing in {args.course_root.resolve()} is read or written)")
+        root = demo_course(options.course_root)
+        print(f"demo class: graded in its own course folder {root} "
+              f"(nothing in {options.course_root.resolve()} is read or written)")
+        options = options.replace(course_root=root)
     _stop_on_signals()
     try:
-        run = grade_class(course_root=course_root, submissions=args.submissions, jobs=args.jobs,
-                          fresh=args.fresh, progress=True, cell_timeout=args.cell_timeout,
-                          duedates=duedates, yes=args.yes, command=" ".join(["python -m grader", *argv]),
-                          demo_students=args.demo_students, lms_gradebook=args.lms_gradebook, groups=args.groups,
-                          scheduler=args.scheduler, db_url=args.db, engine=args.engine,
-                          use_sandbox=False if args.no_sandbox else None)
+        run = grade_class(options)
     except (GradingError, CanaryFailed, FileNotFoundError, ValueError, CourseStateError) as e:
         print(f"error: {_short(str(e))}", file=sys.stderr)
         return 1
@@ -175,7 +129,7 @@ def grade(argv: list[str]) -> int:
         print(f"error: {_os_error_line(e)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as e:
-        again = ("grade the demo class again (it starts over)" if args.submissions is None
+        again = ("grade the demo class again (it starts over)" if options.submissions is None
                  else "finish the batch (what was graded is kept)")
         print(f"stopped ({str(e) or 'SIGINT'}) before the run finished, and its workers with it; run the same "
               f"command again to {again}", file=sys.stderr)

@@ -9,9 +9,10 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from .course import CourseTree
+from .options import GradeOptions
 from .state import now_utc
 
 if TYPE_CHECKING:  # annotations only (``from __future__ import annotations``): no import at run time
@@ -99,44 +100,54 @@ def read_gradebook(course: CourseTree | Path, assignments: list[str]):
 
 
 @dataclass
-class Batch:
-    """One ``grade_class`` call while it runs: its options, the course, and what the stages
-    have found so far (each stage reads what earlier ones wrote and fills in ``run``)."""
+class Services:
+    """What a run works with: the course folder, where its lines go, its id and command line, the
+    autograde engine and nbgrader's API for the course (set by the generate stage)."""
 
     tree: CourseTree
-    run: GradeRun
-    submissions: Path | None
-    jobs: int
-    fresh: bool | None
-    progress: bool
-    use_sandbox: bool | None
-    cell_timeout: int | None
-    duedates: dict[str, str]
-    log: object
-    yes: bool = False
-    run_id: str = ""
+    log: Callable[[str], object]
+    run_id: str
+    command: str
+    jobs: int  # the engine's workers (``GradeOptions.jobs``, or all cores)
+    engine: object = None  # grader.engine.Engine: this machine's process pool, or grader.cluster.DaskCluster
     course: Course | None = None
+
+
+@dataclass
+class Findings:
+    """What the stages decided and found on the way, for the stages after them (what the run
+    produced for its caller is the :class:`GradeRun`)."""
+
+    fresh: bool = False  # this run starts over (decided by prepare from the options and the course)
     collected: Collected | None = None
     to_grade: list[tuple[str, str]] | None = None  # None: every submission here
-    engine: object = None  # grader.engine.Engine: this machine's process pool, or grader.cluster.DaskCluster
-    demo_students: int | None = None
-    lms_gradebook: Path | None = None
-    groups: bool = True
-    command: str = ""
+    scoring_seed: int | None = None  # the secret seed of this run's graded inputs (the inputs stage)
     hand_grades_done: list = field(default_factory=list)  # carried over (or to redo) in this run
+
+
+@dataclass
+class Batch:
+    """One ``grade_class`` call while it runs: what was asked (``options``, frozen), what it works
+    with (``services``), what the stages found (``found``), and what it produces (``run``); each
+    stage reads what earlier ones left and fills in ``found`` and ``run``."""
+
+    options: GradeOptions
+    services: Services
+    run: GradeRun
+    found: Findings = field(default_factory=Findings)
 
 
 def run_record(b: Batch, status: str, error: str | None = None) -> dict:
     """The ``logs/runs.jsonl`` line of one run: ``status`` is ``"ok"``, ``"failed"`` (``error``:
     the exception's type and first line) or ``"interrupted"`` (``error``: the signal)."""
-    got = b.collected
-    return {"run_id": b.run_id, "time": now_utc(), "command": b.command, "status": status,
+    got, o = b.found.collected, b.options
+    return {"run_id": b.services.run_id, "time": now_utc(), "command": b.services.command, "status": status,
             **({"error": error} if error else {}),
-            "inputs": _input_hashes(b.submissions), "batch": b.run.batch,
+            "inputs": _input_hashes(o.submissions), "batch": b.run.batch,
             "students_in_course": b.run.students,
             "skipped": dict(got.skipped) if got else {}, "replaced": [list(p) for p in got.replaced] if got else [],
-            "flags": {"jobs": b.jobs, "fresh": b.fresh, "sandbox": b.run.sandboxed,
-                      "cell_timeout": b.cell_timeout, "duedates": b.duedates},
+            "flags": {"jobs": b.services.jobs, "fresh": b.found.fresh, "sandbox": b.run.sandboxed,
+                      "cell_timeout": o.cell_timeout, "duedates": o.duedates},
             "stage_seconds": {k: round(v, 3) for k, v in b.run.stage_seconds.items()},
             "seconds": round(b.run.seconds, 3)}
 
@@ -150,4 +161,4 @@ def _input_hashes(path: Path | None) -> dict[str, str]:
     return {str(f): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
 
 
-__all__ = ["Batch", "GradeRun", "GradingError", "read_gradebook", "run_record"]
+__all__ = ["Batch", "Findings", "Services", "GradeRun", "GradingError", "read_gradebook", "run_record"]

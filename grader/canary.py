@@ -36,7 +36,7 @@ from pathlib import Path
 import nbformat
 
 from . import sandbox, store, warm
-from .batch import Batch, GradeRun, read_gradebook
+from .batch import Batch, Findings, GradeRun, Services, read_gradebook
 from .course import CONFIG, CourseTree
 
 CACHE = store.CANARY
@@ -102,9 +102,9 @@ def _key(parts: dict) -> str:
 def _worker_groups(b) -> dict[str, list[str]]:
     """``{key of a worker's facts: [worker addresses]}`` of an existing Dask cluster; ``{"": []}``
     without one (the embedded cluster's workers are forked from this process)."""
-    if b.engine is None or b.engine.address is None:
+    if b.services.engine is None or b.services.engine.address is None:
         return {"": []}
-    client = b.engine.client(use_sandbox=b.use_sandbox is not False)
+    client = b.services.engine.client(use_sandbox=b.options.use_sandbox is not False)
     groups: dict[str, list[str]] = {}
     for addr, f in client.run(facts).items():
         groups.setdefault(_key(f), []).append(addr)
@@ -207,7 +207,7 @@ def grade_solutions(b, scratch_root: Path, workers: list[str] | None = None) -> 
     from .scores import scoring_stage
     from .apps import AppError, Course
 
-    tree, assignments = b.tree, b.run.assignments
+    tree, assignments = b.services.tree, b.run.assignments
     shutil.copy2(tree.root / CONFIG, scratch_root / CONFIG)
     for a in assignments:
         shutil.copytree(tree.source(a), scratch_root / "source" / a)
@@ -221,14 +221,15 @@ def grade_solutions(b, scratch_root: Path, workers: list[str] | None = None) -> 
             raise CanaryFailed(str(e)) from e
         auto[a] = write_submission(scratch, a)
     quiet = lambda *_: None  # noqa: E731 - the canary's own lines are said by stage()
-    sb_b = Batch(tree=scratch, run=GradeRun(course_root=scratch_root, assignments=assignments),
-                 submissions=None, jobs=max(1, min(b.jobs, len(assignments))), fresh=True,
-                 progress=False, use_sandbox=b.use_sandbox, cell_timeout=b.cell_timeout, duedates={},
-                 log=quiet)
+    sb_b = Batch(options=b.options.replace(submissions=None, fresh=True, progress=False, duedates={},
+                                           course_root=scratch_root),
+                 services=Services(tree=scratch, log=quiet, run_id=b.services.run_id, command=b.services.command,
+                                   jobs=max(1, min(b.services.jobs, len(assignments)))),
+                 run=GradeRun(course_root=scratch_root, assignments=assignments), found=Findings(fresh=True))
     scoring.inputs_stage(sb_b)
-    sandboxed = sandbox.available() if b.use_sandbox is None else bool(b.use_sandbox)
-    extra = [f"--Execute.timeout={b.cell_timeout}"] if b.cell_timeout else []
-    out = engine.autograde(scratch, assignments, b.engine, course_id=course.api.coursedir.course_id, log=quiet,
+    sandboxed = sandbox.available() if b.options.use_sandbox is None else bool(b.options.use_sandbox)
+    extra = [f"--Execute.timeout={b.options.cell_timeout}"] if b.options.cell_timeout else []
+    out = engine.autograde(scratch, assignments, b.services.engine, course_id=course.api.coursedir.course_id, log=quiet,
                            extra_args=extra, use_sandbox=sandboxed, workers=workers)
     flags = {pr: list(notes) for pr, notes in out.limit_flags.items()}  # seen in the kernels' cgroups
     if sandboxed:  # and the caps the kernel guard reported in the autograded notebooks
@@ -268,26 +269,26 @@ def stage(b) -> None:
 def _stage(b) -> None:
     from . import scoring
 
-    tree, assignments = b.tree, b.run.assignments
+    tree, assignments = b.services.tree, b.run.assignments
     groups = _worker_groups(b)
     local = facts()
     base = {"course": _course_digest(tree, assignments), "assignments": assignments, "here": local,
-            "sandbox_asked": b.use_sandbox, "cell_timeout": b.cell_timeout,
-            "engine": b.engine.name if b.engine is not None else "processes"}
+            "sandbox_asked": b.options.use_sandbox, "cell_timeout": b.options.cell_timeout,
+            "engine": b.services.engine.name if b.services.engine is not None else "processes"}
     todo = []
     for group, workers in groups.items():
         key = _key({**base, "workers": group})
         hit = cached(tree, key)
         if hit:
-            b.log(f"canary: skipped: source/, the installed packages and the sandbox settings are those of the "
-                  f"passing canary of {hit.get('time')} ({hit.get('course')})")
+            b.services.log(f"canary: skipped: source/, the installed packages and the sandbox settings are those "
+                           f"of the passing canary of {hit.get('time')} ({hit.get('course')})")
         else:
             todo.append((key, workers))
     saved = os.environ.get(scoring.ENV)  # the canary's graded inputs are its own: the run's are drawn later
     for key, workers in todo:
         t = time.perf_counter()
         where = f" on Dask worker {workers[0]}" if workers else ""
-        b.log(f"canary: grading the instructor's solutions of {len(assignments)} assignments{where} first")
+        b.services.log(f"canary: grading the instructor's solutions of {len(assignments)} assignments{where} first")
         try:
             with tempfile.TemporaryDirectory(prefix="normref-canary-") as td:
                 got = grade_solutions(b, Path(td), workers[:1] or None)
@@ -301,11 +302,11 @@ def _stage(b) -> None:
             raise CanaryFailed(f"canary{where}: the instructor's own solutions did not score full, nothing was graded: "
                                f"{got['failures'][0]}{others}")
         seconds = round(time.perf_counter() - t, 2)
-        b.log(f"canary: the instructor's solutions scored full on all {got['questions']} automatic questions "
-              f"({seconds:.1f} s)")
+        b.services.log(f"canary: the instructor's solutions scored full on all {got['questions']} automatic questions "
+                       f"({seconds:.1f} s)")
         _remember(tree, {"key": key, "status": "passed", "time": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-                         "run_id": b.run_id, "course": str(tree.root), "seconds": seconds,
-                         "kernel_peak_mb": got["peak_mb"], "workers": workers, "facts": local}, log=b.log)
+                         "run_id": b.services.run_id, "course": str(tree.root), "seconds": seconds,
+                         "kernel_peak_mb": got["peak_mb"], "workers": workers, "facts": local}, log=b.services.log)
 
 
 __all__ = ["stage", "CanaryFailed", "facts", "environment_digest", "grade_solutions", "kernel_error",

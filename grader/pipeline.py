@@ -18,21 +18,19 @@ import time
 from pathlib import Path
 
 from . import canary, database, scoring, state
-from .batch import Batch, GradeRun, GradingError, read_gradebook, run_record  # noqa: F401
+from .batch import Batch, GradeRun, GradingError, Services, read_gradebook, run_record  # noqa: F401
 from .course import REPO_ROOT, CourseTree
 from .engine import default_jobs
+from .options import DEFAULT_ENGINE, GradeOptions, args_doc, parse_duedates, signature_of  # noqa: F401
 from .report import summary_text  # noqa: F401 - the CLI prints it after format_table
 from .reset import GRADING_STATE, KEPT_LOGS, clean, start_over  # noqa: F401 - `make clean`'s names
 from .stages.autograde import autograde_stage
 from .stages.collect import collect_submissions
 from .stages.grade import repair, trusted_scoring
 from .stages.output import export, feedback, report, score
-from .stages.prepare import generate, parse_duedates, prepare
+from .stages.prepare import generate, prepare
 from .store import GRADED  # noqa: F401 - logs/graded.json, as tests knew it here
 from .table import format_table  # noqa: F401
-
-#: How autograde runs when no Dask scheduler is given (``grade_class(engine=...)``, ``--engine``).
-DEFAULT_ENGINE = "dask"
 
 #: The stages of a run, in order; ``GradeRun.stage_seconds`` has one entry per stage.
 STAGES = (("prepare", prepare), ("generate", generate), ("collect", collect_submissions),
@@ -53,52 +51,16 @@ def list_assignments(course_root: Path) -> list[str]:
         raise GradingError(str(e)) from e
 
 
-def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = None,
-                jobs: int | None = None, fresh: bool | None = None, progress: bool = False,
-                use_sandbox: bool | None = None, cell_timeout: int | None = None,
-                duedates: dict[str, str] | None = None, yes: bool = False, command: str | None = None,
-                demo_students: int | None = None, scheduler: str | None = None, db_url: str | None = None,
-                engine: str | None = None, lms_gradebook: Path | None = None, groups: bool = True,
-                log=print) -> GradeRun:
+def grade_class(options: GradeOptions | None = None, /, *, log=print, **kwargs) -> GradeRun:
     """Grade a class end to end with nbgrader: the :data:`STAGES` in order, holding the course's
     run lock, with one record per run appended to ``logs/runs.jsonl``.
 
+    Called with a :class:`~grader.options.GradeOptions`, or with its fields as keyword arguments
+    (``grade_class(submissions=..., jobs=4)``); the options are declared once, in
+    :mod:`grader.options`, and ``python -m grader``'s flags are made from the same declaration.
+
     Args:
-        course_root: the nbgrader course root (holds ``nbgrader_config.py`` and ``source/``).
-        submissions: an nbgrader ``submitted/`` tree, a folder or ``.zip`` of LMS-named
-            notebooks, or None for the embedded demo class.
-        jobs: concurrent autograde processes (default: all cores).
-        fresh: remove earlier grading state first (default: True for the demo class, False
-            otherwise, so a real class can be graded in several batches: a batch adds to the
-            gradebook, replaces a student's earlier submission of the same assignment, and
-            autogrades only its own students). Grading state left by the demo class is
-            always removed before real submissions.
-        duedates: ``{assignment: date}`` due dates to record in the gradebook (``"*"`` for
-            every assignment), e.g. ``{"*": "2026-11-21 09:00 UTC"}``; a submission's
-            ``timestamp.txt`` after it is marked late.
-        progress: show a progress bar with an ETA on stderr.
-        use_sandbox: run every kernel in the bubblewrap sandbox (default: when bwrap works
-            here; True makes its absence an error).
-        cell_timeout: seconds a cell may run before it is interrupted (default: the
-            ``Execute.timeout`` of ``nbgrader_config.py``).
-        yes: consent to remove real students' grading state when ``fresh`` (a backup is written
-            first); without it a terminal is asked, and no terminal means no.
-        command: how this run was started, for the lock and the run log (default: this
-            process's command line).
-        demo_students: with no ``submissions``, grade only the first N students of the demo
-            class (a quick look; default: all 30).
-        lms_gradebook: the LMS's own gradebook export (Canvas) or grading worksheet (Moodle):
-            written back filled in as ``lms-import-<lms>.csv`` (:mod:`grader.lms`).
-        groups: the groups of wrong answers in the class report (:mod:`grader.groups`: read
-            from the outputs the scoring stage recorded; no student code runs again). On by
-            default; False (``--no-groups``) leaves them out.
-        scheduler: the address of a Dask scheduler (``tcp://HOST:8786``) whose workers run the
-            autograde tasks (default: ``$DASK_SCHEDULER_ADDRESS``); see :mod:`grader.cluster`.
-        db_url: the gradebook's SQLAlchemy URL, e.g. ``postgresql://USER@HOST:5432/DBNAME``
-            (nbgrader's ``CourseDirectory.db_url``; default: ``gradebook.db`` here, SQLite).
-        engine: where the autograde tasks run without a ``scheduler`` (:mod:`grader.engine`):
-            ``"dask"`` (an embedded local Dask cluster of ``jobs`` workers) or ``"processes"``
-            (this machine's process pool of ``jobs`` workers); default :data:`DEFAULT_ENGINE`.
+{args}
         log: where progress lines go.
 
     Returns:
@@ -106,35 +68,36 @@ def grade_class(*, course_root: Path = REPO_ROOT, submissions: Path | None = Non
         feedback and the class report.
 
     Raises:
-        GradingError: an nbgrader step failed for a reason other than a student's code.
+        TypeError: an option that does not exist, or both ``options`` and keyword options.
+        GradingError: an nbgrader step failed for a reason other than a student's code; the
+            ``scheduler`` does not answer or has no workers (before anything is touched).
         FileNotFoundError: ``submissions`` does not exist.
-        ValueError: ``submissions`` is not a recognised kind of input or holds no submission
-            of any assignment; a due date nbgrader cannot read; ``db_url`` cannot be opened
-            (one line, before anything is touched).
-        GradingError: also when the ``scheduler`` does not answer or has no workers (before
-            anything is touched).
+        ValueError: an option :class:`~grader.options.GradeOptions` refuses; ``submissions`` is
+            not a recognised kind of input or holds no submission of any assignment; ``db_url``
+            cannot be opened (one line, before anything is touched).
         CourseStateError: another run holds the course; the gradebook is missing, empty or
             corrupt; real students would be removed without a yes; the demo class was asked
             for in a real course. Nothing was written.
     """
     t0 = time.perf_counter()
-    engine = engine or DEFAULT_ENGINE
-    if engine not in ("dask", "processes"):
-        raise ValueError(f"engine must be 'dask' or 'processes', not {engine!r}")
-    if db_url:
-        database.check_url(db_url)  # a wrong URL: one line, in seconds, nothing touched
-    tree = CourseTree(course_root, db_url=db_url or None)
-    b = Batch(tree=tree, run=GradeRun(course_root=tree.root, assignments=list_assignments(tree.root)),
-              submissions=None if submissions is None else Path(submissions),
-              jobs=jobs or default_jobs(), fresh=fresh, progress=progress, use_sandbox=use_sandbox,
-              cell_timeout=cell_timeout, duedates=dict(duedates or {}), log=log, yes=yes,
-              run_id=state.run_id(), demo_students=demo_students,
-              lms_gradebook=None if lms_gradebook is None else Path(lms_gradebook), groups=groups,
-              command=command or " ".join(sys.argv))
-    b.engine = _engine(scheduler, engine, b.jobs, log)
-    with b.engine, state.run_lock(tree, b.command, log=log):
+    if options is not None and kwargs:
+        raise TypeError("grade_class takes GradeOptions or keyword options, not both")
+    o = options if options is not None else GradeOptions(**kwargs)
+    if o.db_url:
+        database.check_url(o.db_url)  # a wrong URL: one line, in seconds, nothing touched
+    tree = CourseTree(o.course_root, db_url=o.db_url or None)
+    jobs = o.jobs or default_jobs()
+    b = Batch(options=o, run=GradeRun(course_root=tree.root, assignments=list_assignments(tree.root)),
+              services=Services(tree=tree, log=log, run_id=state.run_id(), jobs=jobs,
+                                command=o.command or " ".join(sys.argv)))
+    b.services.engine = _engine(o.scheduler, o.engine, jobs, log)
+    with b.services.engine, state.run_lock(tree, b.services.command, log=log):
         _run_stages(b, t0)
     return b.run
+
+
+grade_class.__signature__ = signature_of(grade_class)
+grade_class.__doc__ = grade_class.__doc__.replace("{args}", args_doc())
 
 
 def _engine(scheduler: str | None, engine: str, jobs: int, log):
@@ -162,7 +125,7 @@ def _run_stages(b: Batch, t0: float) -> None:
     ``ok``, ``failed`` or ``interrupted`` (a run refused before it wrote anything leaves none)."""
     from .cluster import ClusterError
 
-    run, tree = b.run, b.tree
+    run, tree = b.run, b.services.tree
     status, error = "failed", None
     try:
         for name, stage in STAGES:
@@ -173,7 +136,7 @@ def _run_stages(b: Batch, t0: float) -> None:
                 raise GradingError(str(e)) from None
             run.stage_seconds[name] = time.perf_counter() - t
         if tree.is_sqlite:  # the gradebook as this run left it: what a plain `restore` puts back
-            state.backup_gradebook(tree, f"{b.run_id}-after", log=b.log)
+            state.backup_gradebook(tree, f"{b.services.run_id}-after", log=b.services.log)
         status = "ok"
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM/SIGHUP through grader.__main__
         status, error = "interrupted", str(e) or "SIGINT"

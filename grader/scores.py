@@ -276,7 +276,8 @@ def scoring_stage(b) -> None:
 
     run = b.run
     pairs = list(run.autograde.graded) if run.autograde else []
-    flags = score_class(b.tree.root, pairs, b.scoring_seed, db_url=b.tree.gradebook_url, log=b.log)
+    tree = b.services.tree
+    flags = score_class(tree.root, pairs, b.found.scoring_seed, db_url=tree.gradebook_url, log=b.services.log)
     for (a, st), notes in flags.items():
         run.repairs.setdefault((a, st), Repair(st, a)).flags.extend(notes)
-    b.log(f"scoring: {len(pairs)} notebooks scored outside the kernels")
+    b.services.log(f"scoring: {len(pairs)} notebooks scored outside the kernels")

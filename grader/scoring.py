@@ -352,4 +352,4 @@ def prepare_inputs(course_root: Path, *, seed: int | None = None, log=print,
 
 def inputs_stage(b) -> None:
     """``grade_class`` stage before autograde: draw this run's graded inputs (a new seed)."""
-    b.scoring_seed, _ = prepare_inputs(b.tree.root, log=b.log)
+    b.found.scoring_seed, _ = prepare_inputs(b.services.tree.root, log=b.services.log)

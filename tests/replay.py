@@ -218,7 +218,7 @@ def record(course_root: Path, work: Path) -> Recording:
 
     def keep_then_score(b):
         for a, st in b.run.autograde.graded:
-            for path in sorted(b.tree.autograded(st, a).glob("*.ipynb")):
+            for path in sorted(b.services.tree.autograded(st, a).glob("*.ipynb")):
                 nb = nbformat.read(path, as_version=4)
                 key = notebook_key(a, nb)
                 rec.outputs[key] = [(copy.deepcopy(c.outputs), c.execution_count) for c in nb.cells

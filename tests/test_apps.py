@@ -87,16 +87,18 @@ def test_generate_is_skipped_only_when_nothing_it_reads_or_writes_changed(course
     import nbformat
 
     from grader import pipeline
+    from grader.batch import Services
     from grader.course import CourseTree
+    from grader.options import GradeOptions
 
     tree = CourseTree(course_copy)
     lines: list[str] = []
 
     def stage():
         lines.clear()
-        b = pipeline.Batch(tree=tree, run=pipeline.GradeRun(course_root=course_copy, assignments=["layernorm"]),
-                           submissions=None, jobs=1, fresh=False, progress=False, use_sandbox=False,
-                           cell_timeout=None, duedates={}, log=lines.append)
+        b = pipeline.Batch(options=GradeOptions(course_root=course_copy, jobs=1, fresh=False, use_sandbox=False),
+                           services=Services(tree=tree, log=lines.append, run_id="test", command="test", jobs=1),
+                           run=pipeline.GradeRun(course_root=course_copy, assignments=["layernorm"]))
         pipeline.generate(b)
         assert lines[0] == "generate: layernorm"
         return lines[1:]

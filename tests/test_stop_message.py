@@ -10,7 +10,7 @@ import grader.pipeline
 
 @pytest.mark.parametrize("submissions", [True, False])
 def test_a_stopped_run_says_what_the_next_run_does(tmp_path, monkeypatch, capsys, submissions):
-    def stopped(**kwargs):
+    def stopped(*options, **kwargs):
         raise KeyboardInterrupt()
 
     monkeypatch.setattr(entry, "_stop_on_signals", lambda: None)

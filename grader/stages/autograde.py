@@ -18,16 +18,16 @@ def autograde_stage(b: Batch) -> None:
     process pool, or Dask), every kernel sandboxed when bubblewrap works; a batch grades its own
     students and anyone an earlier run left ungraded; a submission whose kernel died is graded
     again through the same engine (:func:`_regrade_dead_kernels`)."""
-    tree, run, log = b.tree, b.run, b.log
+    tree, run, log, engine = b.services.tree, b.run, b.services.log, b.services.engine
     ok = sandbox.available()
-    if b.use_sandbox and not ok:
+    if b.options.use_sandbox and not ok:
         raise GradingError("the grading sandbox needs bubblewrap (`apt-get install bubblewrap`), "
                            "and it cannot start here")
-    run.sandboxed = ok if b.use_sandbox is None else b.use_sandbox
+    run.sandboxed = ok if b.options.use_sandbox is None else b.options.use_sandbox
     if not run.sandboxed:
         log("WARNING: grading WITHOUT the sandbox (bubblewrap not available): student code runs "
             "with your rights and can read source/ and gradebook.db")
-    extra = [f"--Execute.timeout={b.cell_timeout}"] if b.cell_timeout else []
+    extra = [f"--Execute.timeout={b.options.cell_timeout}"] if b.options.cell_timeout else []
     session = sandbox.SandboxSession(tree.root) if run.sandboxed else contextlib.nullcontext()
     with session as sb:
         swept = getattr(sb, "swept", None) or {}
@@ -37,13 +37,13 @@ def autograde_stage(b: Batch) -> None:
                 f"outlived them ({swept['in_use']} still in use, kept)")
 
         def grade(pairs, say=lambda *_: None, progress=None):
-            return autograde(tree, run.assignments, b.engine, course_id=b.course.api.coursedir.course_id,
+            return autograde(tree, run.assignments, engine, course_id=b.services.course.api.coursedir.course_id,
                              pairs=pairs, log=say, progress=progress, extra_args=extra, use_sandbox=run.sandboxed)
 
         try:
-            b.engine.executor(use_sandbox=run.sandboxed)
-            log(f"autograde: {b.engine.label} on {b.engine.describe()}{', sandboxed' if run.sandboxed else ''}")
-            run.autograde = grade(b.to_grade, log, _progress_bar() if b.progress else None)
+            engine.executor(use_sandbox=run.sandboxed)
+            log(f"autograde: {engine.label} on {engine.describe()}{', sandboxed' if run.sandboxed else ''}")
+            run.autograde = grade(b.found.to_grade, log, _progress_bar() if b.options.progress else None)
             _regrade_dead_kernels(b, lambda pr: grade([pr]))
         except RuntimeError as e:
             raise GradingError(str(e)) from e
@@ -84,14 +84,15 @@ def _regrade_dead_kernels(b: Batch, grade) -> None:
     again through the run's engine (:func:`grader.engine.regrade_dead_kernels`): unchanged first,
     then with answer cells replaced by a stub that raises, until it finishes: that question scores
     0 with the reason (a flag), and every other question keeps its points."""
-    for (a, st), (reason, stubbed) in regrade_dead_kernels(b.tree, b.run.autograde, grade).items():
+    for (a, st), (reason, stubbed) in regrade_dead_kernels(b.services.tree, b.run.autograde, grade).items():
         rep = b.run.repairs.setdefault((a, st), Repair(st, a))
         if not stubbed:
             rep.notes.append(f"nbgrader failed once ({reason}); graded again unchanged")
         for gid in stubbed:
             rep.flags.append(f"the grading kernel died or hung in answer cell {gid!r} ({reason}): "
                              "that question scores 0; the rest was graded")
-        b.log(f"autograde: {st} ({a}) regraded" + (f" without {', '.join(stubbed)}" if stubbed else " unchanged"))
+        b.services.log(f"autograde: {st} ({a}) regraded"
+                       + (f" without {', '.join(stubbed)}" if stubbed else " unchanged"))
 
 
 def carry_hand_grades(b: Batch) -> None:
@@ -103,24 +104,24 @@ def carry_hand_grades(b: Batch) -> None:
     from ..handgrades import carry_over, pending
 
     graded = set(b.run.autograde.graded)
-    captured = {hg.key: hg for hg in b.collected.hand_grades}
-    captured.update({hg.key: hg for hg in pending(b.tree)})
+    captured = {hg.key: hg for hg in b.found.collected.hand_grades}
+    captured.update({hg.key: hg for hg in pending(b.services.tree)})
     todo = [hg for hg in captured.values() if (hg.assignment, hg.student) in graded]
     if not todo:
         return
-    kept, redo = carry_over(b.tree, todo)
-    b.hand_grades_done = kept + redo
+    kept, redo = carry_over(b.services.tree, todo)
+    b.found.hand_grades_done = kept + redo
     for hg in kept:
         if hg.manual_score is not None:
-            b.log(f"hand grade kept: {hg.student} ({hg.assignment}) {hg.grade_id} = {hg.manual_score:g}: "
+            b.services.log(f"hand grade kept: {hg.student} ({hg.assignment}) {hg.grade_id} = {hg.manual_score:g}: "
                   + ("the answers it tests are unchanged" if hg.test else "the answer is unchanged"))
         if hg.comment is not None:
-            b.log(f"comment kept: {hg.student} ({hg.assignment}) {hg.grade_id}: the answer is unchanged")
+            b.services.log(f"comment kept: {hg.student} ({hg.assignment}) {hg.grade_id}: the answer is unchanged")
     for hg in redo:
         what = (f"hand grade of {hg.grade_id} ({hg.manual_score:g})" if hg.manual_score is not None
                 else f"formgrader comment on {hg.grade_id}")
         why = ("an answer cell above that autograded test changed, so the override was dropped" if hg.test
                else "the resubmitted answer changed")
-        b.collected.flags.setdefault(hg.student, []).append(f"{hg.assignment}: {what} must be redone: {why}")
-        b.log(f"{'hand grade' if hg.manual_score is not None else 'comment'} to redo: {hg.student} "
-              f"({hg.assignment}) {hg.grade_id}: {why}")
+        b.found.collected.flags.setdefault(hg.student, []).append(f"{hg.assignment}: {what} must be redone: {why}")
+        b.services.log(f"{'hand grade' if hg.manual_score is not None else 'comment'} to redo: {hg.student} "
+                       f"({hg.assignment}) {hg.grade_id}: {why}")

@@ -29,47 +29,48 @@ def collect_submissions(b: Batch) -> None:
     Raises:
         GradingError: an nbgrader app failed (its log is quoted).
         ValueError: the submissions are not a recognised kind of input."""
-    tree, run = b.tree, b.run
+    tree, run = b.services.tree, b.run
     _bring_in(b)
-    got = b.collected
+    got = b.found.collected
     run.batch, run.students = got.students, tree.students()
     # a batch grades what it brought in new or changed, and whatever an earlier run left ungraded
     graded, lost = graded_pairs(tree, run.assignments), set()
-    if not b.fresh:  # recorded as graded, yet not in the gradebook (an older backup restored): again
+    if not b.found.fresh:  # recorded as graded, yet not in the gradebook (an older backup restored): again
         lost = graded - state.gradebook_pairs(tree) - set(got.pairs)
         graded -= lost
     # left ungraded by an earlier run (interrupted, failed, or rolled back by a restore): this
     # run finishes them, and says whose they are
-    left = set() if b.fresh else set(tree.pairs(run.assignments)) - graded - set(got.pairs) - lost
+    left = set() if b.found.fresh else set(tree.pairs(run.assignments)) - graded - set(got.pairs) - lost
     _say_collected(b, left, lost)
-    store.add_collected_by(tree, got.pairs, b.run_id, log=b.log)
-    b.to_grade = None if b.fresh else sorted(set(got.pairs) | (set(tree.pairs(run.assignments)) - graded))
+    store.add_collected_by(tree, got.pairs, b.services.run_id, log=b.services.log)
+    to_grade = None if b.found.fresh else sorted(set(got.pairs) | (set(tree.pairs(run.assignments)) - graded))
+    b.found.to_grade = to_grade
     # as collected (before repair): recorded with the graded hash once graded (grader/inplace.py)
-    got.as_collected = inplace.hashes_now(tree, tree.pairs(run.assignments) if b.to_grade is None else b.to_grade)
+    got.as_collected = inplace.hashes_now(tree, tree.pairs(run.assignments) if to_grade is None else to_grade)
     # until their autograde finishes, the submissions to grade count as ungraded (a killed run's
     # rerun grades them again)
-    store.write_graded(tree, set() if b.to_grade is None else graded - set(b.to_grade), log=b.log)
+    store.write_graded(tree, set() if b.found.to_grade is None else graded - set(b.found.to_grade), log=b.services.log)
 
 
 def _bring_in(b: Batch) -> None:
-    """The demo class written, or the batch kept as received and collected (``b.collected``);
+    """The demo class written, or the batch kept as received and collected (``b.found.collected``);
     the due dates set."""
-    tree, run = b.tree, b.run
+    tree, run = b.services.tree, b.run
     try:
-        if b.submissions is None:
+        if b.options.submissions is None:
             from ..demo import apply_due_dates, write_demo_submissions
 
-            students = write_demo_submissions(tree.root, tree.submitted(), b.demo_students)
-            b.collected = Collected(source="embedded demo class", students=sorted(students),
+            students = write_demo_submissions(tree.root, tree.submitted(), b.options.demo_students)
+            b.found.collected = Collected(source="embedded demo class", students=sorted(students),
                                     _pairs=tree.pairs(run.assignments))
-            apply_due_dates(tree.root, b.course.set_due_date)
+            apply_due_dates(tree.root, b.services.course.set_due_date)
             (tree.root / DEMO_MARKER).write_text("the grading state here is the embedded demo class\n")
         else:
             _keep_as_received(b)
-            b.collected = collect(b.course, b.submissions, run.assignments)
-        for a, date in b.duedates.items():
+            b.found.collected = collect(b.services.course, b.options.submissions, run.assignments)
+        for a, date in b.options.duedates.items():
             for name in run.assignments if a == "*" else [a]:
-                b.course.set_due_date(name, date)
+                b.services.course.set_due_date(name, date)
     except AppError as e:
         raise GradingError(str(e)) from e
 
@@ -77,7 +78,7 @@ def _bring_in(b: Batch) -> None:
 def _say_collected(b: Batch, left: set, lost: set) -> None:
     """The ``collect:`` lines: who came from where, what was skipped, replaced, unchanged, carried
     over from an earlier run (``left``), or has no gradebook row (``lost``)."""
-    tree, run, got, log = b.tree, b.run, b.collected, b.log
+    tree, run, got, log = b.services.tree, b.run, b.found.collected, b.services.log
     origins = _origins(tree)
     carried = sorted(left - set(got._pairs))
     log(f"collect: {len(run.batch)} students from {got.source} -> {tree.submitted()}"
@@ -154,8 +155,8 @@ def _named(pairs) -> str:
 def _keep_as_received(b: Batch) -> None:
     """The batch's input, byte for byte, under ``logs/batches/<run id>/received/`` (never
     overwritten: every run has its own folder; a full disk leaves no half copy)."""
-    src = Path(b.submissions)
-    with store.atomic_dir(store.batch(b.tree, b.run_id, "received")) as part:
+    src = Path(b.options.submissions)
+    with store.atomic_dir(store.batch(b.services.tree, b.services.run_id, "received")) as part:
         if src.is_file():
             shutil.copy2(src, part / src.name)
         else:

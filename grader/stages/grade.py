@@ -17,25 +17,25 @@ def repair(b: Batch) -> None:
 
     Raises:
         OSError: ``submitted/`` or ``logs/`` cannot be written."""
-    keep = store.batch(b.tree, b.run_id, "originals")
-    if b.to_grade is None:
-        b.run.repairs = repair_all(b.tree, b.run.assignments, keep=keep)
+    tree, log, to_grade = b.services.tree, b.services.log, b.found.to_grade
+    keep = store.batch(tree, b.services.run_id, "originals")
+    if to_grade is None:
+        b.run.repairs = repair_all(tree, b.run.assignments, keep=keep)
     else:  # only what is graded: a notebook left alone keeps its bytes (grader/inplace.py compares them)
-        reps = {(a, st): repair_submission(b.tree, st, a, keep) for a, st in b.to_grade
-                if b.tree.submitted(st, a).is_dir()}
+        reps = {(a, st): repair_submission(tree, st, a, keep) for a, st in to_grade if tree.submitted(st, a).is_dir()}
         b.run.repairs = {k: r for k, r in reps.items() if r.notes or r.flags or r.unrecoverable}
     # before autograde: a stopped run's rerun reports it too
-    remember_unreadable(b.tree, b.run.repairs, log=b.log)
+    remember_unreadable(tree, b.run.repairs, log=log)
     # graded again, an unreadable file's stand-in (the released notebook) reads fine: say what it is
-    for (a, st), why in unreadable(b.tree).items():
-        if b.to_grade is None or (a, st) in set(b.to_grade):
+    for (a, st), why in unreadable(tree).items():
+        if to_grade is None or (a, st) in set(to_grade):
             rep = b.run.repairs.setdefault((a, st), Repair(st, a))
             if not rep.unrecoverable:
                 rep.unrecoverable = why
                 rep.notes.append(unreadable_note(why))
     for (a, st), rep in sorted(b.run.repairs.items()):
         for line in rep.notes + rep.flags:
-            b.log(f"repair: {st} ({a}): {line}")
+            log(f"repair: {st} ({a}): {line}")
 
 
 def trusted_scoring(b: Batch) -> None:
@@ -48,8 +48,8 @@ def trusted_scoring(b: Batch) -> None:
     scores.scoring_stage(b)
     out = b.run.autograde
     if out is not None:
+        tree, log = b.services.tree, b.services.log
         done = set(out.graded) - set(out.failed)
-        inplace.remember_graded(b.tree, sorted(done), b.collected.as_collected, b.run_id, log=b.log)
-        store.write_graded(b.tree, (graded_pairs(b.tree, b.run.assignments) | set(out.graded)) - set(out.failed),
-                           log=b.log)
-        forget(b.tree, b.hand_grades_done)  # applied (or named as to redo): the record may go
+        inplace.remember_graded(tree, sorted(done), b.found.collected.as_collected, b.services.run_id, log=log)
+        store.write_graded(tree, (graded_pairs(tree, b.run.assignments) | set(out.graded)) - set(out.failed), log=log)
+        forget(tree, b.found.hand_grades_done)  # applied (or named as to redo): the record may go

@@ -16,12 +16,12 @@ from ..report import build_report, write_report
 
 def feedback(b: Batch) -> None:
     """``nbgrader generate_feedback`` for every assignment with an autograded notebook."""
-    graded = [a for a in b.run.assignments if any(b.tree.autograded().glob(f"*/{a}/*.ipynb"))]
+    graded = [a for a in b.run.assignments if any(b.services.tree.autograded().glob(f"*/{a}/*.ipynb"))]
     try:
-        generate_feedback_parallel(b.course, graded, b.jobs)
+        generate_feedback_parallel(b.services.course, graded, b.services.jobs)
     except AppError as e:
         raise GradingError(str(e)) from e
-    b.run.feedback_dir = b.tree.feedback()
+    b.run.feedback_dir = b.services.tree.feedback()
 
 
 def export(b: Batch) -> None:
@@ -29,37 +29,38 @@ def export(b: Batch) -> None:
     column (after the due date, or marked late by the LMS); ``roster.csv`` beside it
     (``student_id,lms_id,name``); the LMS's gradebook filled in when given; the feedback HTML zipped
     for the LMS's bulk feedback upload (``feedback-<lms>-<assignment>.zip``, :mod:`grader.lms`)."""
+    tree, log, lms_gradebook = b.services.tree, b.services.log, b.options.lms_gradebook
     try:
-        b.run.grades_csv = b.course.export_csv(b.tree.grades_csv)
+        b.run.grades_csv = b.services.course.export_csv(tree.grades_csv)
     except AppError as e:
         raise GradingError(str(e)) from e
-    _add_late_column(b.run.grades_csv, lms_late(b.tree))
-    write_roster(b.tree, b.tree.root / ROSTER_CSV)
-    if b.lms_gradebook is not None:
+    _add_late_column(b.run.grades_csv, lms_late(tree))
+    write_roster(tree, tree.root / ROSTER_CSV)
+    if lms_gradebook is not None:
         from ..lms import fill_lms_gradebook
 
-        got = fill_lms_gradebook(b.tree, b.lms_gradebook, b.run.assignments)
+        got = fill_lms_gradebook(tree, lms_gradebook, b.run.assignments)
         b.run.lms_import = got.path
         n = len(got.filled)
-        b.log(f"export: {got.path} is {b.lms_gradebook.name} with the points of {n} student{'s' * (n != 1)} "
-              f"filled in: import it into {got.lms.capitalize()}")
+        log(f"export: {got.path} is {lms_gradebook.name} with the points of {n} student{'s' * (n != 1)} "
+            f"filled in: import it into {got.lms.capitalize()}")
         if got.kept is not None:
-            b.log(f"export: the earlier, different {got.path.name} was kept as {got.kept}")
+            log(f"export: the earlier, different {got.path.name} was kept as {got.kept}")
         if got.blank:
-            b.log(f"export: left blank (no submission here): {', '.join(got.blank)}")
+            log(f"export: left blank (no submission here): {', '.join(got.blank)}")
         if got.missing:
-            b.log(f"export: graded here but not in {b.lms_gradebook.name} (their points are not in "
-                  f"{got.path.name}; enter them by hand or export the LMS's gradebook again): {', '.join(got.missing)}")
+            log(f"export: graded here but not in {lms_gradebook.name} (their points are not in "
+                f"{got.path.name}; enter them by hand or export the LMS's gradebook again): {', '.join(got.missing)}")
     from ..lms import feedback_zips
 
     kept: dict[Path, Path] = {}
-    b.run.feedback_zips = feedback_zips(b.tree, b.run.assignments, kept)
+    b.run.feedback_zips = feedback_zips(tree, b.run.assignments, kept)
     for path, students in b.run.feedback_zips.items():
         n = len(students)
-        b.log(f"export: {path}: the feedback of {n} student{'s' * (n != 1)}, named for the LMS's bulk "
-              "feedback upload")
+        log(f"export: {path}: the feedback of {n} student{'s' * (n != 1)}, named for the LMS's bulk "
+            "feedback upload")
     for path, earlier in kept.items():
-        b.log(f"export: the earlier, different {Path(path).name} was kept as {earlier}")
+        log(f"export: the earlier, different {Path(path).name} was kept as {earlier}")
 
 
 def _add_late_column(path: Path, lms_marked: set[tuple[str, str]]) -> None:
@@ -80,8 +81,8 @@ def _add_late_column(path: Path, lms_marked: set[tuple[str, str]]) -> None:
 def score(b: Batch) -> None:
     """Per-question points from the gradebook, and ``grades_by_question.csv``."""
     run = b.run
-    run.scores, run.max_points = read_gradebook(b.tree, run.assignments)
-    run.questions_csv = b.tree.questions_csv
+    run.scores, run.max_points = read_gradebook(b.services.tree, run.assignments)
+    run.questions_csv = b.services.tree.questions_csv
     with store.atomic_path(run.questions_csv) as part, part.open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["assignment", "student_id", "grade_id", "score", "max_score"])
@@ -95,7 +96,7 @@ def report(b: Batch) -> None:
     submission whose file could not be read as a notebook is reported as could not be graded,
     with the reason, by every run until another file is received for it (``logs/unreadable.json``,
     not only by the run that repaired it)."""
-    run, got = b.run, b.collected
+    run, got = b.run, b.found.collected
     ungraded = {f"{s} ({a})": why for (a, s), why in run.autograde.failed.items()}
     ungraded.update({f"file {name}": why for name, why in got.skipped.items()})
     this_run: dict[str, dict[str, list[str]]] = {st: {"": list(notes)} for st, notes in got.flags.items()}
@@ -103,21 +104,21 @@ def report(b: Batch) -> None:
         this_run.setdefault(st, {}).setdefault(a, []).extend(rep.notes + rep.flags)
         if rep.unrecoverable:
             ungraded[f"{st} ({a})"] = rep.unrecoverable + " (scored 0)"
-    for (a, st), why in unreadable(b.tree).items():  # an earlier batch's, until a readable one replaces it
+    for (a, st), why in unreadable(b.services.tree).items():  # an earlier batch's, until a readable one replaces it
         ungraded[f"{st} ({a})"] = why + " (scored 0)"
     flags = {st: [f"{a}: {n}" if a else n for a, notes in sorted(per.items()) for n in notes]
              for st, per in sorted(_flag_history(b, this_run).items())}
     flags = {st: notes for st, notes in flags.items() if notes}
-    run.report = build_report(b.tree.root, run.assignments, run.scores, run.max_points,
-                              ungraded=ungraded, flags=flags, gradebook_url=b.tree.gradebook_url,
-                              groups=b.groups)
+    run.report = build_report(b.services.tree.root, run.assignments, run.scores, run.max_points,
+                              ungraded=ungraded, flags=flags, gradebook_url=b.services.tree.gradebook_url,
+                              groups=b.options.groups)
     # the batch history includes this run (its line in logs/runs.jsonl is written when it ends)
     record = run_record(b, "ok")
     record["seconds"] = round(sum(run.stage_seconds.values()), 3)  # so far: the report is the last stage
     run.report.runs.append(record)
     if not run.sandboxed:
         run.report.flags.setdefault("(all)", []).append("graded WITHOUT the sandbox")
-    run.report_html = write_report(run.report, b.tree.reports)
+    run.report_html = write_report(run.report, b.services.tree.reports)
 
 
 def _flag_history(b: Batch, this_run: dict[str, dict[str, list[str]]]) -> dict[str, dict[str, list[str]]]:
@@ -125,7 +126,7 @@ def _flag_history(b: Batch, this_run: dict[str, dict[str, list[str]]]) -> dict[s
     (``""``: notes on the student's files as collected, which accumulate), kept in
     ``logs/flags.json``: a submission graded in this run replaces its earlier flags, the rest are
     kept, so the class report of a later batch still shows an earlier batch's flags."""
-    history = store.flags(b.tree)
+    history = store.flags(b.services.tree)
     graded = set(b.run.autograde.graded) | set(b.run.autograde.failed) | set(b.run.repairs)
     for a, st in graded:
         history.get(st, {}).pop(a, None)
@@ -137,5 +138,5 @@ def _flag_history(b: Batch, this_run: dict[str, dict[str, list[str]]]) -> dict[s
             elif notes:
                 history.setdefault(st, {})[a] = list(notes)
     history = {st: per for st, per in history.items() if per}
-    store.write_flags(b.tree, history, log=b.log)
+    store.write_flags(b.services.tree, history, log=b.services.log)
     return history

@@ -12,28 +12,6 @@ from ..collect import check_input
 from ..reset import DEMO_MARKER, start_over
 
 
-def parse_duedates(items: list[str]) -> dict[str, str]:
-    """``--duedate`` values (``"DATE"`` for every assignment, ``"ASSIGNMENT=DATE"`` for one) as
-    the ``duedates`` of :func:`grader.pipeline.grade_class`: ``{"*" or assignment: date}``.
-
-    Raises:
-        ValueError: a date nbgrader cannot read.
-    """
-    from nbgrader.utils import parse_utc
-
-    out = {}
-    for item in items:
-        name, sep, date = item.partition("=")
-        out[name.strip() if sep else "*"] = date.strip() if sep else item.strip()
-    for date in out.values():
-        try:
-            parse_utc(date)
-        except (ValueError, OverflowError):
-            raise ValueError(f"cannot read {date!r} as a date (e.g. '2026-11-21 09:00 UTC')") from None
-    return out
-
-
-
 def _digest(folder: Path) -> str:
     h = hashlib.sha256()
     for p in sorted(folder.rglob("*")):
@@ -49,42 +27,40 @@ def prepare(b: Batch) -> None:
     instructor's solutions (:mod:`grader.canary`, stops the run when they do not score full); back
     the gradebook up; start over (``fresh``) if asked, carefully (:func:`start_over`); set every
     damaged record of ``logs/`` aside, saying each (:func:`grader.store.set_aside_damaged`)."""
-    tree = b.tree
+    tree = b.services.tree
     _refuse_bad_input(b)
     demo_state = (tree.root / DEMO_MARKER).exists()
-    if b.submissions is None and state.has_grading_state(tree) and not demo_state:
+    if b.options.submissions is None and state.has_grading_state(tree) and not demo_state:
         raise state.CourseStateError(
             f"{tree.root} holds a real class: the demo class is graded in a course folder of its own "
             "(`python -m grader` with no --submissions uses build/demo-course/); nothing was written")
-    if b.fresh is None:
-        b.fresh = b.submissions is None
-    if not b.fresh and demo_state:
-        b.fresh = True
-        b.log("the grading state here was the demo class's: removed before grading your submissions")
-    if not b.fresh:
+    b.found.fresh = b.options.submissions is None if b.options.fresh is None else b.options.fresh
+    if not b.found.fresh and demo_state:
+        b.found.fresh = True
+        b.services.log("the grading state here was the demo class's: removed before grading your submissions")
+    if not b.found.fresh:
         state.check_gradebook(tree)
     canary.stage(b)  # the instructor's solutions first (grader/canary.py): nothing is written before
-    if b.fresh:
-        start_over(tree, yes=b.yes, tag=b.run_id, log=b.log)
+    if b.found.fresh:
+        start_over(tree, yes=b.options.yes, tag=b.services.run_id, log=b.services.log)
     else:
-        state.backup_gradebook(tree, f"{b.run_id}-before", log=b.log)
+        state.backup_gradebook(tree, f"{b.services.run_id}-before", log=b.services.log)
     for line in store.set_aside_damaged(tree):  # said once, here; every later read finds them sound
-        b.log(f"prepare: {line}")
+        b.services.log(f"prepare: {line}")
 
 
 def _refuse_bad_input(b: Batch) -> None:
     """Due dates nbgrader cannot read or for no assignment, submissions that are not a kind of
     input, a missing LMS gradebook export: refused before anything is touched."""
-    tree = b.tree
-    parse_duedates([f"{k}={v}" for k, v in b.duedates.items()])  # each date readable
-    unknown = sorted(set(b.duedates) - set(b.run.assignments) - {"*"})
+    tree = b.services.tree
+    unknown = sorted(set(b.options.duedates) - set(b.run.assignments) - {"*"})
     if unknown:
         raise ValueError(f"due date for unknown assignment {', '.join(unknown)} "
                          f"(assignments: {', '.join(b.run.assignments)})")
-    if b.submissions is not None:
-        check_input(tree, b.submissions, b.run.assignments)
-    if b.lms_gradebook is not None and not Path(b.lms_gradebook).is_file():
-        raise FileNotFoundError(f"no LMS gradebook export at {b.lms_gradebook}")
+    if b.options.submissions is not None:
+        check_input(tree, b.options.submissions, b.run.assignments)
+    if b.options.lms_gradebook is not None and not Path(b.options.lms_gradebook).is_file():
+        raise FileNotFoundError(f"no LMS gradebook export at {b.options.lms_gradebook}")
 
 
 
@@ -95,16 +71,16 @@ def generate(b: Batch) -> None:
     Raises:
         GradingError: nbgrader failed (its log is quoted).
     """
-    b.log(f"generate: {', '.join(b.run.assignments)}")
-    b.course = Course(b.tree)
+    b.services.log(f"generate: {', '.join(b.run.assignments)}")
+    b.services.course = Course(b.services.tree)
     for a in b.run.assignments:
-        rel = b.tree.release(a)
+        rel = b.services.tree.release(a)
         before = _digest(rel) if rel.is_dir() else ""
         try:
-            skipped = b.course.generate_unless_unchanged(a)
+            skipped = b.services.course.generate_unless_unchanged(a)
         except AppError as e:
             raise GradingError(str(e)) from e
         if skipped:
-            b.log(f"generate: {a} skipped: {skipped}")
+            b.services.log(f"generate: {a} skipped: {skipped}")
         elif _digest(rel) != before:
-            b.log(f"generate: release/{a} was stale and has been regenerated from source/{a}")
+            b.services.log(f"generate: release/{a} was stale and has been regenerated from source/{a}")

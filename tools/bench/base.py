@@ -1,4 +1,4 @@
-"""The baseline of ``make bench`` (:mod:`grader.bench`, :mod:`grader.bench_warm`): plain nbgrader,
+"""The baseline of ``make bench`` (:mod:`tools.bench`, :mod:`tools.bench.warm`): plain nbgrader,
 one command after another, on a fresh copy of this repository's course.
 """
 from __future__ import annotations
@@ -11,10 +11,10 @@ from pathlib import Path
 
 from normref.handback_files import HANDBACK_ENV
 
-from .course import CONFIG, GRADES_CSV, REPO_ROOT, nbgrader_env
-from .demo import apply_due_dates, write_demo_submissions
-from .pipeline import list_assignments
-from .scoring import prepare_inputs
+from grader.course import CONFIG, GRADES_CSV, REPO_ROOT, nbgrader_env
+from grader.demo import apply_due_dates, write_demo_submissions
+from grader.pipeline import list_assignments
+from grader.scoring import prepare_inputs
 
 
 def course_copy(dst: Path) -> Path:

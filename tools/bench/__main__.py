@@ -5,7 +5,7 @@ nbgrader commands one after another, the same through ``grade_class`` with ``--j
 cores, the autograde stage alone both ways, and the per-submission floor (a fresh kernel that
 imports torch and runs one correct submission's tests); first, per assignment, the core-seconds
 of one graded notebook's start-up, cells and shutdown before and after issue 22
-(:mod:`grader.kernel_bench`; ``--kernels-only`` for those alone). Not a test: figures to read
+(:mod:`tools.bench.kernels`; ``--kernels-only`` for those alone). Not a test: figures to read
 and record.
 """
 from __future__ import annotations
@@ -20,13 +20,13 @@ from pathlib import Path
 
 from nbclient import NotebookClient
 
-from . import bench_warm
-from .bench_base import course_copy as _course_copy
-from .bench_base import sequential_nbgrader
-from .demo.answer_bank import ANSWERS
-from .demo import demo_class, fill_answers, write_demo_submissions
-from .engine import default_jobs
-from .pipeline import REPO_ROOT, grade_class
+from . import warm as bench_warm
+from .base import course_copy as _course_copy
+from .base import sequential_nbgrader
+from grader.demo.answer_bank import ANSWERS
+from grader.demo import demo_class, fill_answers, write_demo_submissions
+from grader.engine import default_jobs
+from grader.pipeline import REPO_ROOT, grade_class
 
 
 def floor_per_submission(root: Path) -> float:
@@ -45,7 +45,7 @@ def floor_per_submission(root: Path) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m grader.bench", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__)
     p.add_argument("--jobs", type=int, default=None, help="worker processes (default: all cores)")
     p.add_argument("--students", type=int, default=None,
                    help="grade only the first N demo students (default: all 30)")
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
                    "dropped); default: a private server started from Debian's postgresql, if installed")
     p.add_argument("--kernels-only", action="store_true",
                    help="only the kernel rows: one correct notebook per assignment, its start-up, cells and "
-                   "shutdown in core-seconds, before and after issue 22 (grader/kernel_bench.py)")
+                   "shutdown in core-seconds, before and after issue 22 (tools/bench/kernels.py)")
     p.add_argument("--kernel-reps", type=int, default=3, metavar="N",
                    help="runs of each kernel row (the median is printed; default 3)")
     p.add_argument("--engines-only", action="store_true",
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
                    "(cpuacct, as root; else the stage's wall time x workers)")
     p.add_argument("--reps", type=int, default=3, metavar="N", help="runs of each engine with --engines-only")
     args = p.parse_args(argv)
-    from .kernel_bench import kernel_rows
+    from .kernels import kernel_rows
 
     if args.kernels_only:
         kernel_rows(args.kernel_reps)
@@ -157,7 +157,7 @@ def _private_postgres(stack: contextlib.ExitStack) -> str | None:
 def _fresh_database(url: str, i: int, own: bool) -> str:
     """A database of its own for row ``i`` on our private server; the given one, reset, otherwise."""
     if not own:
-        from .database import reset
+        from grader.database import reset
 
         reset(url)
         return url
@@ -175,7 +175,7 @@ def diagnosis_bench() -> None:
     (:func:`normref.diagnosis.coverage.coverage`): how many, the share named, the slowest call."""
     from normref.diagnosis.coverage import CHECKERS, coverage
 
-    from . import backward  # noqa: F401 - the backward's grammar is the grader's
+    from grader import backward  # noqa: F401 - the backward's grammar is the grader's
 
     print("diagnosis by search (every grammar variant run through its checker):", flush=True)
     slowest = (0.0, "")

@@ -5,7 +5,7 @@ canary's own CPU, read at its start and
 end, apart from the engine's start (which the autograde stage reuses). Needs root (a cpuacct
 cgroup). Prints figures, asserts nothing.
 
-    .venv/bin/python tools/bench_canary.py [STUDENTS]
+    .venv/bin/python -m tools.bench.canary [STUDENTS]
 """
 from __future__ import annotations
 
@@ -16,11 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from grader import canary, pipeline, sandbox  # noqa: E402
-from grader.bench_warm import CpuAccount  # noqa: E402
-from grader.demo import demo_course  # noqa: E402
+from grader import canary, pipeline, sandbox
+from tools.bench.warm import CpuAccount
+from grader.demo import demo_course
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ stage's first and last log lines; wall time is that stage's. Memory is sampled e
 ``/proc/<pid>/smaps_rollup`` of the processes below this one (peaks: a worker, its zygote, a
 kernel). Needs root (a cpuacct cgroup of its own); prints figures, asserts nothing.
 
-``python -m grader.bench_warm [--students N] [--per-assignment N] [--jobs N]``
+``python -m tools.bench.warm [--students N] [--per-assignment N] [--jobs N]``
 """
 from __future__ import annotations
 
@@ -22,13 +22,13 @@ import threading
 import time
 from pathlib import Path
 
-from . import sandbox, warm
-from .bench_base import course_copy, sequential_nbgrader
-from .demo import write_demo_submissions
-from .demo.answer_bank import ANSWERS
-from .course import CONFIG
-from .engine import default_jobs
-from .pipeline import REPO_ROOT, grade_class
+from grader import sandbox, warm
+from .base import course_copy, sequential_nbgrader
+from grader.demo import write_demo_submissions
+from grader.demo.answer_bank import ANSWERS
+from grader.course import CONFIG
+from grader.engine import default_jobs
+from grader.pipeline import REPO_ROOT, grade_class
 
 CPUACCT = Path("/sys/fs/cgroup/cpuacct")
 TARGET_CORE_S = 1.2
@@ -269,7 +269,7 @@ def assignment_rows(td: Path, students: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m grader.bench_warm", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m tools.bench.warm", description=__doc__)
     p.add_argument("--jobs", type=int, default=None, help="Dask workers for the class rows (default: all cores)")
     p.add_argument("--students", type=int, default=None, help="demo students in the class rows (default: all 30)")
     p.add_argument("--per-assignment", type=int, default=10, metavar="N",
