@@ -43,7 +43,7 @@ SEED_NUMBERS = {
 # How many widgets and captioned figures each lesson shows.
 WIDGETS = {"00_start.ipynb": 0, "01_layernorm.ipynb": 1, "02_rmsnorm.ipynb": 3, "03_placement.ipynb": 7,
            "04_modern.ipynb": 1}
-FIGURES = {"00_start.ipynb": 0, "01_layernorm.ipynb": 1, "02_rmsnorm.ipynb": 2, "03_placement.ipynb": 3,
+FIGURES = {"00_start.ipynb": 0, "01_layernorm.ipynb": 2, "02_rmsnorm.ipynb": 2, "03_placement.ipynb": 3,
            "04_modern.ipynb": 5}
 
 
