@@ -45,6 +45,7 @@ html_title = "Lesson 16 · Normalization in the transformer block"
 html_static_path = ["_static"]
 templates_path = ["_templates"]
 html_css_files = ["course.css"]
+html_js_files = ["course.js"]
 html_favicon = "_static/favicon.svg"
 mathjax_path = "mathjax/tex-svg.js"
 html_last_updated_fmt = None

@@ -283,9 +283,11 @@ def test_search_finds_a_lesson(served, chromium):
         page.goto(served + "search.html?q=DeepNorm", wait_until="networkidle")
         page.wait_for_selector("#search-results li", timeout=30_000)
         hits = page.locator("#search-results li a").evaluate_all("as => as.map(a => a.getAttribute('href'))")
+        summaries = page.locator("#search-results").inner_text()
         page.screenshot(path=str(ARTEFACTS / "search-DeepNorm.png"))
         browser.close()
     assert any("04_modern" in h for h in hits), hits
+    assert not re.search(r"\\[A-Za-z]{2,}|\\\(", summaries), summaries  # no formula's LaTeX source
 
 
 def test_previous_and_next_follow_the_course_order(visits, served):
