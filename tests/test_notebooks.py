@@ -297,3 +297,15 @@ def test_markdown_source_keeps_cell_metadata_and_gets_fixed_ids(tmp_path):
     assert nb.cells[1].outputs == [] and nb.cells[1].execution_count is None
     assert nb.cells[2].metadata["nbgrader"]["grade_id"] == "demo_note" and nb.cells[2].source == "A locked note."
     assert nb.metadata["lesson_source"]["path"] == "notebooks/07_demo.md"
+
+
+def test_the_readme_and_each_lessons_last_paragraph_give_one_memory_figure():
+    """A lesson's kernel memory is stated twice, in its last paragraph and in the README: one
+    measured figure (tools/lesson_times.py, the kernel's VmHWM after Run All)."""
+    readme = " ".join((REPO / "README.md").read_text().split())
+    for md in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.md")):
+        text = " ".join(md.read_text().split())
+        m = re.search(r"keeps its kernel running \(([^)]*?MiB) for this one, measured\)", text)
+        assert m, f"{md.name}: its last paragraph states no measured kernel memory"
+        assert f"lesson {md.name[:2]}: {m.group(1)}" in readme, (md.name, m.group(1))
+
