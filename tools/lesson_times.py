@@ -6,7 +6,9 @@ Runs every cell of each lesson notebook in a fresh ``python3`` kernel (nbclient,
 tests/test_notebooks.py does), ``--reps`` times, and prints per lesson the wall time of Run All
 (from the first cell's start to the last cell's end, the kernel's start-up excluded: what a
 student waits for after **Run All**), min / median / max, the slowest cells, and the kernel's
-peak resident memory (``VmHWM`` of the kernel process, read from ``/proc`` after the last cell).
+peak resident memory (``VmHWM`` of the kernel process, read from ``/proc`` after the last cell),
+and the CPU time the kernel spent on Run All (user + system, from ``/proc/<pid>/stat``): on an
+idle core the wall time is about that, whatever else the machine is doing while it is measured.
 Under ``taskset -c 0`` the kernel inherits the one-core affinity. A figure, not a test: the
 machine's load (``os.getloadavg``) is printed with it.
 """
@@ -32,14 +34,20 @@ def _vmhwm_mib(pid: int) -> float:
     return float("nan")
 
 
-def run_once(path: Path) -> tuple[float, list[tuple[float, int]], float]:
-    """(Run All seconds, [(seconds, cell index)] of the code cells, kernel peak MiB)."""
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def run_once(path: Path) -> tuple[float, list[tuple[float, int]], float, float]:
+    """(Run All seconds, [(seconds, cell index)] of the code cells, kernel peak MiB, kernel CPU s)."""
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=600, kernel_name="python3",
                             resources={"metadata": {"path": str(path.parent)}})
     cells: list[tuple[float, int]] = []
     with client.setup_kernel():
         pid = client.km.provisioner.process.pid
+        cpu0 = _cpu_s(pid)
         t0 = time.perf_counter()
         for i, cell in enumerate(nb.cells):
             c0 = time.perf_counter()
@@ -47,8 +55,9 @@ def run_once(path: Path) -> tuple[float, list[tuple[float, int]], float]:
             if cell.cell_type == "code":
                 cells.append((time.perf_counter() - c0, i))
         total = time.perf_counter() - t0
+        cpu = _cpu_s(pid) - cpu0
         peak = _vmhwm_mib(pid)
-    return total, sorted(cells, reverse=True), peak
+    return total, sorted(cells, reverse=True), peak, cpu
 
 
 def main(argv: list[str]) -> int:
@@ -64,7 +73,8 @@ def main(argv: list[str]) -> int:
         times = [r[0] for r in runs]
         slow = ", ".join(f"cell {i} {s:.1f} s" for s, i in runs[len(runs) // 2][1][:3])
         print(f"{path.name}: Run All {min(times):.1f} / {statistics.median(times):.1f} / {max(times):.1f} s "
-              f"(min / median / max of {len(times)}); peak kernel memory {statistics.median(r[2] for r in runs):.0f} "
+              f"(min / median / max of {len(times)}); kernel CPU {statistics.median(r[3] for r in runs):.1f} s; "
+              f"peak kernel memory {statistics.median(r[2] for r in runs):.0f} "
               f"MiB; slowest: {slow}; load {os.getloadavg()[0]:.2f}", flush=True)
     return 0
 
