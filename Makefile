@@ -25,7 +25,7 @@ LMS_GRADEBOOK ?=
 # GROUPS=0: the class report without its groups of wrong answers (--no-groups)
 GROUPS ?= 1
 
-.PHONY: install lab lab-instructor test grade release bench clean student-repo screenshots notebooks hub-env
+.PHONY: install lab lab-instructor test grade release bench clean student-repo screenshots notebooks hub-env site
 
 install: $(STAMP)
 
@@ -112,3 +112,13 @@ hub-env:
 	"$(PREFIX)/bin/python" -m pip install --quiet ".[hub]"
 	"$(PREFIX)/bin/python" -m pip install --quiet --no-deps --force-reinstall .
 	"$(PREFIX)/bin/python" tools/hub_env.py "$(PREFIX)" --exchange "$(EXCHANGE)"
+
+# The course website in build/site/ (open build/site/index.html; .github/workflows/site.yml publishes it
+# to GitHub Pages on each push to main): the lessons executed now, the assignments' student versions
+# (release/ only), launch buttons to SITE_REPO (the student repository, make student-repo) on Binder
+# and, with HUB_URL, on the course's JupyterHub via nbgitpuller. Needs npm (MathJax, axe-core from
+# site/package-lock.json, installed under build/site-node/). tools/build_site.py.
+SITE_REPO ?= YOUR-ORG/lesson16-normalization
+HUB_URL ?=
+site: $(STAMP)
+	$(BIN)/python tools/build_site.py --out build/site --repo "$(SITE_REPO)" $(if $(HUB_URL),--hub-url "$(HUB_URL)")
