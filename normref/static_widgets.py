@@ -31,6 +31,8 @@ def _control(w) -> str | None:
     label = html.escape(getattr(w, "description", "") or name)
     if name == "Button":
         return f"the <b>{html.escape(w.description)}</b> button"
+    if name == "AnswerForm":  # a practice question's form (normref.answer_form): its answer, then its buttons
+        return _answer_form(w)
     if hasattr(w, "options") and hasattr(w, "label"):  # ToggleButtons, RadioButtons, SelectionSlider
         options = [str(o[0] if isinstance(o, tuple) else o) for o in w.options]
         chosen = "none chosen" if w.label is None else html.escape(str(w.label))
@@ -51,11 +53,24 @@ def _control(w) -> str | None:
     return None
 
 
+def _answer_form(w) -> str:
+    """A practice question's answer form in words: the options or the box, then Check and Show answer."""
+    if w.kind == "choice":
+        chosen = "none chosen" if w.value is None else html.escape(str(w.value))
+        answer = f"answer: {chosen} (choices: {'; '.join(html.escape(o) for o in w.options)})"
+    else:
+        hint = f", for example {html.escape(w.hint)}" if w.hint else ""
+        answer = f"answer: a box to type your answer in{hint}"
+    return f"{answer}</li><li>the <b>Check</b> button (or Enter)</li><li>the <b>Show answer</b> button"
+
+
 def _walk(w, alt: str, shown: list[str], controls: list[str]) -> None:
     name = type(w).__name__
     if hasattr(w, "children"):
         others = [c for c in w.children if type(c).__name__ not in ("HTML", "Label")]
-        labels_only = bool(others) and all(_control(c) for c in others)  # a group of controls: its HTML names them
+        # a group of controls: its HTML only names them (a question's prompt beside its form is no such label)
+        labels_only = bool(others) and all(_control(c) for c in others) and not any(
+            type(c).__name__ == "AnswerForm" for c in others)
         for c in w.children:
             if labels_only and type(c).__name__ in ("HTML", "Label"):
                 continue
