@@ -25,7 +25,7 @@ LMS_GRADEBOOK ?=
 # GROUPS=0: the class report without its groups of wrong answers (--no-groups)
 GROUPS ?= 1
 
-.PHONY: install lab lab-instructor test grade release bench clean student-repo screenshots notebooks hub-env
+.PHONY: install lab lab-instructor test grade release bench clean student-repo screenshots notebooks hub-env site
 
 install: $(STAMP)
 
@@ -73,9 +73,11 @@ notebooks: $(STAMP)
 	$(BIN)/python tools/build_notebooks.py
 
 # Regenerate release/ from source/ with nbgrader (commit the result; a test checks they agree).
+# A release/<assignment>/ holding work written in it (a student's answers) is refused, nothing
+# regenerated; KEEP=1 moves it to logs/release-kept/<run>/ first (grader/release.py).
+KEEP ?=
 release: $(STAMP)
-	@for a in source/*/; do a=$$(basename $$a); echo "generate_assignment $$a"; \
-		$(BIN)/python -m nbgrader generate_assignment $$a --force --log-level=WARN || exit 1; done
+	$(BIN)/python -m grader release $(if $(KEEP),--keep)
 
 # The student-facing tree (no source/, no solutions: checked) for a separate student repository.
 # BINDER_REPO=OWNER/NAME points its Binder badge at that repository. See tools/student_repo.py.
@@ -110,3 +112,13 @@ hub-env:
 	"$(PREFIX)/bin/python" -m pip install --quiet ".[hub]"
 	"$(PREFIX)/bin/python" -m pip install --quiet --no-deps --force-reinstall .
 	"$(PREFIX)/bin/python" tools/hub_env.py "$(PREFIX)" --exchange "$(EXCHANGE)"
+
+# The course website in build/site/ (open build/site/index.html; .github/workflows/site.yml publishes it
+# to GitHub Pages on each push to main): the lessons executed now, the assignments' student versions
+# (release/ only), launch buttons to SITE_REPO (the student repository, make student-repo) on Binder
+# and, with HUB_URL, on the course's JupyterHub via nbgitpuller. Needs npm (MathJax, axe-core from
+# site/package-lock.json, installed under build/site-node/). tools/build_site.py.
+SITE_REPO ?= YOUR-ORG/lesson16-normalization
+HUB_URL ?=
+site: $(STAMP)
+	$(BIN)/python tools/build_site.py --out build/site --repo "$(SITE_REPO)" $(if $(HUB_URL),--hub-url "$(HUB_URL)")

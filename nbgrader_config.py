@@ -225,6 +225,74 @@ class HandbackInputsRemoved(NbGraderPreprocessor):
         return nb, resources
 
 
+#: The ``ename`` of the error a cell is charged with when the kernel stopped answering while it ran
+#: (:class:`GradingExecute`); ``grader.sandbox.limit_flags`` names such a cell in the report.
+KERNEL_STOPPED = "KernelStoppedAnswering"
+
+
+class _KernelHung(Exception):
+    """Raised out of a notebook's run when the kernel did not answer the time limit's interrupt."""
+
+    def __init__(self, index: int, note: str):
+        super().__init__(note)
+        self.index, self.note = index, note
+
+
+class GradingExecute(Execute):
+    """nbgrader's ``Execute``, where a kernel that stops answering is killed at its limit, the cell
+    it hung in is charged with it, and the rest of the notebook is still graded.
+
+    A cell that runs past ``timeout`` is interrupted (nbclient's ``interrupt_on_timeout``, which
+    nbgrader turns on); a kernel that answers ends the cell with ``KeyboardInterrupt`` and goes
+    on. One that does not answer within ``iopub_timeout`` (stopped with SIGSTOP, or hung where
+    the interrupt cannot reach it) made nbclient raise ``CellTimeoutError`` and nbgrader give up
+    the whole notebook. Here that kernel is killed (nbclient's shutdown as the run ends, with
+    ``shutdown_kernel = "immediate"``: SIGKILL, which a stopped process obeys), and the notebook
+    is run again from the top in a new kernel with that cell not run: it gets one error output,
+    :data:`KERNEL_STOPPED`, saying so, as a cell stopped by the time limit does (what it defines
+    is missing below it). Each cell is skipped at most once, so a notebook runs at most once per
+    code cell more, each time ``timeout`` + ``iopub_timeout`` later.
+    """
+
+    def preprocess(self, nb, resources=None, km=None):
+        import copy
+
+        original = copy.deepcopy(nb)
+        self._hung: dict[int, str] = {}
+        while True:
+            try:
+                return super().preprocess(nb, resources, km)
+            except _KernelHung as e:
+                self.log.warning("cell %d: %s", e.index, e.note)
+                self._hung[e.index] = e.note
+                nb = copy.deepcopy(original)
+
+    async def _async_handle_timeout(self, timeout, cell=None):
+        self._timed_out = True  # the time limit's interrupt was sent
+        return await super()._async_handle_timeout(timeout, cell)
+
+    def preprocess_cell(self, cell, resources, index):
+        from nbclient.exceptions import CellTimeoutError
+
+        if index in getattr(self, "_hung", {}):
+            cell.outputs = [nbformat.v4.new_output("error", ename=KERNEL_STOPPED, evalue=self._hung[index],
+                                                   traceback=[f"{KERNEL_STOPPED}: {self._hung[index]}"])]
+            cell.execution_count = None
+            return cell, self.resources
+        self._timed_out = False
+        try:
+            return super().preprocess_cell(cell, resources, index)
+        except CellTimeoutError:
+            if not self._timed_out:  # no interrupt was sent: output merely slow, as nbgrader treats it
+                raise
+            raise _KernelHung(index, (
+                f"the grading kernel stopped answering while this cell ran: it did not answer the interrupt "
+                f"sent at the time limit per cell ({self.timeout} s, nbgrader's Execute.timeout) within "
+                f"{self.iopub_timeout} s (a kernel stopped, e.g. with SIGSTOP, or hung where interrupts do not "
+                "reach). It was killed, and the notebook was run again in a new kernel without this cell: "
+                "what it defines is missing for the cells below it, which may score 0")) from None
+
+
 c = get_config()  # noqa: F821 - injected by traitlets when nbgrader loads this file
 
 c.CourseDirectory.course_id = "lesson16-normalization"
@@ -233,6 +301,10 @@ c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
 # The slowest honest cell is a cold `import torch` plus a full checker battery (~3 s here);
 # 60 s leaves a wide margin on a loaded 2-core machine.
 c.Execute.timeout = 60
+# How long a kernel has to answer the interrupt sent at that limit (and to send a cell's last
+# output) before it counts as stopped or hung, is killed, and the cell is skipped (GradingExecute):
+# nbclient's 4 s default, widened for a loaded 2-core machine.
+c.Execute.iopub_timeout = 10
 # Every submission runs in the course's kernel, whatever its own metadata says.
 c.Execute.kernel_name = "python3"
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
@@ -251,7 +323,7 @@ c.TagRemovePreprocessor.enabled = True
 c.TagRemovePreprocessor.remove_cell_tags = {STANDARD_ANSWER_TAG}
 _autograde = list(Autograde.class_traits()["autograde_preprocessors"].default())
 _at = _autograde.index(Execute)
-c.Autograde.autograde_preprocessors = [*_autograde[:_at], HandbackInputs, Execute, HandbackInputsRemoved,
+c.Autograde.autograde_preprocessors = [*_autograde[:_at], HandbackInputs, GradingExecute, HandbackInputsRemoved,
                                        *_autograde[_at + 1:]]
 # Without this run's inputs (formgrader's Autograde, a bare `nbgrader autograde`) nothing is run:
 # those hidden tests are graded by `make grade` only (GradedByMakeGrade).

@@ -4,6 +4,7 @@
     python -m grader restore [--backup FILE]               # put a gradebook backup back
     python -m grader restore --state [ARCHIVE] [--yes]     # put a whole state backup back
     python -m grader clean [--yes]                         # remove grading state, after a backup
+    python -m grader release [--keep] [ASSIGNMENT ...]     # release/ from source/ (make release)
 
 Each is a thin layer over a keyword-only function (:func:`grader.pipeline.grade_class`,
 :func:`grader.state.restore_gradebook`, :func:`grader.reset.restore_state`,
@@ -221,6 +222,51 @@ def clean(argv: list[str]) -> int:
     return 0
 
 
+def release(argv: list[str]) -> int:
+    """``make release``: regenerate ``release/`` from ``source/`` with nbgrader's
+    generate_assignment, refusing every assignment whose ``release/`` holds work written in it
+    (:mod:`grader.release`) unless ``--keep``."""
+    from .apps import AppError, Course
+    from .release import ReleaseHoldsWork, refusal, written_work
+    from .state import run_id
+    from .store import release_kept
+
+    p = argparse.ArgumentParser(
+        prog="python -m grader release",
+        description="Regenerate release/<assignment>/ from source/<assignment>/ (nbgrader generate_assignment). "
+        "An assignment whose release/ holds work written in it (answer cells that are not nbgrader's stubs, "
+        "cells or files added) is refused, nothing regenerated, unless --keep, which moves that folder "
+        "to logs/release-kept/<run>/ first.")
+    p.add_argument("assignments", nargs="*", help="default: every folder of source/")
+    p.add_argument("--keep", action="store_true",
+                   help="move a release/<assignment>/ that holds work to logs/release-kept/<run>/, then regenerate")
+    p.add_argument("--course-root", type=Path, default=REPO_ROOT)
+    args = p.parse_args(argv)
+    course = Course(args.course_root)
+    names = args.assignments or sorted(d.name for d in course.tree.source().iterdir() if d.is_dir())
+    kept_root = release_kept(course.tree, run_id())
+    found = {a: written_work(course.tree.release(a), course.tree.source(a)) for a in names}
+    if any(found.values()) and not args.keep:
+        kept_at = kept_root.relative_to(course.root)
+        for a in (a for a in names if found[a]):
+            print("error: " + refusal(f"release/{a}", found[a],
+                                      f"Move release/{a} somewhere outside release/, then run `make release` again; "
+                                      f"or run `make release KEEP=1`, which moves it to {kept_at}/{a}/ and "
+                                      "regenerates."), file=sys.stderr)
+        return 1
+    for a in names:
+        print(f"generate_assignment {a}")
+        try:
+            kept = course.generate_assignment(a, keep=kept_root if args.keep else None)
+        except (AppError, ReleaseHoldsWork) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        if kept:
+            print(f"  release/{a} held work written in it ({'; '.join(kept.work)}): moved to "
+                  f"{kept.path.relative_to(course.root)}/ before it was regenerated")
+    return 0
+
+
 class _QuietWhenClosed:
     """``sys.stdout`` that goes quiet instead of failing when its reader has gone
     (``make grade | head``): the run goes on and finishes; what it would have printed is in
@@ -263,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     # stdout closed before the start (`>&-`, some cron setups): Python leaves sys.stdout None
     sys.stdout = _QuietWhenClosed(stdout if stdout is not None else open(os.devnull, "w"))
     try:
-        commands = {"restore": restore, "clean": clean}
+        commands = {"restore": restore, "clean": clean, "release": release}
         if argv and argv[0] in commands:
             return commands[argv[0]](argv[1:])
         return grade(argv)

@@ -16,6 +16,7 @@ import shutil
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
+from typing import NamedTuple
 
 from . import store
 from .course import CONFIG, CourseTree, put_interpreter_on_path, split_round_robin
@@ -79,6 +80,22 @@ class AppError(RuntimeError):
     """An nbgrader app reported failure; the message quotes its log and traceback."""
 
 
+class Kept(NamedTuple):
+    """A ``release/<assignment>`` that held work, moved to ``path`` (under ``logs/release-kept/``)
+    before it was regenerated; ``work``: what it held (:func:`grader.release.written_work`)."""
+
+    path: Path
+    work: list[str]
+
+
+class Generated(NamedTuple):
+    """What :meth:`Course.generate_unless_unchanged` did: ``skipped`` (why it did not generate) or
+    ``kept`` (the ``release/<assignment>`` that held work, and where it went; None when it held none)."""
+
+    skipped: str | None = None
+    kept: Kept | None = None
+
+
 class Course:
     """One nbgrader course root, its ``nbgrader_config.py`` loaded once.
 
@@ -123,64 +140,89 @@ class Course:
                            f"{result.get('error', '')[-3000:]}")
         return result
 
-    def generate_assignment(self, assignment: str) -> None:
+    def generate_assignment(self, assignment: str, keep: Path | None = None) -> Kept | None:
         """``nbgrader generate_assignment <assignment> --force``: ``source/`` -> ``release/``,
         and the assignment's notebooks and cells recorded in the gradebook. nbgrader writes into
         a staging folder, swapped in for ``release/<assignment>`` only when it succeeded: a
         failure leaves the committed ``release/`` as it was.
 
+        A ``release/<assignment>`` that holds work written in it (:func:`grader.release.written_work`:
+        answer cells that are not nbgrader's stubs, cells or files added) is never deleted: with
+        ``keep`` (a folder, e.g. :func:`grader.store.release_kept`) it is moved there whole before
+        the new one takes its place; without, it is left as it is (nbgrader's output is discarded).
+
+        Returns:
+            :class:`Kept`: where the folder that held work went (under ``keep``) and what it held;
+            None when it held none.
+
         Raises:
             AppError: nbgrader failed (its log is quoted).
+            grader.release.ReleaseHoldsWork: the folder holds work and no ``keep`` was given.
         """
         from nbgrader.utils import temp_attrs
 
+        from .release import ReleaseHoldsWork, keep_folder, refusal, written_work
+
+        current = self.tree.release(assignment)
         self._gradebook()  # nbgrader records the assignment in it
         staging = self.root / STAGING
         shutil.rmtree(staging, ignore_errors=True)
         cwd = os.getcwd()
+        kept = None
         try:  # nbgrader resolves some paths against the working directory
             os.chdir(self.root)
             with temp_attrs(self.api.coursedir, release_directory=STAGING):
                 self._check(f"generate_assignment {assignment}",
                             self.api.generate_assignment(assignment, force=True, create=True))
-            new, current = staging / assignment, self.tree.release(assignment)
+            new = staging / assignment
+            work = written_work(current, self.tree.source(assignment), generated=new)
+            if work and keep is None:
+                raise ReleaseHoldsWork(refusal(f"release/{assignment}", work,
+                                               f"Move release/{assignment} out of release/, then generate again."))
             # swapped in only now that nbgrader succeeded (moved, not written: release/ is the
             # course's output, not bookkeeping, and nbgrader wrote it whole into staging/ beside it)
             if current.exists():
-                os.replace(current, staging / f"{assignment}.old")
+                if work:  # someone's answers: kept whole, never deleted
+                    kept = Kept(keep_folder(current, keep), work)
+                else:
+                    os.replace(current, staging / f"{assignment}.old")
             current.parent.mkdir(exist_ok=True)
             os.replace(new, current)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
             os.chdir(cwd)
+        return kept
 
-    def generate_unless_unchanged(self, assignment: str) -> str | None:
+    def generate_unless_unchanged(self, assignment: str, keep: Path | None = None) -> Generated:
         """:meth:`generate_assignment`, unless nothing it reads or writes changed since the one
         that left the gradebook as it is: ``source/<assignment>/``, ``release/<assignment>/`` and
         ``nbgrader_config.py`` have the digest recorded in ``logs/generated.json`` right after that
         generate, and the gradebook's definition of the assignment (:func:`gradebook_record`) is
         the one recorded with it. A cleaned course (``logs/`` emptied), a new or restored
-        gradebook, or any changed file generates again.
+        gradebook, or any changed file generates again. ``keep``: as for :meth:`generate_assignment`.
 
         Returns:
-            None when it generated; otherwise why it did not (one line, for the run's log).
+            :class:`Generated`: why it did not generate (one line, for the run's log), or where
+            a ``release/<assignment>`` that held work was moved to.
 
         Raises:
             AppError: nbgrader failed (its log is quoted).
+            grader.release.ReleaseHoldsWork: the folder holds work and no ``keep`` was given.
         """
         course_id = self.api.coursedir.course_id
         done = store.generated(self.tree).get(assignment)
         inputs = generate_inputs(self.tree, assignment)
         if done and done.get("inputs") == inputs and \
                 done.get("gradebook") == gradebook_record(self.tree, assignment, course_id):
-            return (f"source/{assignment}, release/{assignment} and nbgrader_config.py are unchanged since "
-                    f"the generate that recorded it in the gradebook (logs/{GENERATED})")
-        self.generate_assignment(assignment)
+            return Generated(skipped=f"source/{assignment}, release/{assignment} and nbgrader_config.py are "
+                                     f"unchanged since the generate that recorded it in the gradebook "
+                                     f"(logs/{GENERATED})")
+        kept = self.generate_assignment(assignment, keep=keep)
         record = store.generated(self.tree)
         record[assignment] = {"inputs": generate_inputs(self.tree, assignment),
                               "gradebook": gradebook_record(self.tree, assignment, course_id)}
         store.write_generated(self.tree, record)
-        return None
+        return Generated(kept=kept)
 
     def generate_feedback(self, assignment: str) -> None:
         """``nbgrader generate_feedback <assignment> --force`` for every autograded student.

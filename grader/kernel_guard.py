@@ -14,10 +14,15 @@ While a cell runs:
   (IPython puts it first on ``sys.path``), so a ``torch.py`` or ``normref/`` handed in beside
   the notebook cannot shadow the course's packages;
 * without a cgroup, ``RLIMIT_NPROC`` is set here, inside the sandbox's user namespace, where
-  the kernel counts only this sandbox's processes.
+  the kernel counts only this sandbox's processes;
+* a cell that opened a code file of the student's folder (``%run sitecustomize.py``,
+  ``exec(open('usercustomize.py').read())``, an import, which opens the module's file) or imported
+  a module from it gets one output of MIME type :data:`RECORD_MIME` saying which (Python's
+  ``open`` audit event, and the modules new in ``sys.modules``): the class report describes each
+  start-up file and shadowing module handed in from this record (:mod:`grader.handed_in`).
 
 These are conveniences, not the security boundary (student code runs in this same process
-and could undo them); the boundary is the sandbox around the process, and a kernel that dies
+and could undo them, or leave its record out); the boundary is the sandbox around the process, and a kernel that dies
 anyway is handled by ``make grade`` (the question is scored 0 and the rest re-graded).
 """
 from __future__ import annotations
@@ -172,6 +177,104 @@ def _guard_kill(real):
     return guarded
 
 
+#: The MIME type of the output in which a cell's record of the student's files is handed to the
+#: grader: ``{"opened": [path relative to the folder], "imported": {module: path}}``.
+RECORD_MIME = "application/vnd.normref.kernel-record+json"
+#: Files of the student's folder whose opening is recorded: code Python can run or load.
+_CODE_FILES = (".py", ".pyc", ".pth", ".so")
+#: Start-up files Python or IPython would run before any cell, were they where it looks
+#: (:mod:`grader.handed_in` reads this list).
+STARTUP_NAMES = ("sitecustomize.py", "usercustomize.py", "ipython_config.py", "ipython_kernel_config.py",
+                 "jupyter_config.py", "jupyter_notebook_config.py", "jupyter_server_config.py")
+
+
+def _watched(here: str) -> set[str]:
+    """The top-level names in the student's folder ``here`` worth a record: start-up files,
+    ``*.pth``, IPython profiles, and modules named like one importable from elsewhere (a
+    ``torch.py``); a helper module of the student's own (``utils.py``) is not."""
+    import importlib.util
+
+    def elsewhere(stem: str) -> bool:  # importable from outside the student's folder
+        if stem in sys.stdlib_module_names or stem in sys.builtin_module_names:
+            return True
+        try:
+            spec = importlib.util.find_spec(stem)  # finds, imports nothing (a top-level name)
+        except (ImportError, ValueError):
+            return False
+        origin = os.path.realpath(getattr(spec, "origin", None) or here)
+        return spec is not None and not origin.startswith(here + os.sep)
+
+    out = set()
+    for name in os.listdir(here):
+        stem = name.split(".")[0]
+        if name in STARTUP_NAMES or name.endswith(".pth") or name == ".ipython" or name.startswith("profile_"):
+            out.add(name)
+        elif stem.isidentifier() and elsewhere(stem) and \
+                (name.endswith(_CODE_FILES) or os.path.isfile(os.path.join(here, name, "__init__.py"))):
+            out.add(name)
+    return out
+
+
+def _record_student_files(ip) -> None:
+    """Record which code files of the student's folder each cell opened (Python's ``open`` audit
+    event: ``open()``, ``%run``, ``runpy``, the import system's ``io.open_code``) and which modules
+    it imported from there; hand each cell's record to the grader as one output (:data:`RECORD_MIME`).
+    Only the files :func:`_watched` names are recorded."""
+    here = os.path.realpath(os.getcwd())
+    try:
+        watched = _watched(here)
+    except OSError:
+        return
+    if not watched:
+        return
+    roots = {here + os.sep} | ({os.environ["PWD"].rstrip(os.sep) + os.sep} if os.environ.get("PWD") else set())
+    opened: list[str] = []
+    seen = set(sys.modules)
+
+    def inside(path) -> str | None:
+        try:
+            p = os.fsdecode(path)
+        except TypeError:  # a file descriptor
+            return None
+        p = os.path.normpath(p if os.path.isabs(p) else os.path.join(os.getcwd(), p))
+        for root in roots:
+            if p.startswith(root):
+                return p[len(root):]
+        return None
+
+    def audit(event, args):
+        if event != "open" or not _state["in_cell"] or not args:
+            return
+        rel = inside(args[0])  # the interpreter's own __pycache__ is not a file the student handed in
+        if rel and rel.split(os.sep, 1)[0] in watched and rel.endswith(_CODE_FILES) and \
+                "__pycache__" not in rel and rel not in opened:
+            opened.append(rel)
+
+    def report(result=None):
+        nonlocal seen
+        now = set(sys.modules)
+        imported = {}
+        for name in sorted(now - seen):
+            f = getattr(sys.modules.get(name), "__file__", None)
+            rel = inside(f) if isinstance(f, str) else None
+            if rel and rel.split(os.sep, 1)[0] in watched:
+                imported[name] = rel
+        seen = now
+        if not opened and not imported:
+            return
+        record = {"opened": list(opened), "imported": imported}
+        opened.clear()
+        what = [f"opened {', '.join(record['opened'])}"] if record["opened"] else []
+        what += [f"imported {', '.join(f'{m} ({f})' for m, f in imported.items())}"] if imported else []
+        from IPython.display import display
+
+        display({RECORD_MIME: record, "text/plain": f"[the grader's record: this cell {' and '.join(what)} "
+                                                   "from the submission's folder]"}, raw=True)
+
+    sys.addaudithook(audit)
+    ip.events.register("post_run_cell", report)
+
+
 def _cap_output():
     from ipykernel.iostream import OutStream
 
@@ -204,6 +307,7 @@ def load_ipython_extension(ip) -> None:
     signal.raise_signal = _guard_exit(signal.raise_signal, "signal.raise_signal()")
     _cap_output()
     _student_folder_last()
+    _record_student_files(ip)
     ip.events.register("pre_execute", _pre)
     ip.events.register("post_execute", _post)
     ip.events.register("post_run_cell", _post_run_cell(ip))

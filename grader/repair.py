@@ -39,7 +39,7 @@ from .course import CourseTree
 from .lms_names import notebook_key
 from .store import UNREADABLE
 from .notebooks import read_notebook_leniently
-from .tamper import protected_bindings, scan, shadowing_modules, startup_files
+from .tamper import protected_bindings, scan
 
 #: Why the scan removed an answer cell that calls the reference (grader.scoring reads it back and
 #: counts the question under the ``reference_call`` fault).
@@ -265,10 +265,8 @@ def repair_submission(course: CourseTree | Path, student: str, assignment: str,
     keep = (keep or store.originals(tree)) / student / assignment
     released = sorted(tree.release(assignment).glob("*.ipynb"))
     files = sorted(p for p in sub.iterdir() if p.is_file() and p.suffix.lower() == ".ipynb")
-    rep.flags += [f"{line}: the grading kernel imports the course's own first, so it is ignored"
-                  for line in shadowing_modules(sub)]
-    rep.flags += [f"{line}: the grading kernel does not load it (its home, IPython profile and user site "
-                  "are the sandbox's own)" for line in startup_files(sub)]
+    # start-up files and shadowing modules beside the notebook are described after autograde, from
+    # what the grading kernel recorded them doing (grader.handed_in, grader/stages/autograde.py)
     if not files:
         return rep
     keep.mkdir(parents=True, exist_ok=True)

@@ -106,8 +106,6 @@ def default_mem_mb() -> int:
     return int(os.environ.get(ENV_KERNEL_MEM_MB) or DEFAULT_MEM_MB)
 
 
-
-
 def write_kernelspec(dest: Path, mem_mb: int = DEFAULT_MEM_MB, provisioner: str | None = None,
                      as_mb: int | None = None) -> Path:
     """Write ``dest/kernels/normref-sandbox/kernel.json``; put ``dest`` on ``JUPYTER_PATH``.
@@ -258,7 +256,10 @@ class SandboxSession:
 #: A cell stopped by nbgrader's ``Execute.timeout`` ends in this error (nbclient interrupts the kernel).
 _INTERRUPTED = ("was stopped by the grader's time limit per cell (nbgrader's Execute.timeout; or it raised "
                 "KeyboardInterrupt): what it defines is missing for the cells below it, which may score 0")
-_FLAGGED_ERRORS = ("GradingSandboxLimit", "KeyboardInterrupt")
+#: ... and a cell the kernel stopped answering in, killed and skipped (``GradingExecute`` in
+#: ``nbgrader_config.py``), this, whose message says so.
+KERNEL_STOPPED = "KernelStoppedAnswering"
+_FLAGGED_ERRORS = ("GradingSandboxLimit", "KeyboardInterrupt", KERNEL_STOPPED)
 
 
 def limit_flags(course_root: Path, session: "SandboxSession | None", pairs) -> dict[tuple[str, str], list[str]]:
@@ -266,7 +267,8 @@ def limit_flags(course_root: Path, session: "SandboxSession | None", pairs) -> d
 
     Read from the kernels' cgroups (outside the sandbox; the process cap) and from the autograded
     notebooks' cells: the guard's :class:`~grader.kernel_guard.GradingSandboxLimit` (either cap),
-    and ``KeyboardInterrupt``, which nbgrader's time limit per cell ends a cell with.
+    ``KeyboardInterrupt``, which nbgrader's time limit per cell ends a cell with, and
+    :data:`KERNEL_STOPPED`, a cell whose kernel stopped answering at that limit and was killed.
     """
     flags: dict[tuple[str, str], list[str]] = {}
     root = Path(course_root).resolve()
@@ -291,7 +293,7 @@ def limit_flags(course_root: Path, session: "SandboxSession | None", pairs) -> d
                         continue
                     gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
                     where = f"cell {gid!r}" if gid else "a cell the student added"
-                    said = out.get("evalue", "") if out["ename"] == "GradingSandboxLimit" else _INTERRUPTED
+                    said = _INTERRUPTED if out["ename"] == "KeyboardInterrupt" else out.get("evalue", "")
                     flags.setdefault((a, st), []).append(f"{where}: {said}")
     return flags
 

@@ -247,9 +247,12 @@ _RECORDS = [
 RECORDS = {r.name: r for r in _RECORDS}
 #: ``logs/backups/``: gradebook backups (:mod:`grader.state`) and state archives (:mod:`grader.reset`).
 BACKUPS = "backups"
-#: What ``make clean`` keeps of ``logs/``: the backups, the run log, and the records that are not
-#: grading state.
-KEPT_LOGS = (BACKUPS, RUN_LOG, *(r.name for r in _RECORDS if r.kept))
+#: ``logs/release-kept/``: ``release/<assignment>/`` folders that held work when they were
+#: regenerated (:mod:`grader.release`): someone's answers, never grading state.
+RELEASE_KEPT = "release-kept"
+#: What ``make clean`` keeps of ``logs/``: the backups, the run log, the kept release folders and
+#: the records that are not grading state.
+KEPT_LOGS = (BACKUPS, RUN_LOG, RELEASE_KEPT, *(r.name for r in _RECORDS if r.kept))
 
 
 # --------------------------------------------------------------------------- the folders
@@ -263,6 +266,12 @@ def batch(tree: CourseTree, run_id: str, what: str) -> Path:
     """``logs/batches/<run id>/<what>/``: a batch ``received`` as handed in, and its notebooks as
     they were before repair (``originals``); never overwritten."""
     return tree.logs / "batches" / run_id / what
+
+
+def release_kept(tree: CourseTree, run_id: str) -> Path:
+    """``logs/release-kept/<run id>/``: where a run (or ``make release KEEP=1``) moves each
+    ``release/<assignment>/`` that held work before regenerating it (:mod:`grader.release`)."""
+    return tree.logs / RELEASE_KEPT / run_id
 
 
 def originals(tree: CourseTree) -> Path:

@@ -134,6 +134,12 @@ _TABLE = [
     Fault("ignores_bias", "the bias (beta) was not added.", "did not add the bias (beta)"),
     Fault("wrong_values", "the values differ from the reference.",
           "returned wrong values (no specific diagnosis)"),
+    Fault("measured", "a mistake outside this list: the message says what was measured (normref.diagnosis: "
+          "the output's response to each input and parameter, a constant factor, the statistics).",
+          "made a mistake the checks measured (see groups)"),
+    Fault("other_formula", "a formula outside this list: the message states the formula the code computes "
+          "beside the one asked (normref.diagnosis traced it, or identified it from the outputs).",
+          "computed another formula (see groups)"),
     Fault("found_variant", "a mistake outside this list, found by trying variants of the "
           "reference (normref.diagnosis): the message names it.",
           "made a mistake the search named (see groups)"),

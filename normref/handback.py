@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -40,6 +41,13 @@ from .wire import MIME, encode, encode_answer, encode_exception, load_inputs, sn
 
 def _arrays(args) -> list[tuple[int, object]]:
     return [(i, a) for i, a in enumerate(args) if isinstance(a, np.ndarray) or is_tensor(a)]
+
+
+#: Seconds of calls one hidden test makes; later calls are not made (handed back as raised). The
+#: checker's own calls come first and fit (at most 7 of at most ``CALL_TIMEOUT_S`` each), so only
+#: the diagnosis' probes (:mod:`normref.diagnosis.probes`) of a slow answer are left out: the cell
+#: stays under nbgrader's 60 s (``Execute.timeout``) and the score is the battery's.
+CALLS_BUDGET_S = 40.0
 
 
 def run_calls(fn, calls: list, reference: dict | None = None, sealed: dict | None = None) -> list[dict] | dict:
@@ -56,7 +64,11 @@ def run_calls(fn, calls: list, reference: dict | None = None, sealed: dict | Non
         return {"not_callable": type(fn).__name__[:80]}
     import_if_named(fn)  # an answer that imports torch does it here, not inside a timed call
     records = []
+    start = time.monotonic()
     for args, kwargs, grad in calls:
+        if time.monotonic() - start > CALLS_BUDGET_S:  # the diagnosis' probes, after the battery's calls
+            records.append({"raised": ["RuntimeError", "not made: the hidden test's time was spent"]})
+            continue
         before = [(i, snapshot(a)) for i, a in _arrays(args)]
         rec: dict = {}
         recorder = recorder_for(reference, grader_objects(args, kwargs), sealed)
@@ -330,9 +342,13 @@ class PointsLost(AssertionError):
 
 def _every_cause(result) -> str:
     """Each distinct reason ``result`` loses points, once, in order (the broken rules, then each
-    failing case's diagnosis without its case name), each wrapped to 76 columns as ``- ...``:
-    a student fixing the first learns of the others too (bfloat16's dtype after float16's overflow)."""
+    failing case's diagnosis), each wrapped at spaces to 76 columns as ``- ...``: a student
+    fixing the first learns of the others too (bfloat16's dtype after float16's overflow). The
+    cases a diagnosis explains are named by their labels (:func:`normref.checks.core.case_label`,
+    whole phrases), at most two, then "and N more cases": shortened by whole cases, never cut."""
     import textwrap
+
+    from .checks.core import case_label
 
     causes: dict[str, list[str]] = {}  # hint -> the cases it explains
     for why in result.breaches:
@@ -342,7 +358,7 @@ def _every_cause(result) -> str:
             continue
         if c.message.startswith("case '"):  # a code case, "case '<name>': <what>; <hint>": the hint
             hint = " ".join(c.message.split("': ", 1)[-1].split("; ", 1)[-1].split())
-            causes.setdefault(hint, []).append(c.name.split(" (", 1)[0])
+            causes.setdefault(hint, []).append(case_label(c.name))  # a whole phrase, never cut mid-way
         else:  # a short answer's message, whole: it names its answer ("variance: you gave 3: ...")
             causes.setdefault(" ".join(c.message.split()), [])
 

@@ -237,6 +237,20 @@ def check(qid: str, answer) -> Feedback:
     Raises:
         KeyError: unknown ``qid``. A malformed answer never raises: it gets a message.
     """
+    return _check(qid, answer, "code")
+
+
+def _not_answered(q: Question, view: str) -> str:
+    """What an empty answer is told, in the words of where it was given: the code cell
+    (``check(qid, ...)``) or the quiz's form (a box or options, Check, Enter)."""
+    if view == "widget":
+        return ("pick one of the options, then press Check." if q.kind == "choice" else
+                f"type your answer in the box ({q.hint}), then press Check or Enter.")
+    return f"replace the ... with your answer ({q.hint}), then run the cell again."
+
+
+def _check(qid: str, answer, view: str) -> Feedback:
+    """:func:`check`, its messages in the words of ``view``: ``"code"`` or ``"widget"``."""
     q = _question(qid)
     if q.kind == "choice":
         answer = _choice_value(q, answer)
@@ -245,7 +259,7 @@ def check(qid: str, answer) -> Feedback:
     result = q._grade(answer)
     faults = tuple(result.faults)
     if faults and set(faults) <= _NOT_AN_ATTEMPT and "not_answered" in faults:
-        return Feedback(qid, None, f"replace the ... with your answer ({q.hint}), then run again.", faults)
+        return Feedback(qid, None, _not_answered(q, view), faults)
     messages = _said(result)
     if faults and set(faults) <= _NOT_AN_ATTEMPT:  # unreadable: not an attempt
         return Feedback(qid, False, " ".join(messages) + f" ({q.hint}).", faults)
@@ -300,9 +314,15 @@ def reveal(qid: str) -> str:
     Raises:
         KeyError: unknown ``qid``.
     """
+    return _reveal(qid, "code")
+
+
+def _reveal(qid: str, view: str) -> str:
+    """:func:`reveal`, in the words of ``view`` (``"code"`` or ``"widget"``)."""
     q = _question(qid)
     if qid not in _ATTEMPTED:
-        return f"Answer first: run check({qid!r}, your_answer); the standard answer appears after one attempt."
+        how = "press Check with your answer" if view == "widget" else f"run check({qid!r}, your_answer)"
+        return f"Answer first: {how}; the standard answer appears after one attempt."
     return f"Standard answer: {q._answer()}"
 
 
@@ -317,60 +337,62 @@ class _Quiz:
     def __init__(self, qid: str):
         import ipywidgets as W
 
+        from .answer_form import answer_form
+
         q = _question(qid)
         self.qid = qid
         self.prompt = W.HTML(f"<b>{html.escape(q.section)}.</b> {html.escape(q.prompt)}")
-        if q.kind == "choice":
-            self.answer = W.RadioButtons(options=list(q.options), value=None, description="answer",
-                                         layout=W.Layout(width="max-content"))
-        else:
-            self.answer = W.Text(value="", placeholder=q.hint, description="answer",
-                                 continuous_update=False, layout=W.Layout(width="420px"))
-        self.check_button = W.Button(description="Check", button_style="primary")
-        self.reveal_button = W.Button(description="Show answer", disabled=True,
-                                      tooltip="available after your first attempt")
+        self.answer = answer_form(kind=q.kind, options=list(q.options), hint=q.hint,
+                                  value=None if q.kind == "choice" else "")
         self.feedback = W.HTML()
         self.feedback.add_class("normref-feedback")
-        self.check_button.on_click(self._on_check)
-        self.reveal_button.on_click(self._on_reveal)
-        self.widget = W.VBox([self.prompt, self.answer,
-                              W.HBox([self.check_button, self.reveal_button]), self.feedback])
+        self.answer.on_check(self._on_check)
+        self.answer.on_reveal(self._on_reveal)
+        self.widget = W.VBox([self.prompt, self.answer, self.feedback])
 
-    def _on_check(self, _=None) -> Feedback:
+    def _on_check(self, value) -> Feedback:
+        """Judge ``value``, the answer the form sent with the request (its box's text, or the
+        option picked), never an older one the kernel still had."""
         self.feedback.value = ""  # no earlier verdict stays up while this answer is judged
-        value = shown = self.answer.value
-        if self.answer.__class__.__name__ == "RadioButtons" and value is not None:
+        shown = value
+        if self.answer.kind == "choice" and value is not None:
             value = list(_question(self.qid).options).index(value)
-        fb = check(self.qid, value)
+        fb = _check(self.qid, value, "widget")
         judged = html.escape(str(shown)) if shown not in (None, "") else "(no answer)"
         # the answer judged, as the kernel received it, above its verdict
         self.feedback.value = (f'<div class="normref-judged" style="color:#555555">your answer: '
                                f"<code>{judged}</code></div>" + fb._repr_html_())
-        self.reveal_button.disabled = not attempted(self.qid)
+        self.answer.revealable = attempted(self.qid)
         return fb
 
-    def _on_reveal(self, _=None) -> str:
-        text = reveal(self.qid)
+    def _on_reveal(self) -> str:
+        text = _reveal(self.qid, "widget")
         self.feedback.value += f"<div><i>{html.escape(text)}</i></div>"
         return text
 
-    def _repr_mimebundle_(self, **kwargs):
-        return self.widget._repr_mimebundle_(**kwargs)
+    def _repr_mimebundle_(self, **kwargs):  # the widget, and its static form (normref.static_widgets)
+        from .static_widgets import mimebundle
+
+        return mimebundle(self.widget, title="Practice question", **kwargs)
 
 
 def quiz(qid: str) -> _Quiz:
-    """The question as a widget: its prompt, an answer box (or options), Check, Show answer.
+    """The question as a widget: its prompt, an answer form (a box or options, Check, Show
+    answer: :mod:`normref.answer_form`), and the feedback.
 
-    Check calls :func:`check` and shows the feedback in an ``HTML`` widget (CSS class
-    ``normref-feedback``); Show answer stays disabled until the first real attempt, then
-    appends :func:`reveal`'s text. Builds with no browser attached.
+    Check, or Enter in the box, sends the answer the form shows with the request, and judges
+    that (:func:`check`'s verdict, its messages in the form's words: "type your answer in the
+    box"), shown in an ``HTML`` widget (CSS class ``normref-feedback``) under the answer it
+    judged; Show answer stays disabled until the first real attempt, then appends
+    :func:`reveal`'s text. Builds with no browser attached.
 
     Args:
         qid: a key of :data:`QUESTIONS`.
 
     Returns:
         An object with ``.widget`` (an ``ipywidgets.VBox``; a cell ending in it shows it),
-        ``.answer``, ``.check_button``, ``.reveal_button`` and ``.feedback``.
+        ``.answer`` (the form: ``.value``, ``.check()`` as Check does, ``.reveal()``,
+        ``.revealable``) and ``.feedback``.
 
     Raises:
         KeyError: unknown ``qid``.

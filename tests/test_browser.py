@@ -25,7 +25,9 @@ What a student would see is asserted, and measured:
   the lesson prints no source code of ``normref`` and reports this model before Xiong et al.;
 - an assignment from ``release/``: a forgotten keepdim stops Run All on the visible check's
   diagnosis (screenshot ``quick-check-diagnosis``), a wrong answer gets its diagnosis, the
-  seed's answer gets "all correct" from the self-check and nbgrader's Validate.
+  seed's answer gets "all correct" from the self-check and nbgrader's Validate;
+- a practice quiz: each answer typed and checked at once (Check clicked right after the last
+  key, or Enter) is the one judged; an empty box is told what to do there.
 
 Screenshots and the server log go to ``build/browser/`` (``make screenshots`` copies the
 README's into ``docs/screenshots/``).
@@ -439,6 +441,23 @@ def test_start_page_opens_the_start_notebook_without_instructor_panels(page, lab
     shot(page, "start")
 
 
+@pytest.mark.parametrize("rel", ["notebooks/01_layernorm.ipynb", "release/modern/modern.ipynb"])
+def test_a_freshly_opened_notebook_is_not_marked_changed(page, lab, rel):
+    """Opening a lesson or an assignment changes nothing: once its kernel is idle (JupyterLab has
+    written the kernel's language_info into the notebook's metadata), its tab is not marked
+    unsaved, so autosave never rewrites the tracked file (normref.jupyter_contents hands
+    JupyterLab the notebook with this Python's language_info)."""
+    before = (lab.root / rel).read_bytes()
+    open_notebook(page, lab, rel)
+    page.wait_for_timeout(1500)  # the kernel_info reply, and any metadata update after it
+    tab = page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab.lm-mod-current")
+    assert tab.count() == 1
+    assert "jp-mod-dirty" not in (tab.get_attribute("class") or ""), f"{rel} is marked unsaved on opening"
+    assert page.locator(".lm-TabBar-tab.jp-mod-dirty").count() == 0
+    assert (lab.root / rel).read_bytes() == before
+    shot(page, f"fresh-{Path(rel).stem}")
+
+
 #: What each lesson's one Run All in the browser measured: ``{rel: {"held": bytes of every kernel
 #: running at once just after it, "peak": its kernel's VmHWM}}`` (filled in course order).
 COURSE_RUN: dict[str, dict[str, int]] = {}
@@ -470,7 +489,8 @@ def follow_lesson(page, lab: Lab, lesson: Path) -> None:
     saved = save(page, lab, rel)
     n_widgets = len(_outputs(saved, "application/vnd.jupyter.widget-view+json"))
     n_png = len(_outputs(saved, "image/png"))
-    n_html_img = sum(o["data"]["text/html"].count("<img") for o in _outputs(saved, "text/html"))
+    n_html_img = sum(o["data"]["text/html"].count("<img") for o in _outputs(saved, "text/html")
+                     if "application/vnd.jupyter.widget-view+json" not in o["data"])  # a widget's static form
     panel = page.locator(NOTEBOOK)
     rendered = panel.locator(".jp-OutputArea-output > .jupyter-widgets")
     assert rendered.count() == n_widgets, (
@@ -677,6 +697,56 @@ def test_assignment_self_check_names_the_mistake_then_passes(page, lab):
     assert "Success! Your notebook passes all the tests." in text, text[-1500:]
     shot(page, "validate")
     page.locator(".jp-Dialog-button").last.click()
+
+
+# (answer, right?) for "Compute the RMS of (3, 4)": sqrt(12.5) = 3.5355...
+QUIZ_ANSWERS = [("5", False), ("3.536", True), ("3.5", False), ("sqrt(12.5)", True), ("12.5", False),
+                ("3.54", True), ("7", False), ("3.535", True)]
+
+
+def test_quiz_judges_the_text_in_the_box_on_check_and_on_enter(page, lab):
+    """A practice quiz in the browser (normref/answer_form.py): each answer typed and checked at
+    once, by clicking Check right after the last key or by pressing Enter, is the answer judged
+    (the feedback shows it, and its verdict), never the one before; an empty box is told to type
+    in the box and press Check or Enter; Show answer opens after an attempt; a choice question
+    judges the option picked."""
+    rel = "quiz-check.ipynb"
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("from normref import practice\npractice.quiz('ps_rms_3_4')"),
+        nbformat.v4.new_code_cell("practice.quiz('retrieval_axis')")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    nbformat.write(nb, lab.root / rel)
+    open_notebook(page, lab, rel)
+    run_all(page)
+    check_widget_views(page, rel)
+    panel = page.locator(NOTEBOOK)
+    form, feedback = panel.locator(".normref-answer-form").first, panel.locator(".normref-feedback").first
+    box, check = form.locator("input[type=text]"), form.get_by_role("button", name="Check")
+    reveal = form.get_by_role("button", name="Show answer")
+    expect(reveal).to_be_disabled()
+    check.click()  # an empty box
+    expect(feedback).to_contain_text("no answer yet: type your answer in the box", timeout=PAGE_MS)
+    assert "..." not in feedback.inner_text().replace("sqrt(...)", ""), feedback.inner_text()
+    for i, (answer, right) in enumerate(QUIZ_ANSWERS * 2):
+        box.fill("")
+        box.press_sequentially(answer)  # typed, and at once:
+        box.press("Enter") if i % 2 else check.click()
+        expect(feedback.locator(".normref-judged code")).to_have_text(answer, timeout=PAGE_MS)
+        expect(feedback).to_contain_text("✔ correct" if right else "✘ not yet", timeout=PAGE_MS)
+    shot(page, "quiz", panel.locator(".jp-Cell").first)
+    expect(reveal).to_be_enabled()
+    reveal.click()
+    expect(feedback).to_contain_text("Standard answer: sqrt((9 + 16) / 2)", timeout=PAGE_MS)
+    choice = panel.locator(".normref-answer-form").nth(1)
+    choice_feedback = panel.locator(".normref-feedback").nth(1)
+    choice.get_by_role("button", name="Check").click()
+    expect(choice_feedback).to_contain_text("pick one of the options, then press Check.", timeout=PAGE_MS)
+    for option, right in (("the batch axis B", False), ("the feature axis D", True)):
+        choice.get_by_role("radio", name=re.compile(re.escape(option))).check()
+        choice.get_by_role("button", name="Check").click()
+        expect(choice_feedback.locator(".normref-judged code")).to_contain_text(option, timeout=PAGE_MS)
+        expect(choice_feedback).to_contain_text("✔ correct" if right else "✘ not yet", timeout=PAGE_MS)
+    shot(page, "quiz-choice", panel.locator(".jp-Cell").nth(1))
 
 
 def test_instructor_view_opens_a_lesson_source_as_a_notebook_that_runs(browser, lab, tmp_path_factory):

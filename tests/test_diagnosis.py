@@ -304,8 +304,6 @@ UNLISTED = [  # (checker, student, the variant, words the message must contain)
     ("layer_norm", ln_beta_inside, "bias=inside", "(xhat + beta) * gamma"),
     ("layer_norm", ln_var_not_std, "root=none", "divided by the variance itself"),
     ("layer_norm", ln_hardcoded_eps, "eps_value=1e-05", "used eps = 1e-05 instead of the eps you were given"),
-    ("pre_ln", pre_ln_normalizes_after, "post=True", "normalized after the residual add"),
-    ("post_ln", post_ln_norms_input_too, "input=Nx", "fed Norm(x) to the sublayer instead of x"),
     ("layer_norm_backward", bwd_forgot_factor_two, "var_term=halved", "halved the variance term"),
     ("layer_norm_backward", bwd_dweight_from_x, "dweight=x", "summed dy * x for dweight"),
     ("RMSNorm module", RMSNormMaxAbs, "stat=max_abs", "the largest |x| of the token"),
@@ -379,9 +377,23 @@ def rms_per_token_factor(x, weight, eps=1e-6):
     return (y.reshape(-1, y.shape[-1]) * k[:, None]).reshape(y.shape).to(x.dtype)
 
 
+def test_placement_answers_outside_the_fault_list_get_their_traced_formula():
+    """pre_ln/post_ln have no grammar search any more: the formula the code computes is traced
+    (normref.diagnosis.trace) and said beside the asked one, on every failing case."""
+    for checker, student, computes, asked in (
+            ("pre_ln", pre_ln_normalizes_after, "Norm(x + F(Norm(x)))", "Pre-LN is x + F(Norm(x))"),
+            ("post_ln", post_ln_norms_input_too, "Norm(x + F(Norm(x)))", "Post-LN is Norm(x + F(x))")):
+        r = run_checker(checker, student)
+        assert r.faults == ["other_formula"] and not _variant_tags(r), r.report()
+        for c in r.cases:
+            assert f"your {checker} computes {computes}; {asked}" in c.message, c.message
+            assert "scaled by" not in c.message and "DeepNorm" not in c.message, c.message
+
+
 def test_outputs_no_variant_produces_get_no_name_only_what_was_measured():
     r = run_checker("rms_norm", rms_noisy)
-    assert r.faults == ["wrong_values"] and not _variant_tags(r)
+    assert r.faults == ["measured"] and not _variant_tags(r), r.report()
+    assert not any(m.endswith("the values differ from the reference.") for m in r.messages), r.report()
     r = run_checker("rms_norm", rms_per_token_factor)
     assert "found_variant" not in r.faults and not _variant_tags(r), r.report()
     two_d = [c.message for c in r.cases if not c.passed and "[2, 3, 8]" in c.name]

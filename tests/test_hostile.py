@@ -458,7 +458,7 @@ def test_forgeries_caps_and_shadowing_through_make_grade(graded):
     startup = " ".join(flags["startup_files"])
     for name in ("sitecustomize.py", "usercustomize.py", "ipython_config.py", "ipython_kernel_config.py",
                  "answer.pth", ".ipython/profile_default/startup/00-answer.py"):
-        assert f"{name} " in startup and "does not load it" in startup, (name, startup)
+        assert f"{name} (" in startup and "never run or imported" in startup, (name, startup)
     assert not flags.get("honest") and not flags.get("honest_float64"), flags
     assert any("checkers changed at run time" in f for f in flags["runtime_patch"]), flags["runtime_patch"]
     assert any("0 points: calls torch's rms_norm" in f

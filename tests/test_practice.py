@@ -134,26 +134,57 @@ def test_unknown_question_names_the_known_ones():
 
 
 def test_quiz_widget_checks_and_unlocks_show_answer():
+    P.reset()
     q = P.quiz("ps_rms_3_4")
-    assert q.reveal_button.disabled
-    q.check_button.click()  # empty box: no attempt
-    assert "no answer yet" in q.feedback.value and q.reveal_button.disabled
-    q.answer.value = "5"
-    q.check_button.click()
+    assert not q.answer.revealable
+    q.answer.reveal()  # disabled: nothing happens
+    assert q.feedback.value == ""
+    q.answer.check("")  # empty box: no attempt, told in the form's own words
+    assert "no answer yet" in q.feedback.value and not q.answer.revealable
+    assert "type your answer in the box (one number (3 decimals), or sqrt(...)), then press Check or Enter." \
+        in q.feedback.value and "..." not in q.feedback.value.replace("sqrt(...)", "")
+    q.answer.check("5")
     assert "L2 norm" in q.feedback.value
-    assert not q.reveal_button.disabled
-    q.reveal_button.click()
+    assert q.answer.revealable
+    q.answer.reveal()
     assert "3.536" in q.feedback.value
 
 
+def test_quiz_widget_judges_the_answer_sent_with_check_not_the_one_the_kernel_had():
+    """The browser sends the box's text with the request (normref/answer_form.py): an answer the
+    kernel still held from before is not what is judged."""
+    P.reset()
+    q = P.quiz("ps_rms_3_4")
+    q.answer.value = "5"  # what a state update had brought earlier
+    q.answer._message(q.answer, {"event": "check", "value": "3.536"}, [])  # Check (or Enter) with the new text
+    assert "✔ correct" in q.feedback.value and "<code>3.536</code>" in q.feedback.value
+    assert q.answer.value == "3.536"
+    q.answer._message(q.answer, {"event": "check", "value": None}, [])  # a message without text: an empty box
+    assert "no answer yet" in q.feedback.value
+
+
 def test_quiz_widget_for_a_choice_question():
+    P.reset()
     q = P.quiz("retrieval_axis")
-    q.answer.value = q.answer.options[2]
-    q.check_button.click()
+    q.answer.check(None)  # nothing picked
+    assert "pick one of the options, then press Check." in q.feedback.value
+    q.answer.check(q.answer.options[2])
     assert "correct" in q.feedback.value and "dim=-1" in q.feedback.value
-    q.answer.value = q.answer.options[0]
-    q.check_button.click()
+    q.answer.check(q.answer.options[0])
     assert "BatchNorm" in q.feedback.value
+    q.answer._message(q.answer, {"event": "check", "value": "not an option"}, [])
+    assert "pick one of the options" in q.feedback.value
+
+
+def test_each_view_says_how_to_answer_in_its_own_terms():
+    """The code cell's check says to replace the ... and run the cell; the widget, to type in the
+    box and press Check or Enter; reveal before an attempt, how to attempt there."""
+    P.reset()
+    assert P.check("ps_rms_3_4", ...).message == (
+        "replace the ... with your answer (one number (3 decimals), or sqrt(...)), then run the cell again.")
+    assert P.reveal("ps_rms_3_4").startswith("Answer first: run check('ps_rms_3_4', your_answer)")
+    q = P.quiz("ps_rms_3_4")
+    assert q._on_reveal().startswith("Answer first: press Check with your answer;")
 
 
 # (lesson question, the graded assignment's checker called on the same answer, answers)

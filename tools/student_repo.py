@@ -214,6 +214,21 @@ def find_leaks(tree: Path, *, source: Path) -> list[Leak]:
     return leaks
 
 
+def _refuse_written_release(release: Path, source: Path, why: str, todo: str) -> None:
+    """Raise :class:`ExportError` when a ``release/<assignment>/`` under ``release`` holds work
+    written in it (:func:`grader.release.written_work`: answer cells that are not nbgrader's
+    stubs, cells or files added): ``why`` it matters, ``todo`` what to do."""
+    if str(REPO) not in sys.path:  # run as a script (make student-repo): the course's grader package
+        sys.path.insert(0, str(REPO))
+    from grader.release import written_work
+
+    found = [f"{release.name}/{a.name}/{line}" for a in sorted(release.iterdir()) if a.is_dir()
+             for line in written_work(a, source / a.name)] if release.is_dir() else []
+    if found:
+        shown = "\n  ".join(found[:8]) + (f"\n  ... and {len(found) - 8} more" if len(found) > 8 else "")
+        raise ExportError(f"{release} holds work written in it ({why}):\n  {shown}\nNothing was exported. {todo}")
+
+
 def _clear_previous_export(dest: Path, names: set[str]) -> None:
     """Empty ``dest`` except ``.git``, if it holds only what an export writes."""
     extra = sorted(p.name for p in dest.iterdir() if p.name not in names | {".git"})
@@ -245,8 +260,10 @@ def export_student_repo(dest: Path, *, repo: Path = REPO, binder_repo: str | Non
     Raises:
         ExportError: ``dest`` is inside ``repo``'s student paths or is a non-empty folder
             (without ``replace``, or with files an export does not write), ``binder_repo`` is
-            not ``OWNER/NAME``, or a hidden-test or mark-scheme line of ``source/`` is in the
-            export (which is then removed).
+            not ``OWNER/NAME``, a hidden-test or mark-scheme line of ``source/`` is in the
+            export (which is then removed), or a ``release/<assignment>/`` of ``repo`` or of the
+            export to replace holds work written in it (answers that are not nbgrader's stubs:
+            :mod:`grader.release`); nothing is written then.
     """
     repo, dest = Path(repo).resolve(), Path(dest).resolve()
     if binder_repo is not None and not re.fullmatch(r"[\w.-]+/[\w.-]+", binder_repo):
@@ -256,9 +273,14 @@ def export_student_repo(dest: Path, *, repo: Path = REPO, binder_repo: str | Non
                           "(the default is build/student-repo)")
     files = student_files(repo=repo)
     top = {f.parts[0] for f in files}
+    _refuse_written_release(repo / "release", repo / "source", "exporting it would hand that work to every student",
+                            "Run `make release` (it refuses too, or keeps a copy with KEEP=1) so that release/ is "
+                            "what nbgrader generates, then export again.")
     if dest.exists() and any(dest.iterdir()):
         if not replace:
             raise ExportError(f"{dest} is not empty: pass --replace to overwrite a previous export")
+        _refuse_written_release(dest / "release", repo / "source", "replacing this export would delete it",
+                                f"Move that work out of {dest}, then export again.")
         _clear_previous_export(dest, top)
     dest.mkdir(parents=True, exist_ok=True)
     for f in files:

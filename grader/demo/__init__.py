@@ -116,8 +116,11 @@ DEMO_COURSE = Path("build") / "demo-course"
 
 def demo_course(course_root: Path) -> Path:
     """A course folder of its own for the demo class, ``<course_root>/build/demo-course/``: the
-    course's ``nbgrader_config.py``, ``source/`` and ``release/`` copied fresh each time, so the
-    demo never reads or writes the real course's grading state.
+    course's ``nbgrader_config.py`` and ``source/`` copied fresh each time, so the demo never
+    reads or writes the real course's grading state. Its ``release/`` is what the run's generate
+    stage makes from that ``source/``, never a copy of the course's own ``release/``, which may
+    hold a student's answers (the README has students work there): the demo class is built from
+    nbgrader's stubs, and nothing in the course's ``release/`` is read or written.
 
     Returns:
         The demo course root.
@@ -127,7 +130,7 @@ def demo_course(course_root: Path) -> Path:
     root = Path(course_root) / DEMO_COURSE
     root.mkdir(parents=True, exist_ok=True)
     shutil.copy2(Path(course_root) / CONFIG, root / CONFIG)
-    for name in ("source", "release"):
+    for name in ("source", "release"):  # build output: the demo's own release/ is generated again
         shutil.rmtree(root / name, ignore_errors=True)
-        shutil.copytree(Path(course_root) / name, root / name)
+    shutil.copytree(Path(course_root) / "source", root / "source")
     return root

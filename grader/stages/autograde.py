@@ -58,7 +58,25 @@ def autograde_stage(b: Batch) -> None:
             if line := warm.describe(run.autograde.kernels, sb.warm_off):  # a fresh kernel instead of a warm one
                 log(line)
     log(f"autograde: {len(run.autograde.graded)} notebooks in {run.autograde.seconds:.1f} s")
+    describe_handed_in(b)
     carry_hand_grades(b)
+
+
+def describe_handed_in(b: Batch) -> None:
+    """Each start-up file and shadowing module handed in beside a notebook of this batch, flagged
+    with what the grading kernel recorded it doing (:func:`grader.handed_in.describe`: run or
+    imported by the student's own code, in which cell, or never)."""
+    from ..handed_in import describe
+
+    tree, graded = b.services.tree, set(b.run.autograde.graded)
+    todo = b.found.to_grade if b.found.to_grade is not None else tree.pairs(b.run.assignments)  # None: every one
+    for a, st in todo:
+        folder = tree.submitted(st, a)
+        if not folder.is_dir():
+            continue
+        lines = describe(folder, tree.autograded(st, a) if (a, st) in graded else None, b.run.sandboxed)
+        if lines:
+            b.run.repairs.setdefault((a, st), Repair(st, a)).flags.extend(lines)
 
 
 def _progress_bar():

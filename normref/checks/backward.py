@@ -12,6 +12,8 @@ from typing import Callable
 import numpy as np
 
 from ..backward import layer_norm_grads, vjp
+from ..diagnosis.gradients import backward_facts
+from ..diagnosis.questions import Question, declare
 from ..functional import LAYER_NORM_EPS
 from ..rules import BACKWARD_REFERENCE
 from .compare import close, diagnose_by_models, errors, fmt, tolerance
@@ -163,3 +165,13 @@ def check_layer_norm_backward(fn: Callable, quick: bool = False, *, reference: C
     cases = (_backward_battery() if cases is None else list(cases))[: 2 if quick else None]
     return run("layer_norm_backward", cases, lambda case: _backward_case(case, fn, reference), fn,
                backend="numpy", reference=BACKWARD_REFERENCE)
+
+
+# the question, declared (normref.diagnosis): a gradient's own properties measured (backward_facts)
+def _backward_reference(dy, x, weight, eps):
+    return np.concatenate([np.ravel(a) for a in layer_norm_grads(dy, x, weight, eps)])
+
+
+declare(Question("layer_norm_backward", "layer_norm_backward(dy, x, weight, eps=1e-5)", _backward_reference,
+                 "the LayerNorm backward", lambda c: ((c.dy, c.x, c.weight, c.eps), {}), traceable=False, probes=(),
+                 facts=backward_facts))

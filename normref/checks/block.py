@@ -8,13 +8,14 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..diagnosis.questions import Question, declare
 from ..functional import rms_norm
 from ..rules import BLOCK_REFERENCE
 from .compare import compare_array, diagnose_by_models, to_f64
 from .core import (CaseResult, CheckResult, fail, msg, run, seeded, seeded_module, seeded_randn,
     single_threaded, student_call)
 from .module import build
-from .placement import deep_models
+from .placement import alpha_words, deep_models
 
 _BLOCK_ATTRS = ("input_layernorm", "self_attn", "post_attention_layernorm", "mlp")
 _PART_ATTRS = ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm")
@@ -351,3 +352,58 @@ def check_pre_ln_block(block_cls, quick: bool = False, *, cases: list[_BlockCase
     no_norms: list[str] = []  # the build case found a norm that does not normalise
     return run("pre-LN block", cases, lambda case: _block_case(case, block_cls, no_norms), block_cls,
                "a class or module", reference=BLOCK_REFERENCE)
+
+
+# --------------------------------------------------------------------------- the question, declared
+# (normref.diagnosis: the wiring a block computes, traced with stand-ins for its four parts)
+
+
+def _block_args(case: _BlockCase):
+    """A wiring case's call: ``((x, self_attn, mlp, input_layernorm, post_attention_layernorm), {})``."""
+    if case.x is None or case.parts is None or isinstance(case.parts, str):
+        return None
+    return (case.x, *case.parts), {}
+
+
+def _block_call(block_cls, args: tuple, kwargs: dict):
+    """The student's block built (as the checker builds it), its four parts replaced by
+    ``args[1:]``, called on ``args[0]``."""
+    from ..diagnosis.trace import as_module
+
+    m, failed = _build_block("trace", block_cls)
+    if failed:
+        raise RuntimeError("the block could not be built")
+    for attr, part in zip(_PART_ATTRS, args[1:]):
+        setattr(m, attr, as_module(part))
+    return m(args[0])
+
+
+def _deep_block_form(S, R, sizes):
+    """A DeepNorm block, ``N2(a h + mlp(h))`` with ``h = N1(a x + self_attn(x))``, any ``a != 1``."""
+    from ..diagnosis import expr as E
+
+    def deep(e, norm, sub, inner):
+        if not isinstance(e, E.Call) or e.fn != norm:
+            return None
+        t = E.terms(e.arg)
+        f = E.Call(sub, inner)
+        if set(t) != {inner, f} or abs(t[f] - 1) > 1e-9 or t[inner] <= 0 or abs(t[inner] - 1) < 1e-6:
+            return None
+        return t[inner]
+
+    if not isinstance(S, E.Call) or S.fn != "post_attention_layernorm":
+        return None
+    h = next((k for k in E.terms(S.arg) if isinstance(k, E.Call) and k.fn == "input_layernorm"), None)
+    a1 = deep(h, "input_layernorm", "self_attn", E.Atom("x")) if h is not None else None
+    a2 = deep(S, "post_attention_layernorm", "mlp", h) if h is not None else None
+    if a1 is None or a2 is None or abs(a1 - a2) > 1e-6:
+        return None
+    a = alpha_words(a1)
+    return "residual_scaled", (f"that is Post-LN with the residual scaled by {a}, a DeepNorm block, "
+                               f"Norm(alpha x + F(x)) for each sublayer with alpha = {a} (Wang et al. 2022); "
+                               "a Pre-LN block adds F(Norm(x)) to x.")
+
+
+declare(Question("pre-LN block", "block(x, self_attn, mlp, input_layernorm, post_attention_layernorm)",
+                 _block_reference, "the pre-norm block", _block_args, models=block_models, probes=(),
+                 identify=False, call=_block_call, forms=_deep_block_form))

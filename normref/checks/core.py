@@ -38,6 +38,33 @@ def backend_of(x) -> str:
     return "numpy" if isinstance(x, np.ndarray) else "torch"
 
 
+#: What a case name's head phrase may not end with, a sign or a word: it would be cut mid-phrase ("q =").
+_OPEN_SIGNS = ("=", "+", "-", "*", "/", "<", ">", ":", ",", "(")
+_OPEN_WORDS = {"with", "of", "on", "and", "at", "to", "by", "in", "for", "from", "a", "an", "the"}
+
+
+def case_label(name: str) -> str:
+    """A case's name as a short label: its head phrase, cut at the first ``": "``, ``", "`` or
+    ``" ("`` outside brackets where the head is a whole phrase, never mid-phrase; the whole name
+    when there is no such place.
+
+    ``"B = T = D [4, 4, 4] (a wrong axis still broadcasts)"`` -> ``"B = T = D [4, 4, 4]"``;
+    ``"the seed token: q = ((1, 2, 3), ...), k = ..."`` -> ``"the seed token"`` (never
+    ``"the seed token: q ="``); ``"x = (1, 2)"`` stays whole.
+    """
+    depth = 0
+    for i, ch in enumerate(name):
+        if depth == 0 and (name.startswith((": ", ", "), i) or name.startswith(" (", i)):
+            head = name[:i].rstrip()
+            if head and not head.endswith(_OPEN_SIGNS) and head.split()[-1] not in _OPEN_WORDS:
+                return head
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+    return name
+
+
 # --------------------------------------------------------------------------- results
 
 
@@ -393,17 +420,27 @@ def run(name: str, cases: list, run_case: Callable, fn=None, what: str = "a func
                 result.cases.append(CaseResult(case.name, False, f"case '{case.name}': could not be "
                                                f"checked ({type(e).__name__}: {e}) "
                                                f"{_faults.format_tag('wrong_values')}", "wrong_values"))
-    try:  # name what the generic diagnosis could not (normref.diagnosis: variants of the reference)
-        from ..diagnosis import refine
-
-        refine(name, cases, result.cases)
-    except Exception:  # noqa: BLE001 - the search only adds to a diagnosis, never breaks a check
-        pass
+        _refine(name, cases, result.cases, fn, backend)  # its probes are recorded like the cases
     for c in result.cases:  # the tags were for refine; the student reads the text without them
         c.message, _, variants = _faults.split_tags(c.message)
         c.variant = c.variant or (variants[0] if variants else None)
     result.breaches = rule_lines(fn, ran, backend)
     return result
+
+
+def _refine(name: str, cases: list, results: list, fn, backend: str) -> None:
+    """Name what the generic diagnosis could not (:func:`normref.diagnosis.refine`: the formula
+    the answer computes, what was measured); the answer's probes run through
+    :func:`student_call`, so grading records and replays them like the battery's calls."""
+    try:
+        from ..diagnosis import refine
+
+        def call(answer, args, kwargs):
+            return student_call("probe", answer, tuple(args), dict(kwargs), backend=backend)[0]
+
+        refine(name, cases, results, answer=fn, call=call, backend=backend)
+    except Exception:  # noqa: BLE001 - the diagnosis only adds to a message, never breaks a check
+        pass
 
 
 def rule_lines(fn, ran: list[str], backend: str = "torch") -> list[str]:

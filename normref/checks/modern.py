@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+from ..diagnosis.questions import Question, declare
 from ..rules import DYT_REFERENCE, PERI_REFERENCE, QK_REFERENCE
 from .compare import compare_array, diagnose_by_models, to_f64
 from .core import CaseResult, CheckResult, run, seeded_randn, single_threaded, student_call
@@ -332,3 +333,44 @@ def check_dyt(fn: Callable, quick: bool = False, *, cases: list | None = None) -
 
     cases = (_dyt_battery() if cases is None else list(cases))[: 2 if quick else None]
     return _check("dyt", fn, cases, lambda c: (c.x, c.alpha, c.weight, c.bias), dyt, dyt_models, DYT_REFERENCE)
+
+
+# --------------------------------------------------------------------------- the questions, declared
+# (normref.diagnosis: the formula an answer computes, traced or identified, said beside the asked one;
+# DyT's response to alpha, weight and bias, where it levels off, measured)
+
+
+def _peri_reference(x, sublayer, norm, out_norm):
+    from ..placements import peri_ln
+
+    return peri_ln(x, sublayer, norm, out_norm)
+
+
+def _qk_reference(q, k, q_norm, k_norm):
+    from ..placements import qk_norm_logits
+
+    return qk_norm_logits(q, k, q_norm, k_norm)
+
+
+def _dyt_reference(x, alpha, weight, bias):
+    from ..functional import dyt
+
+    return dyt(x, alpha, weight, bias)
+
+
+def _dyt_formula(x, alpha, weight, bias):
+    """DyT as a plain composition (traced for its formula; the numbers are :func:`_dyt_reference`'s)."""
+    import torch
+
+    return weight * torch.tanh(alpha * x) + bias
+
+
+declare(Question("peri_ln", "peri_ln(x, sublayer, norm, out_norm)", _peri_reference, "Peri-LN",
+                 lambda c: ((c.x, c.sublayer, c.norm, c.out_norm), {}), names={"sublayer": "F"},
+                 models=peri_models, probes=()))
+declare(Question("qk_norm_logits", "qk_norm_logits(q, k, q_norm, k_norm)", _qk_reference, "QK-norm",
+                 lambda c: ((c.q, c.k, c.q_norm, c.k_norm), {}), products=("matmul_t",), models=qk_models,
+                 probes=()))
+declare(Question("dyt", "dyt(x, alpha, weight, bias)", _dyt_reference, "DyT",
+                 lambda c: ((c.x, c.alpha, c.weight, c.bias), {}), formula=_dyt_formula, models=dyt_models,
+                 identify=False))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..diagnosis.questions import Question, declare
 from ..functional import LAYER_NORM_EPS, RMS_NORM_EPS, rms_norm
 from ..rules import NORM_REFERENCE
 from .compare import close, compare_array, to_f64
@@ -144,3 +145,19 @@ def check_rms_norm_module(cls, quick: bool = False, *, cases: list[_ModuleCase] 
     """
     cases = (_module_battery() if cases is None else list(cases))[: 2 if quick else None]
     return run("RMSNorm module", cases, lambda case: _module_case(case, cls), cls, "a class", reference=NORM_REFERENCE)
+
+
+def _module_args(case: _ModuleCase):
+    """A forward case as the functional norm it computes: ``((x, weight), {"eps": eps})``."""
+    if case.x is None:
+        return None
+    import torch
+
+    weight = case.weight if case.weight is not None else torch.ones(case.dim)
+    return (case.x, weight), {"eps": RMS_NORM_EPS if case.eps is None else case.eps}
+
+
+# the question, declared (normref.diagnosis): measured on its outputs alone (grading's plan of a
+# class makes the battery's calls only, so the self-check makes no other)
+declare(Question("RMSNorm module", "RMSNorm.forward(x, weight, eps=1e-6)", rms_norm, "RMSNorm", _module_args,
+                 norm="rms", traceable=False, probes=()))

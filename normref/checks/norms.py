@@ -9,6 +9,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from ..diagnosis.questions import Question, declare
 from ..functional import LAYER_NORM_EPS, RMS_NORM_EPS, layer_norm, rms_norm
 from ..rules import NORM_REFERENCE
 from .compare import best_model, compare_array, constant_ratio, dtype_name, to_f64
@@ -334,3 +335,12 @@ def check_layer_norm(fn: Callable, backend: str = "numpy", quick: bool = False, 
         "layer", fn, call=lambda c: ((c.x, c.weight, c.bias), {"eps": c.eps}),
         reference=lambda c: layer_norm(c.x, c.weight, c.bias, eps=c.eps)), fn, backend=backend,
         reference=NORM_REFERENCE)
+
+
+# --------------------------------------------------------------------------- the questions, declared
+# (normref.diagnosis: what an answer's outputs and probes measure: the axes its statistics span,
+# its invariances, its response to each parameter, the divisor per token, a factor explained)
+declare(Question("rms_norm", "rms_norm(x, weight, eps=1e-6)", rms_norm, "RMSNorm",
+                 lambda c: ((c.x, c.weight), {"eps": c.eps}), norm="rms", traceable=False))
+declare(Question("layer_norm", "layer_norm(x, weight, bias, eps=1e-5)", layer_norm, "LayerNorm",
+                 lambda c: ((c.x, c.weight, c.bias), {"eps": c.eps}), norm="layer", traceable=False))

@@ -10,6 +10,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..diagnosis.questions import Question, declare
 from ..rules import PLACEMENT_REFERENCE
 from .compare import compare_array, diagnose_by_models, matching_faults, to_f64
 from .core import CaseResult, CheckResult, run, seeded_module, seeded_randn, single_threaded, student_call
@@ -306,3 +307,50 @@ def check_post_ln(fn: Callable, quick: bool = False, *, cases: list | None = Non
     from ..blocks import post_ln
 
     return _check_placement("post_ln", fn, post_ln, post_models, quick, cases)
+
+
+# --------------------------------------------------------------------------- the questions, declared
+# (normref.diagnosis: the formula an answer computes, traced or identified, said beside the asked one)
+
+
+def _residual_scaled_form(reference: str):
+    """DeepNorm's family, ``Norm(alpha x + F(x))`` for any ``alpha != 1``, which no fixed model
+    lists: ``forms(S, R, sizes) -> (fault, hint)`` of :class:`normref.diagnosis.Question`."""
+    def forms(S, R, sizes):
+        from ..diagnosis import expr as E
+
+        if not isinstance(S, E.Call) or S.fn != "Norm":
+            return None
+        t = E.terms(S.arg)
+        x, fx = E.Atom("x"), E.Call("F", E.Atom("x"))
+        if set(t) != {x, fx} or abs(t[fx] - 1) > 1e-9 or t[x] <= 0 or abs(t[x] - 1) < 1e-6:
+            return None
+        a = alpha_words(t[x])
+        return "residual_scaled", (f"that is Post-LN with the residual scaled by {a}, DeepNorm's Norm(alpha x + F(x)) "
+                                   f"with alpha = {a} (Wang et al. 2022); {reference}.")
+
+    return forms
+
+
+def _pre_ln_reference(x, sublayer, norm):
+    from ..blocks import pre_ln
+
+    return pre_ln(x, sublayer, norm)
+
+
+def _post_ln_reference(x, sublayer, norm):
+    from ..blocks import post_ln
+
+    return post_ln(x, sublayer, norm)
+
+
+def _placement_args(case):
+    return (case.x, case.sublayer, case.norm), {}
+
+
+declare(Question("pre_ln", "pre_ln(x, sublayer, norm)", _pre_ln_reference, "Pre-LN", _placement_args,
+                 names={"sublayer": "F", "norm": "Norm"}, models=pre_models, probes=(), search=False,
+                 forms=_residual_scaled_form("Pre-LN is x + F(Norm(x))")))
+declare(Question("post_ln", "post_ln(x, sublayer, norm)", _post_ln_reference, "Post-LN", _placement_args,
+                 names={"sublayer": "F", "norm": "Norm"}, models=post_models, probes=(), search=False,
+                 forms=_residual_scaled_form("Post-LN adds x itself: Norm(x + F(x))")))

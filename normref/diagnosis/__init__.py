@@ -1,6 +1,12 @@
-"""Diagnosis by search: name mistakes nobody listed.
+"""Diagnosis: name mistakes nobody listed.
 
-Each checker has a *grammar* (:mod:`.norms`, :mod:`.wiring`; the backward's is the grader's,
+Every checker declares its question (:mod:`.questions`: its signature and reference), and
+:func:`refine` gives each failing case what the shared mechanisms find (:mod:`.diagnose`): the
+formula the answer computes beside the one asked (traced, :mod:`.trace`, or identified from the
+outputs, :mod:`.compose`; said by :mod:`.explain`), and what was measured (:mod:`.probes`,
+:mod:`.measure`).
+
+Some checkers also have a *grammar* (:mod:`.norms`, :mod:`.wiring`; the backward's is the grader's,
 ``grader/backward.py``) that generates implementation variants of its reference along the
 reference's natural dimensions,
 single changes and pairs. :func:`refine` is what a checker calls once its cases are run: for
@@ -20,12 +26,15 @@ from typing import Sequence
 import numpy as np
 
 from .gradients import BackwardCase
+from .diagnose import diagnose
 from .measure import describe
 from .norms import NormCase, norm_case, norm_grammar
+from .questions import Question, declare, declared
 from .search import Choice, Finding, Grammar, Observation, close, count_variants, reproduces, search, variant_id
 from .wiring import BlockCase, PlacementCase, block_grammar, placement_grammar
 
-__all__ = ["BackwardCase", "BlockCase", "NormCase", "PlacementCase", "DIAGNOSIS_FAULTS",
+__all__ = ["BackwardCase", "BlockCase", "NormCase", "PlacementCase", "DIAGNOSIS_FAULTS", "Question", "declare",
+           "declared",
            "GENERIC_FAULTS", "Choice", "Finding", "Grammar", "Observation", "close",
            "count_variants", "describe", "grammar_for", "observation_case", "refine", "register_grammar",
            "reproduces", "search", "variant_id", "VARIANT_TAG"]
@@ -111,19 +120,51 @@ def _x64(case) -> np.ndarray | None:
     return None
 
 
-def refine(checker: str, battery: Sequence[object], results: Sequence[object]) -> Finding | None:
-    """Rewrite the generic diagnoses of one check run in place; return what the search found.
+def refine(checker: str, battery: Sequence[object], results: Sequence[object], answer=None,
+           call=None, backend: str | None = None) -> Finding | None:
+    """Rewrite the diagnoses of one check run in place; return what the grammar search found.
+
+    A declared question (:mod:`.questions`: every course checker declares its own) gets the
+    shared diagnosis (:func:`.diagnose.diagnose`): its formula traced or identified, what the
+    probes and outputs measured, after the grammar search where it has one. Otherwise only the
+    search runs, on the cases with the generic diagnosis.
 
     Args:
         checker: ``CheckResult.name``.
         battery: the checker's case objects, in order.
         results: the ``CaseResult`` of each case; a result carries ``observed = (got, want,
             rtol, atol)`` (float64 arrays) when the student's output could be compared.
+        answer: the student's function or class (traced when it is code).
+        call: ``call(answer, args, kwargs) -> output or None``, the checker's safe call, for the
+            probes (None: no probes).
+        backend: ``"torch"`` or ``"numpy"``, the words of the messages (None: read from the cases).
 
     Returns:
-        The :class:`Finding` whose best variant now names the generic cases, or None (then each
-        generic case got what was measured, if anything regular was).
+        The :class:`Finding` whose best variant names the generic cases, or None.
     """
+    numpy = all(isinstance(getattr(c, "x", None), np.ndarray) for c in battery)
+    backend = backend or ("numpy" if numpy else "torch")
+    q = declared(checker)
+    found: list = []
+
+    def search_now() -> None:
+        found.append(_search(checker, battery, results, numpy, describe_rest=q is None))
+
+    if q is None:
+        search_now()
+        return found[0]
+    import warnings
+
+    with warnings.catch_warnings(), np.errstate(all="ignore"):  # nothing of the diagnosis reaches stderr
+        warnings.simplefilter("ignore")
+        diagnose(q, battery, results, answer=answer, call=call, backend=backend,
+                 search=search_now if q.search and checker in _GRAMMARS else None)
+    return found[0] if found else None
+
+
+def _search(checker: str, battery, results, numpy: bool, describe_rest: bool = True) -> Finding | None:
+    """The grammar search on the cases with the generic diagnosis: a variant that reproduces
+    every output names them; else (``describe_rest``) what was measured is added."""
     generic = [r for r in results if not r.passed and r.fault in GENERIC_FAULTS
                and getattr(r, "observed", None) is not None]
     grammar = grammar_for(checker)
@@ -139,7 +180,6 @@ def refine(checker: str, battery: Sequence[object], results: Sequence[object]) -
         got, want, rtol, atol = seen
         obs.append(Observation(gcase, got, want, rtol, atol, r.passed))
     found = search(grammar, obs)
-    numpy = all(isinstance(getattr(c, "x", None), np.ndarray) for c in battery)
     for case, r in zip(battery, results):
         if r not in generic:
             continue
@@ -149,7 +189,7 @@ def refine(checker: str, battery: Sequence[object], results: Sequence[object]) -
             sentence = numpy_words(found.sentence()) if numpy else found.sentence()
             r.message = (f"{head}; {sentence} [fault: found_variant] "
                          f"[variant: {variant_id(found.best)}]")
-        else:
+        elif describe_rest:
             got, want = r.observed[0], r.observed[1]
             x = getattr(case, "x", None)
             x64 = None

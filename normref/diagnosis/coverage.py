@@ -212,7 +212,7 @@ class Coverage:
         return (f"{self.checker}: {self.total} variants ({self.singles} single, {self.pairs} pairs), "
                 f"{self.played} played, {self.visible} visible on the battery: "
                 f"{len(self.known)} by a known fault kind, "
-                f"{len(self.named)} named by the search, {len(self.named_equivalent)} named as an "
+                f"{len(self.named)} named by the search or their formula, {len(self.named_equivalent)} named as an "
                 f"equivalent variant, {len(self.unnamed)} unnamed ({100 * self.share_named():.0f}% "
                 f"named); slowest checker call {self.slowest_s:.2f} s ({self.slowest})")
 
@@ -248,7 +248,9 @@ def coverage(checker: str, *, sample: int | None = None, seed: int = 0) -> Cover
             tags = {c.variant for c in r.cases if getattr(c, "variant", None)} or \
                 {m.split("[variant: ")[1].split("]")[0] for m in r.messages if "[variant: " in m}
             (cov.named if vid in tags else cov.named_equivalent).append(vid)
-        elif faults - {"wrong_values", "returns_nan"}:
+        elif "other_formula" in faults:  # the traced formula states what the variant computes
+            cov.named.append(vid)
+        elif faults - {"wrong_values", "returns_nan", "measured"}:
             cov.known.append(vid)
         else:
             cov.unnamed.append(vid)

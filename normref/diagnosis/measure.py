@@ -108,3 +108,126 @@ def describe(x: np.ndarray | None, got: np.ndarray, want: np.ndarray) -> str:
     if not facts:
         return ""
     return "measured: " + "; ".join(facts) + "."
+
+
+# --------------------------------------------------------------------------- constant factors
+
+
+def factor_words(c: float, sizes: dict) -> str | None:
+    """A constant factor as the statistic that gives it: ``"sqrt(2/3) = sqrt((d-1)/d)"``,
+    ``"sqrt(8) = sqrt(d)"``, ``"1/6 = 1/(number of tokens)"``, ``"2"``; None when no ratio of the
+    case's sizes (``sizes``: ``{"d": 3, "tokens": 6}``) to a power of +-1/2 or +-1 fits within
+    1e-3. The simplest fitting one is said."""
+    if not np.isfinite(c) or c <= 0:
+        return None
+    d = sizes.get("d")
+    parts: list[tuple[str, str, float]] = [("1", "1", 1.0)]
+    if d:
+        parts += [("d", f"{d}", float(d))]
+        if d > 1:
+            parts += [("(d-1)", f"{d - 1}", float(d - 1))]
+    for name, words in (("tokens", "number of tokens"), ("T", "T")):
+        v = sizes.get(name)
+        if v and v > 1:
+            parts.append((f"({words})" if " " in words else words, f"{v}", float(v)))
+    best = None
+    for (na, va_s, va), (nb, vb_s, vb) in ((a, b) for a in parts for b in parts):
+        if na == nb or (na == "(d-1)" and nb == "1") or (nb == "(d-1)" and na == "1"):
+            continue  # d - 1 alone is a coincidence (2 on d = 3), not a statistic
+        for p, pw in ((1.0, "{}"), (0.5, "sqrt({})"), (-1.0, None), (-0.5, None)):
+            if p < 0:
+                continue  # a/b to a negative power is b/a to a positive one: covered
+            v = (va / vb) ** p
+            if abs(v - c) <= 1e-3 * c:
+                frac_words = na if nb == "1" else f"{na}/{nb}"
+                frac_num = va_s if nb == "1" else f"{va_s}/{vb_s}"
+                words = pw.format(frac_words.strip("()") if p == 0.5 and nb == "1" else frac_words)
+                num = pw.format(frac_num)
+                cand = (len(words), f"{num} = {words}" if num != words else words)
+                best = cand if best is None or cand[0] < best[0] else best
+    if best is not None:
+        return best[1]
+    for k in (2, 3, 4, 0.5, 0.25):
+        if abs(c - k) <= 1e-3 * k:
+            return f"{k:g}"
+    return None
+
+
+def per_token_factors(got: np.ndarray, want: np.ndarray, offset: np.ndarray | None = None) -> np.ndarray | None:
+    """Each token's factor ``k`` when every row of ``got - offset`` is ``k`` times its row of
+    ``want - offset`` (least squares, residual under 1% of the row), else None."""
+    d = want.shape[-1]
+    off = 0.0 if offset is None else offset
+    g, w = (got - off).reshape(-1, d), (want - off).reshape(-1, d)
+    ww = (w * w).sum(-1)
+    if np.any(ww < 1e-12) or not np.all(np.isfinite(g)):
+        return None
+    k = (g * w).sum(-1) / ww
+    resid = np.abs(g - k[:, None] * w).max(-1)
+    if np.any(resid > 1e-2 * np.abs(w).max(-1) + 1e-6):
+        return None
+    return k
+
+
+#: A token's statistics a student may divide by: name -> (words, function of the row ``[D]``).
+TOKEN_STATS = {
+    "rms": ("its root mean square, sqrt(mean(x**2))", lambda r: np.sqrt(np.mean(r * r))),
+    "std": ("its standard deviation, sqrt(mean((x - mean)**2))", lambda r: np.std(r)),
+    "std1": ("its standard deviation with n-1, sqrt(sum((x - mean)**2) / (d - 1))",
+             lambda r: np.std(r, ddof=1) if r.size > 1 else np.nan),
+    "l2": ("its L2 norm, sqrt(sum(x**2)) (no division by d)", lambda r: np.sqrt(np.sum(r * r))),
+    "ms": ("its mean square, mean(x**2) (no square root)", lambda r: np.mean(r * r)),
+    "var": ("its variance, mean((x - mean)**2) (no square root)", lambda r: np.var(r)),
+    "mean_abs": ("the mean of |x|", lambda r: np.mean(np.abs(r))),
+    "max_abs": ("the largest |x|", lambda r: np.max(np.abs(r))),
+    "rms_c": ("sqrt(mean(x**2)) of x itself, not of x - mean", lambda r: np.sqrt(np.mean(r * r))),
+}
+
+
+def divisor_words(x: np.ndarray, k: np.ndarray, reference_divisor: np.ndarray, stats: tuple,
+                  rtol: float = 2e-3, eps: float = 0.0) -> str | None:
+    """What a student divided each token by, when the output is the reference's times a factor
+    per token (``k``): the divisor ``reference_divisor / k`` matched against the token
+    statistics ``stats`` (keys of :data:`TOKEN_STATS`), or each plus ``eps``, within ``rtol``;
+    None when none fits."""
+    d = x.shape[-1]
+    rows = x.reshape(-1, d)
+    s = reference_divisor.reshape(-1) / k
+    for name in stats:
+        words, f = TOKEN_STATS[name]
+        with np.errstate(all="ignore"):
+            v = np.array([f(r) for r in rows])
+        if np.all(np.isfinite(v)) and np.allclose(s, v, rtol=rtol, atol=1e-9):
+            return words
+        if eps and np.all(np.isfinite(v)) and np.allclose(s, v + eps, rtol=rtol, atol=1e-9):
+            return f"{words} plus eps (eps outside the root)"
+        # the reciprocal: multiplied by the statistic instead of dividing
+        if np.all(np.isfinite(v)) and np.all(v > 0) and np.allclose(s, 1 / v, rtol=rtol, atol=1e-9):
+            return f"1 / ({words}): you multiply by it instead of dividing"
+    return None
+
+
+def token_stats_words(got: np.ndarray, want: np.ndarray, title: str) -> str | None:
+    """The per-token mean and RMS of the output against the reference's, where they differ:
+    ``"your tokens' outputs have RMS 0.31 to 0.52 where RMSNorm's have RMS 1 to 1.3"``."""
+    d = want.shape[-1]
+    if d < 2 or not np.all(np.isfinite(got)):
+        return None
+    g, w = got.reshape(-1, d), want.reshape(-1, d)
+    facts = []
+    gr, wr = np.sqrt((g * g).mean(-1)), np.sqrt((w * w).mean(-1))
+    if not np.allclose(gr, wr, rtol=2e-2, atol=1e-3):
+        facts.append(f"RMS {_span(gr)} where {title}'s have RMS {_span(wr)}")
+    gm, wm = g.mean(-1), w.mean(-1)
+    if not np.allclose(gm, wm, rtol=2e-2, atol=2e-2 * max(1.0, float(np.abs(wr).max()))):
+        facts.append(f"mean {_span(gm)} where {title}'s have mean {_span(wm)}")
+    if not facts:
+        return None
+    return "your tokens' outputs have " + "; and ".join(facts)
+
+
+def _span(v: np.ndarray) -> str:
+    lo, hi = float(np.min(v)), float(np.max(v))
+    if abs(hi - lo) <= 1e-3 * max(1.0, abs(hi)):
+        return _fmt(lo)
+    return f"{_fmt(lo)} to {_fmt(hi)}"

@@ -1,0 +1,110 @@
+"""The questions the diagnosis knows: each declared once, by its signature and its reference.
+
+A checker module declares its question (:func:`declare`) where it defines its checker; the
+diagnosis (:mod:`.diagnose`) then gives every failing case what the shared mechanisms find:
+the formula the answer computes beside the reference's (:mod:`.trace`, :mod:`.compose`,
+:mod:`.explain`) for a question whose answer takes callables, and what was measured
+(:mod:`.probes`, :mod:`.measure`) for one that computes a norm. Nothing here is written per
+question but the declaration::
+
+    declare(Question("peri_ln", "peri_ln(x, sublayer, norm, out_norm)", peri_ln, "Peri-LN",
+                     args=lambda c: ((c.x, c.sublayer, c.norm, c.out_norm), {}),
+                     names={"sublayer": "F"}, models=peri_models))
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+__all__ = ["Question", "declare", "declared", "QUESTIONS"]
+
+
+@dataclass
+class Question:
+    """One graded question, as the diagnosis needs it.
+
+    Attributes:
+        checker: the checker's name (``CheckResult.name``), e.g. ``"peri_ln"``.
+        signature: the answer's signature as the assignment writes it,
+            ``"peri_ln(x, sublayer, norm, out_norm)"`` (its parameter names name the formula's
+            parts; ``eps=1e-6`` style defaults are allowed).
+        reference: ``reference(*args, **kwargs)``, the reference output (numeric).
+        title: what the reference is called in sentences ("Peri-LN", "RMSNorm", "DyT").
+        args: ``args(case) -> (args, kwargs)``, the call of one battery case (None for a case
+            that is no call of the answer, e.g. a build case).
+        formula: a plain composition computing the reference (traced for its formula);
+            default ``reference``.
+        names: the notation of a parameter where it is not its name (``{"sublayer": "F"}``).
+        products: the binary products the numeric identification generates beside sums
+            (``("matmul_t",)``: ``a b^T``).
+        models: the checker's fault models, ``models(*args) -> (fault, output, hint)...``, run
+            on the stand-ins: an answer whose formula is a model's gets that fault's words.
+        norm: ``"rms"`` or ``"layer"`` for a norm question (its invariances are probed, its
+            divisor is read), else None.
+        probes: the probes made (:data:`normref.diagnosis.probes.PROBES`); None: by the
+            signature (:func:`normref.diagnosis.probes.probes_for`); ``()``: none.
+        call: ``call(answer, args, kwargs)`` where the answer is not called as ``answer(*args)``
+            (a class: built, then called); None: a plain call.
+        traceable: trace the answer (False: its calls need real tensors, e.g. numpy).
+        identify: identify an untraced answer's formula from its outputs (:mod:`.compose`).
+        search: run the checker's grammar search first, where one is registered.
+        forms: ``forms(S, R) -> (fault, hint) | None``: families of formulas the models do not
+            list one by one (DeepNorm's ``Norm(alpha x + F(x))`` for every ``alpha``).
+        facts: ``facts(args, kwargs, observed) -> [sentence, ...]``: what the outputs of one
+            case show that the generic measurements do not read (a gradient's invariants).
+    """
+
+    checker: str
+    signature: str
+    reference: Callable
+    title: str
+    args: Callable
+    formula: Callable | None = None
+    names: dict = field(default_factory=dict)
+    products: tuple = ()
+    models: Callable | None = None
+    norm: str | None = None
+    probes: tuple | None = None
+    call: Callable | None = None
+    traceable: bool = True
+    identify: bool = True
+    search: bool = True
+    forms: Callable | None = None
+    facts: Callable | None = None
+
+    @property
+    def function(self) -> str:
+        """The answer's name, ``"peri_ln"``."""
+        return self.signature.split("(", 1)[0].strip()
+
+    @property
+    def params(self) -> tuple:
+        """The parameter names, in order: ``("x", "sublayer", "norm", "out_norm")``."""
+        inside = self.signature.split("(", 1)[1].rsplit(")", 1)[0]
+        return tuple(re.split(r"\s*=", p.strip())[0] for p in inside.split(",") if p.strip())
+
+    def notation(self, param: str) -> str:
+        """How the formula writes a parameter (``sublayer`` -> ``F``)."""
+        return self.names.get(param, param)
+
+    def invoke(self, answer, args: tuple, kwargs: dict):
+        """The answer called on one case's ``args``."""
+        if self.call is not None:
+            return self.call(answer, args, kwargs)
+        return answer(*args, **kwargs)
+
+
+#: Every declared question, by checker name.
+QUESTIONS: dict[str, Question] = {}
+
+
+def declare(question: Question) -> Question:
+    """Register ``question`` (a checker module does this once, beside its checker); returns it."""
+    QUESTIONS[question.checker] = question
+    return question
+
+
+def declared(checker: str) -> Question | None:
+    """The question of the checker named ``checker``, if one was declared."""
+    return QUESTIONS.get(checker)

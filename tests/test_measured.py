@@ -1,0 +1,286 @@
+"""Issue 31 items 2 and 3: norms and their parameters are measured, and "the values differ" is
+never the whole message.
+
+- Each norm question names a measured property in the student's words: the weight's role per
+  feature, what each token is divided by, the response to shifting a token, to each parameter,
+  to alpha against x, where the output levels off, the float16 values in float32 (and a false
+  overflow claim is withdrawn when the float32 answer is wrong too), a gradient's invariants and
+  a constant factor with the count that gives it.
+- Every wrong answer the suite knows (the answer banks of grader/demo, the checkers' fault models
+  played as answers, the tests' wrong answers, the corpus) gets, on every failing case that
+  returned a value, at least one measured difference.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from grader import backward as _grader_backward  # noqa: F401 - the backward's grammar, as grading has it
+from normref import checks
+from normref.diagnosis.measure import factor_words
+from normref.diagnosis.probes import probe_facts, run_probes
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+class Opaque:
+    """An answer the tracer cannot be given (as grading's replay of the outputs)."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def __call__(self, *a, **k):
+        return self.f(*a, **k)
+
+
+def failing(r):
+    return [c for c in r.cases if not c.passed]
+
+
+def _rms(x, weight, eps, scale=None):
+    h = x.float()
+    out = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return out * (weight if scale is None else scale)
+
+
+# ------------------------------------------------------------------ norms
+
+
+def test_a_weight_used_as_gemmas_offset_is_read_per_feature():
+    r = checks.check_rms_norm(lambda x, w, eps=1e-6: _rms(x, w, eps, 1 + w).to(x.dtype))
+    assert failing(r) and all("per feature, your output is the reference's times 1 + weight" in c.message
+                              for c in failing(r)), r.report()
+
+
+def test_what_each_token_is_divided_by_is_read_from_the_outputs():
+    def std_n_minus_1(x, w, eps=1e-6):
+        h = x.float()
+        return (h / (h.std(-1, keepdim=True) + eps) * w).to(x.dtype)
+
+    r = checks.check_rms_norm(std_n_minus_1)
+    said = [c for c in failing(r) if "you divide each token by its standard deviation with n-1" in c.message]
+    assert len(said) >= 4 and r.faults == ["measured"], r.report()
+
+    def uncentred(x, w, b, eps=1e-5):
+        h = x.astype(np.float32)
+        m = h.mean(-1, keepdims=True)
+        return ((h - m) / np.sqrt((h * h).mean(-1, keepdims=True) + eps) * w + b).astype(x.dtype)
+
+    r = checks.check_layer_norm(uncentred, "numpy")
+    assert "you divide each token by sqrt(mean(x**2)) of x itself, not of x - mean" in r.cases[0].message
+    assert "adding 5 to every feature of one token changes your output for it, where LayerNorm's stays the " \
+           "same" in r.cases[3].message, r.report()
+    # the float16 row of mean 1900 comes out wrong; its float32 values do too: no overflow is claimed
+    f16 = next(c for c in r.cases if c.name.startswith("float16"))
+    assert f16.fault == "measured" and "float16 is not what fails here" in f16.message, f16.message
+
+
+def test_the_float16_step_that_overflowed_is_named_when_float32_is_right():
+    def stats_in_float16(x, w, b, eps=1e-5):
+        m = x.mean(-1, keepdims=True)
+        v = ((x - m) ** 2).mean(-1, keepdims=True)
+        return (x - m) / np.sqrt(v + eps) * w.astype(x.dtype) + b.astype(x.dtype)
+
+    from normref.checks.norms import battery
+    from normref.functional import layer_norm
+
+    cases = battery("layer", "numpy")
+    probed = run_probes(("upcast",), ("x", "weight", "bias", "eps"), cases,
+                        lambda c: ((c.x, c.weight, c.bias), {"eps": c.eps}),
+                        lambda a, k: stats_in_float16(*a, **k), layer_norm)
+    facts = probe_facts(probed, "LayerNorm", "layer", ("x", "weight", "bias", "eps"))
+    assert "(x - mean)**2 (up to 90000) overflows float16, whose largest number is 65504" in facts["upcast"][0]
+
+
+@pytest.mark.parametrize("student, probe, words", [
+    (lambda x, w, eps=1e-6: (x.float() * torch.rsqrt(x.float().pow(2).mean() + eps) * w).to(x.dtype), "element",
+     "changes your outputs of other tokens too (along axis 0 (the batch), axis 1 (the sequence))"),
+    (lambda x, w, eps=1e-6: (x.float() / (x.float().pow(2).mean(-1, keepdim=True) + eps) * w).to(x.dtype), "scale",
+     "multiplying one token by 3 multiplies your output for it by 0.333 = 3^-1: you divide by the square"),
+    (lambda x, w, eps=1e-6: (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6) * w).to(x.dtype),
+     "eps", "changing eps does not change your output: the eps you are given is not used"),
+    (lambda x, w, eps=1e-6: (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps) + w).to(x.dtype),
+     "weight", "the weight is added, where RMSNorm multiplies by it"),
+])
+def test_each_probe_says_how_the_output_responds(student, probe, words):
+    from normref.checks.norms import battery
+    from normref.functional import rms_norm
+
+    params = ("x", "weight", "eps")
+    probed = run_probes((probe,), params, battery("rms", "torch"), lambda c: ((c.x, c.weight), {"eps": c.eps}),
+                        lambda a, k: student(*a, **k), rms_norm)
+    facts = probe_facts(probed, "RMSNorm", "rms", params)
+    assert probe in facts and words in facts[probe][0], facts
+
+
+def test_a_module_is_measured_on_its_outputs():
+    class GemmaWeight(nn.Module):
+        def __init__(self, dim, eps=1e-6):
+            super().__init__()
+            self.eps, self.weight = eps, nn.Parameter(torch.ones(dim))
+
+        def forward(self, x):
+            return _rms(x, self.weight, self.eps, 1 + self.weight).to(x.dtype)
+
+    r = checks.check_rms_norm_module(GemmaWeight)
+    assert r.cases[0].passed and failing(r), r.report()
+    assert all("1 + weight" in c.message for c in failing(r)), r.report()
+
+
+# ------------------------------------------------------------------ DyT (as grading sees it) and the backward
+
+
+@pytest.mark.parametrize("student, words", [
+    (lambda x, a, w, b: torch.tanh(a * x.float()).to(x.dtype),
+     "changing the weight (gamma) does not change your output: yours does not use it"),
+    (lambda x, a, w, b: (torch.tanh(a * w * x.float()) + b).to(x.dtype),
+     "your output levels off at +-1 around the bias, where DyT's levels off at +-weight"),
+    (lambda x, a, w, b: (w * torch.tanh(x.float() / a) + b).to(x.dtype),
+     "doubling alpha does to your output what halving x does: your alpha divides x"),
+    (lambda x, a, w, b: (w * torch.tanh(x.float()) + b).to(x.dtype) if False else
+     (w * torch.tanh(0.5 * x.float()) + b).to(x.dtype), "changing alpha does not change your output"),
+])
+def test_dyt_is_measured_where_it_cannot_be_traced(student, words):
+    r = checks.check_dyt(Opaque(student))
+    said = [c for c in failing(r) if c.fault == "measured"]
+    assert said and all(words in c.message for c in said), r.report()
+
+
+def _bwd(dy, x, w, eps, mean_dbias=False, flip=False, sums=False):
+    xc = x - x.mean(-1, keepdims=True)
+    r = 1 / np.sqrt((xc**2).mean(-1, keepdims=True) + eps)
+    xhat, g = xc * r, dy * w
+    red = np.sum if sums else np.mean
+    dx = r * (g - red(g, -1, keepdims=True) - (-1 if flip else 1) * xhat * red(g * xhat, -1, keepdims=True))
+    lead = tuple(range(x.ndim - 1))
+    return dx, (dy * xhat).sum(lead), dy.mean(lead) if mean_dbias else dy.sum(lead)
+
+
+@pytest.mark.parametrize("kw, words", [
+    ({"mean_dbias": True}, "your dbias is the true one times 0.1667 = 1/6 = 1/(number of tokens): you averaged"),
+    ({"flip": True}, "0 in the true dx (scaling a token leaves LayerNorm's output unchanged): the gradient "
+                     "through the variance"),
+    ({"sums": True}, "where the true dx sums to 0 (adding one number to every feature leaves LayerNorm's output "
+                     "unchanged): the gradient through the mean"),
+])
+def test_a_gradient_is_measured_by_its_own_properties(kw, words):
+    r = checks.check_layer_norm_backward(lambda dy, x, w, eps=1e-5: _bwd(dy, x, w, eps, **kw))
+    assert r.faults == ["measured"] and any(words in c.message for c in failing(r)), r.report()
+
+
+def test_a_constant_factor_is_explained_by_the_statistic_that_gives_it():
+    assert factor_words(math.sqrt(2 / 3), {"d": 3}) == "sqrt(2/3) = sqrt((d-1)/d)"
+    assert factor_words(math.sqrt(8), {"d": 8}) == "sqrt(8) = sqrt(d)"
+    assert factor_words(1 / 6, {"d": 8, "tokens": 6}) == "1/6 = 1/(number of tokens)"
+    assert factor_words(2.0, {"d": 3}) == "2" and factor_words(1.2345, {"d": 3}) is None
+
+
+# ------------------------------------------------------------------ item 3: never "the values differ" alone
+
+
+def bare(result) -> list:
+    """The failing cases that returned a value and name no measured difference."""
+    return [c for c in result.cases if not c.passed and getattr(c, "observed", None) is not None
+            and (c.fault == "wrong_values" or c.message.rstrip().endswith("the values differ from the reference."))]
+
+
+_SETUP = ("import math\nimport numpy as np\nimport torch\nfrom torch import nn\n"
+          "from normref import CausalSelfAttention, FeedForward\n")
+_CELLS = {  # answer cell -> (defined name, checker), in the order a notebook runs them
+    "rms_module_impl": ("RMSNorm", checks.check_rms_norm_module),
+    "pre_ln_impl": ("pre_ln", checks.check_pre_ln), "post_ln_impl": ("post_ln", checks.check_post_ln),
+    "block_impl": ("PreNormBlock", checks.check_pre_ln_block),
+    "rms_norm_impl": ("rms_norm", checks.check_rms_norm),
+    "layer_norm_impl": ("layer_norm", lambda f: checks.check_layer_norm(f, "numpy")),
+    "layer_norm_backward_impl": ("layer_norm_backward", checks.check_layer_norm_backward),
+    "peri_ln_impl": ("peri_ln", checks.check_peri_ln),
+    "qk_logits_impl": ("qk_norm_logits", checks.check_qk_norm_logits),
+    "dyt_impl": ("dyt", checks.check_dyt),
+}
+
+
+def _bank():
+    from grader.demo.answer_bank import ANSWERS
+
+    for assignment, variants in ANSWERS.items():
+        for variant, cells in variants.items():
+            if any(c in _CELLS for c in cells):
+                yield f"{assignment}/{variant}", cells
+
+
+@pytest.mark.parametrize("which, cells", list(_bank()), ids=[w for w, _ in _bank()])
+def test_every_answer_bank_answer_names_a_measured_difference(which, cells):
+    ns: dict = {}
+    exec(_SETUP, ns)  # noqa: S102 - the answer bank's own code
+    for cell in _CELLS:
+        if cell in cells:
+            exec(cells[cell], ns)  # noqa: S102
+    for cell in cells:
+        if cell in _CELLS:
+            name, check = _CELLS[cell]
+            r = check(ns[name])
+            assert not bare(r), (which, cell, r.report())
+
+
+def _model_students():
+    """The checkers' fault models played as answers: each computes one model's output."""
+    from normref.checks.modern import dyt_models, peri_models, qk_models
+    from normref.checks.placement import post_models, pre_models
+
+    for check, models, n in ((checks.check_pre_ln, pre_models, 3), (checks.check_post_ln, post_models, 3),
+                             (checks.check_peri_ln, peri_models, 4), (checks.check_qk_norm_logits, qk_models, 4),
+                             (checks.check_dyt, dyt_models, 4)):
+        for k in range(12):
+            def student(*a, models=models, k=k, n=n):
+                found = list(models(*a[:n]))
+                if k >= len(found):
+                    raise IndexError("no such model on this case")
+                return found[k][1]
+
+            yield check, k, student
+
+
+@pytest.mark.parametrize("check, k, student", list(_model_students()),
+                         ids=[f"{c.__name__}:{k}" for c, k, _ in _model_students()])
+def test_every_fault_model_played_as_an_answer_names_a_measured_difference(check, k, student):
+    r = check(student)
+    assert not bare(r), r.report()
+
+
+def test_every_wrong_answer_of_the_tests_names_a_measured_difference():
+    import test_diagnosis
+    import test_modern_checks
+    import test_placement_diagnosis
+
+    runs = [(c, f) for c, f, *_ in test_modern_checks.WRONG]
+    runs += [(c, f) for c, f, *_ in test_placement_diagnosis.SINGLE]
+    runs += [(checks.check_pre_ln_block, cls) for cls, *_ in test_placement_diagnosis.BLOCKS]
+    from normref.diagnosis.coverage import run_checker
+
+    for checker, student, *_ in test_diagnosis.UNLISTED:
+        r = run_checker(checker, student)
+        assert not bare(r), r.report()
+    for check, student in runs:
+        r = check(student)
+        assert not bare(r), r.report()
+
+
+def test_how_steeply_dyt_rises_near_zero_is_measured():
+    from normref.checks.modern import _dyt_battery
+    from normref.functional import dyt
+
+    params = ("x", "alpha", "weight", "bias")
+    probed = run_probes(("zero", "slope"), params, _dyt_battery(), lambda c: ((c.x, c.alpha, c.weight, c.bias), {}),
+                        lambda a, k: (a[2] * torch.tanh(2 * a[1] * a[0].float()) + a[3]).to(a[0].dtype), dyt)
+    facts = probe_facts(probed, "DyT", None, params)
+    assert "near x = 0 your output rises 2 times as steeply as DyT's" in facts["slope"][0], facts
