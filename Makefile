@@ -31,12 +31,12 @@ install: $(STAMP)
 
 # tools/grading-kernels: the grader's warm-kernel provisioner for jupyter_client (grader/warm.py);
 # instructors only (the student repository has no tools/)
-GRADING_KERNELS := $(wildcard tools/grading-kernels/pyproject.toml)
+GRADING_KERNELS := $(wildcard tools/grading-kernels/pyproject.toml tools/grading-kernels/*.py)
 $(STAMP): pyproject.toml $(GRADING_KERNELS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[test]"
-	$(if $(GRADING_KERNELS),$(BIN)/python -m pip install --quiet --no-deps -e tools/grading-kernels)
+	$(if $(GRADING_KERNELS),$(BIN)/python -m pip install --quiet --no-deps --force-reinstall tools/grading-kernels)
 	@touch $(STAMP)
 
 # The student view, as Binder serves it: `start` puts jupyter-student/ on JUPYTER_CONFIG_PATH
