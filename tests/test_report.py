@@ -332,4 +332,7 @@ def test_the_hand_grading_hint_on_a_hub_names_formgrader_by_its_address():
     # a terminal of the instructor's own hub server has the server's prefix in its environment
     on_hub = formgrader_hint({"JUPYTERHUB_SERVICE_PREFIX": "/user/nrhub-instr/"})
     assert "/user/nrhub-instr/formgrader" in on_hub and "make lab-instructor" not in on_hub
-    assert formgrader_hint({}) == FORMGRADER_HINT and "`make lab-instructor`" in FORMGRADER_HINT
+    # a laptop, or an SSH shell on the hub's machine (no JUPYTERHUB_* variable): both ways
+    over_ssh = formgrader_hint({"USER": "nrhub-instr"})
+    assert over_ssh.startswith(FORMGRADER_HINT) and "`make lab-instructor`" in FORMGRADER_HINT
+    assert "https://<hub>/user/nrhub-instr/formgrader" in over_ssh
