@@ -278,6 +278,37 @@ class NotGradedYet(NbGraderPreprocessor):
         return nb, resources
 
 
+class MathAsMathML(NbGraderPreprocessor):
+    """Feedback only: the markdown cells' LaTeX (``$...$``, ``$$...$$``) as MathML, which browsers
+    draw without a script. nbconvert's page loads MathJax from a CDN to typeset it, which a
+    feedback page opened in JupyterLab (its HTML viewer runs no script), offline or on a hub
+    without internet never does: students saw raw LaTeX. Code (fenced or inline) is left as it
+    is, and so is anything latex2mathml cannot convert."""
+
+    _CODE = re.compile(r"(```.*?```|~~~.*?~~~|`[^`\n]*`)", re.S)
+    _MATH = re.compile(r"\$\$(.+?)\$\$|(?<![\\$])\$(?!\s)([^$\n]+?)(?<!\s)\$(?!\d)", re.S)
+
+    @classmethod
+    def convert(cls, text: str) -> str:
+        from latex2mathml.converter import convert
+
+        def math(m):
+            tex, block = (m[1], True) if m[1] is not None else (m[2], False)
+            try:
+                return convert(tex.strip(), display="block" if block else "inline")
+            except Exception:  # noqa: BLE001 - left as written
+                return m[0]
+
+        parts = cls._CODE.split(text)
+        return "".join(p if i % 2 else cls._MATH.sub(math, p) for i, p in enumerate(parts))
+
+    def preprocess(self, nb, resources):
+        for cell in nb.cells:
+            if cell.cell_type == "markdown" and "$" in cell.source:
+                cell.source = self.convert(cell.source)
+        return nb, resources
+
+
 class ReleaseFeedbackWarned(ExchangeReleaseFeedback):
     """``nbgrader release_feedback``, which first warns of each answer that still waits for a hand
     grade (its feedback says "Not graded yet": :class:`NotGradedYet`), then releases as nbgrader does."""
@@ -312,7 +343,7 @@ c.OverwriteCells.add_missing_cells = True
 # copies grade cells into the feedback HTML whole (jupyter/nbgrader#917), so the hidden-test
 # regions are cleared first, and a traceback in a grade cell prints only its failing line
 # (IPython's Plain mode), not the lines around it, which could be hidden tests.
-c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, StandardAnswers, NotGradedYet,
+c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, StandardAnswers, NotGradedYet, MathAsMathML,
                                     CSSHTMLHeaderPreprocessor]
 c.ExchangeFactory.release_feedback = ReleaseFeedbackWarned
 # The standard answers live in source/ only: release/ is generated without the tagged cells

@@ -339,6 +339,7 @@ def _the_day(browser, hub, passwords, course: Path, values: dict, shot) -> None:
         assert got and float(got[0][0]) == want[user] and float(got[0][1]) == MAX_POINTS, got
         assert WRITTEN[user] in text and all(WRITTEN[o] not in text for o in WRITTEN if o != user)
         assert ("Not graded yet" in text) == (user == BOB), user
+        assert "<math" in text and "$\\mu$" not in text  # the lessons' LaTeX drawn as MathML, no script
         rel = html.relative_to(f"/home/{user}")
         page.goto(f"{hub.url}/user/{user}/files/{rel}")
         shot(page, f"{user}-feedback")
