@@ -86,12 +86,13 @@ WHERE = {
         skip="this block installs torch's CPU build from download.pytorch.org, which this machine cannot reach "
              "(PyPI, Debian and npm only)"),
     ("README.md", "For instructors"): Where(user="instructor", folder="course", test="tests/test_docs_grade.py"),
-    ("docs/HUB.md", "1. The course folder (as the instructor)"): Where("instructor", "home", "tests/test_hub.py"),
-    ("docs/HUB.md", "2. The shared student environment (as root)"): Where("root", "home", "tests/test_hub.py"),
-    ("docs/HUB.md", "3. The lessons for nbgitpuller (as the instructor)"): Where("instructor", "home",
+    ("docs/HUB.md", "1. Packages (as root)"): Where("root", "home", "tests/test_hub.py"),
+    ("docs/HUB.md", "2. The course folder (as the instructor)"): Where("instructor", "home", "tests/test_hub.py"),
+    ("docs/HUB.md", "3. The shared student environment (as root)"): Where("root", "home", "tests/test_hub.py"),
+    ("docs/HUB.md", "4. The lessons for nbgitpuller (as the instructor)"): Where("instructor", "home",
                                                                                 "tests/test_hub.py"),
-    ("docs/HUB.md", "4. Start the hub (as root)"): Where("root", "home", "tests/test_hub.py"),
-    ("docs/HUB.md", "5. The day's commands (as the instructor, in the course folder)"): Where(
+    ("docs/HUB.md", "5. Start the hub (as root)"): Where("root", "home", "tests/test_hub.py"),
+    ("docs/HUB.md", "6. The day's commands (as the instructor, in the course folder)"): Where(
         "instructor", "course", "tests/test_hub.py"),
     ("docs/SCALE.md", "Dask for the work, PostgreSQL for the gradebook"): Where(
         "instructor", "course", "tests/test_docs_grade.py"),

@@ -216,19 +216,21 @@ def test_a_class_on_a_real_jupyterhub(chromium, bubblewrap):
                         docrun.link_venv(course)
                 return out
 
-            # 1. the course folder, the instructor's clone, private to them
+            # 1. the packages (installed already, or by the fixtures' apt-get: this line finds them)
             run_section(SECTIONS[0])
+            # 2. the course folder, the instructor's clone, private to them
+            run_section(SECTIONS[1])
             assert (course / "source").is_dir() and stat.S_IMODE(course.stat().st_mode) == 0o700
             for user in (ADA, BOB):  # students cannot read the solutions (or anything of the course)
                 out = as_user(user, ["cat", course / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"], tmp, check=False)
                 assert out.returncode != 0 and "Permission denied" in out.stderr, out
-            # 2. the shared environment, built by root from that clone, which stays the instructor's
-            run_section(SECTIONS[1])
-            assert _owners(course) == {INSTRUCTOR}, sorted(_owners(course))
-            # 3. the lessons, published by the instructor
+            # 3. the shared environment, built by root from that clone, which stays the instructor's
             run_section(SECTIONS[2])
-            # 4. the hub, as root, HTTPS with the test's certificate
-            (hub_cmd,) = docrun.section_commands(HUB, SECTIONS[3])
+            assert _owners(course) == {INSTRUCTOR}, sorted(_owners(course))
+            # 4. the lessons, published by the instructor
+            run_section(SECTIONS[3])
+            # 5. the hub, as root, HTTPS with the test's certificate
+            (hub_cmd,) = docrun.section_commands(HUB, SECTIONS[4])
             extra = (f"--ConfigurableHTTPProxy.api_url=http://127.0.0.1:{free_port()} "
                      f"--JupyterHub.hub_port={free_port()}")
             proc = docrun.start(hub_cmd, "root", Path("/root"), values, ARTEFACTS / "jupyterhub.log", append=extra)
@@ -257,9 +259,9 @@ def test_a_class_on_a_real_jupyterhub(chromium, bubblewrap):
 
 
 def _the_day(browser, hub, passwords, course: Path, values: dict, shot) -> None:
-    """docs/HUB.md section 5, each command as written by the instructor, and what the students
+    """docs/HUB.md section 6, each command as written by the instructor, and what the students
     and the instructor do in their browsers between them."""
-    day = docrun.section_commands(HUB, SECTIONS[4])
+    day = docrun.section_commands(HUB, SECTIONS[5])
     release, collect, grade, grade_again, feedback = day
 
     def instructor(cmd) -> subprocess.CompletedProcess:
