@@ -95,8 +95,8 @@ WHERE = {
     ("docs/HUB.md", "6. The day's commands (as the instructor, in the course folder)"): Where(
         "instructor", "course", "tests/test_hub.py"),
     ("docs/SCALE.md", "Dask for the work, PostgreSQL for the gradebook"): Where(
-        "instructor", "course", "tests/test_docs_grade.py"),
-    ("docs/SCALE.md", "Workers elsewhere"): Where("instructor", "course", "tests/test_docs_grade.py"),
+        "instructor", "course", "tests/test_docs_scale.py"),
+    ("docs/SCALE.md", "Workers elsewhere"): Where("instructor", "course", "tests/test_docs_scale.py"),
     ("docs/INSTALL.md", "Which torch"): Where(
         skip="this block installs torch's CPU build from download.pytorch.org, which this machine cannot reach "
              "(PyPI, Debian and npm only)"),

@@ -1,15 +1,13 @@
-"""README.md's "For instructors" block and docs/SCALE.md's command blocks, run as written
-(tests/docrun.py) by the session's instructor, a normal unix user (tests/graded_class.py), in
-their copy of the course: the same user, a login shell's PATH, the course folder; the placeholders
-(``path/to/submitted``, ``canvas-download.zip``, ``canvas-export.csv``, the scheduler's and the
-database's address) filled with what this test makes.
+"""README.md's "For instructors" block, run as written (tests/docrun.py) by the session's
+instructor, a normal unix user (tests/graded_class.py), in their copy of the course: the same
+user, a login shell's PATH, the course folder; the placeholders (``path/to/submitted``,
+``canvas-download.zip``, ``canvas-export.csv``) filled with what this test makes.
 
 README's first command, ``make grade`` (the demo class), is the session's graded class (the
 ``graded_class`` fixture runs it); the others grade two small batches of the ``practice``
 assignment (each student's points from the answer bank, derived by hand), whose kernels are
-warm, and nothing of the instructor's is left running after them. SCALE.md's lines start a
-real ``dask scheduler`` and ``dask worker`` from the course's ``.venv`` (no PYTHONPATH: the
-scheduler imports ``grader`` to unpickle the task graph) and a PostgreSQL gradebook.
+warm, and nothing of the instructor's is left running after them. docs/SCALE.md's blocks:
+tests/test_docs_scale.py.
 """
 from __future__ import annotations
 
@@ -23,7 +21,6 @@ from pathlib import Path
 import docrun
 import nbformat
 import pytest
-from hubkit import stop
 
 from grader.demo import fill_answers
 from grader.demo.answer_bank import ANSWERS, EXPECTED
@@ -31,7 +28,6 @@ from grader.demo.answer_bank import ANSWERS, EXPECTED
 pytestmark = pytest.mark.slow
 
 README, INSTRUCTORS = "README.md", "For instructors"
-SCALE, DASK, WORKERS = "docs/SCALE.md", "Dask for the work, PostgreSQL for the gradebook", "Workers elsewhere"
 #: The batch of an nbgrader submitted/ tree, and the Canvas download: practice, a variant each.
 BATCH = {"ann": "correct", "bea": "unbiased_variance"}
 CANVAS = {"cid_1003_5003_practice.ipynb": ("cid", "correct"), "dee_1004_5004_practice.ipynb": ("dee", "partial")}
@@ -109,58 +105,3 @@ def test_the_readme_instructor_commands_as_written(graded_class, instructor_cour
         assert not left, f"{cmd} left processes running: {left}"
     ran = {c.text for c, *_ in docrun.RAN if c.doc == README and c.section == INSTRUCTORS}
     assert ran == {c.text for c in cmds}
-
-
-def test_the_scale_commands_as_written(graded_class, instructor_course, postgres, tmp_path):
-    """docs/SCALE.md: a scheduler and workers started as written, then each line of its first
-    block in a course folder of its own (its own gradebook): the batch's points every time."""
-    user, course = instructor_course
-    home = course.parent
-    (home / "scale").mkdir()
-    subprocess.run(["chown", f"{user}:{user}", str(home / "scale")], check=True)
-    values = _inputs(user, home / "scale")
-    from services import free_port
-
-    port = free_port()
-    values.update(scheduler_address=f"127.0.0.1:{port}", scheduler_port=f"--port {port}",
-                  database=postgres.create_database("scale_docs").split("://", 1)[1])
-    batch = {st: POINTS[v] for st, v in BATCH.items()}
-    procs = []
-    try:
-        workers = docrun.section_commands(SCALE, WORKERS)
-        assert len(workers) == 2 and docrun.WHERE[(SCALE, WORKERS)].test == "tests/test_docs_grade.py"
-        for i, cmd in enumerate(workers):
-            procs.append(docrun.start(cmd, user, course, values, tmp_path / f"dask-{i}.log"))
-            _wait_for_dask(values["scheduler_address"], tmp_path / f"dask-{i}.log", procs[-1], workers=2 * i)
-        for i, cmd in enumerate(docrun.section_commands(SCALE, DASK)):
-            here = _fresh_course(user, course, f"scale-{i}")
-            out = docrun.run(cmd, user, here, values, timeout=1800)
-            assert _grades(here) == batch, (out.stdout + out.stderr)[-3000:]
-            assert "fresh kernel" not in out.stdout, out.stdout[-3000:]
-    finally:
-        for p in reversed(procs):
-            stop(p)
-    left = docrun.processes_of(user)
-    assert not left, f"SCALE.md's commands left processes running: {left}"
-
-
-def _wait_for_dask(address: str, log: Path, proc: subprocess.Popen, workers: int) -> None:
-    """Until the scheduler at ``address`` answers with at least ``workers`` workers."""
-    import time
-
-    from distributed import Client
-
-    deadline = time.monotonic() + 180
-    while True:
-        if proc.poll() is not None:
-            pytest.fail(f"exited {proc.returncode}:\n{log.read_text()[-3000:]}", pytrace=False)
-        try:
-            with Client(f"tcp://{address}", timeout=5) as c:
-                if len(c.scheduler_info()["workers"]) >= workers:
-                    return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            pytest.fail(f"no scheduler with {workers} workers at {address}:\n{log.read_text()[-3000:]}",
-                        pytrace=False)
-        time.sleep(1)
