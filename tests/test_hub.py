@@ -22,7 +22,6 @@ Each step's screenshot goes to build/hub/ (numbered in order), with the hub's lo
 """
 from __future__ import annotations
 
-import contextlib
 import csv
 import os
 import pwd
@@ -169,15 +168,26 @@ def _owners(root: Path) -> set[str]:
             for d, dirs, files in os.walk(root) for n in dirs + files}
 
 
-def _server_path(user: str) -> str:
-    """PATH of ``user``'s running single-user server (what its terminals start with)."""
-    uid = pwd.getpwnam(user).pw_uid
-    for p in Path("/proc").iterdir():
-        with contextlib.suppress(OSError):
-            if p.name.isdigit() and p.stat().st_uid == uid and b"jupyterhub-singleuser" in (p / "cmdline").read_bytes():
-                env = dict(kv.split("=", 1) for kv in (p / "environ").read_bytes().decode().split("\0") if "=" in kv)
-                return env["PATH"]
-    raise AssertionError(f"no jupyterhub-singleuser of {user} is running")
+#: A terminal of the user's server (jupyter_server's REST API and its websocket, as JupyterLab's
+#: Terminal uses them): the command typed, then a marker whose echo differs from its output.
+_TERMINAL_JS = """async ([user, cmd]) => {
+  const xsrf = (document.cookie.split('; ').find(c => c.startsWith('_xsrf=')) || '=').split('=')[1];
+  const r = await fetch(`/user/${user}/api/terminals`, {method: 'POST', headers: {'X-XSRFToken': xsrf}});
+  const t = await r.json();
+  return await new Promise((resolve) => {
+    const ws = new WebSocket(`wss://${location.host}/user/${user}/terminals/websocket/${t.name}`);
+    let out = '';
+    ws.onmessage = (e) => { const m = JSON.parse(e.data);
+      if (m[0] === 'stdout') { out += m[1]; if (/__DONE__/.test(out)) { ws.close(); resolve(out); } } };
+    ws.onopen = () => ws.send(JSON.stringify(['stdin', cmd + '; echo __DO""NE__\\r']));
+    setTimeout(() => resolve(out + ' [no answer in 300 s]'), 300000);
+  });
+}"""
+
+
+def _in_a_terminal(page, user: str, cmd: str) -> str:
+    """What ``cmd`` prints in a new terminal of ``user``'s server (the page is logged in as them)."""
+    return page.evaluate(_TERMINAL_JS, [user, cmd])
 
 
 def test_a_class_on_a_real_jupyterhub(chromium, bubblewrap):
@@ -286,10 +296,9 @@ def _the_day(browser, hub, passwords, course: Path, values: dict, shot) -> None:
     assert "practice_mean_var: 1/2 cases, 0.5 of 1 points" in validated[BOB], validated[BOB]
     assert "retrieval_stats_axis: 0/1 cases, 0 of 1 points" in validated[BOB], validated[BOB]
     assert validated[BOB].count("The following cell failed") == 2, validated[BOB]
-    # lesson 00's terminal command, with the PATH ada's server gives her terminals
-    out = as_user(ADA, ["bash", "-c", f"python -m nbgrader validate {ASSIGNMENT}/{ASSIGNMENT}.ipynb"],
-                  Path(f"/home/{ADA}"), env={"PATH": _server_path(ADA)}, timeout=600)
-    assert "Success! Your notebook passes all the tests." in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
+    # lesson 00's terminal command, typed into a terminal of ada's own server (its shell, its PATH)
+    out = _in_a_terminal(pages[ADA], ADA, f"python -m nbgrader validate {ASSIGNMENT}/{ASSIGNMENT}.ipynb")
+    assert "Success! Your notebook passes all the tests." in out, out[-2000:]
     # bob cannot read ada's work, neither on disk nor through the hub.
     out = as_user(BOB, ["cat", f"/home/{ADA}/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"], Path("/tmp"), check=False)
     assert out.returncode != 0, out
