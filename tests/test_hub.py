@@ -322,12 +322,15 @@ def _the_day(browser, hub, passwords, course: Path, values: dict, shot) -> None:
     page.locator("a.name-shown", has_text=ADA).wait_for(state="attached")
     shot(page, "formgrader-manual-grading")
     page.goto(hub.url + page.locator("a.name-shown", has_text=ADA).get_attribute("href"))
+    page.wait_for_load_state("networkidle")  # formgrader renders the score fields once its grades are in
     score = page.locator("#practice_shape_why")
     score.fill(str(HAND_POINTS[ADA]))
     score.press("Tab")
-    page.wait_for_timeout(2000)
+    deadline = time.monotonic() + 30
+    while _hand_grade(course, ADA) != HAND_POINTS[ADA]:  # saved by formgrader's request on change
+        assert time.monotonic() < deadline, "formgrader did not save the hand grade"
+        page.wait_for_timeout(500)
     shot(page, "formgrader-hand-grade")
-    assert _hand_grade(course, ADA) == HAND_POINTS[ADA]
     second = instructor(grade_again)
     want = {u: AUTO_POINTS[u] + HAND_POINTS.get(u, 0.0) for u in AUTO_POINTS}
     assert _totals(course) == want, second.stdout[-3000:]
