@@ -52,8 +52,10 @@ def formgrader_hint(environ=os.environ) -> str:
     formgrader's address there: formgrader inside JupyterLab is blank on a hub (its pages refuse
     to be framed), and ``make lab-instructor`` does not apply."""
     prefix = environ.get("JUPYTERHUB_SERVICE_PREFIX")
-    if not prefix:
-        return FORMGRADER_HINT
+    if not prefix:  # a laptop, or an SSH shell on the hub's machine (which sets no JUPYTERHUB_* variable)
+        user = environ.get("USER") or environ.get("LOGNAME") or "<you>"
+        return (FORMGRADER_HINT + f"; on this course's JupyterHub: Nbgrader > Formgrader in your own server, "
+                f"or https://<hub>/user/{user}/formgrader")
     return (f"grade them in formgrader: open {prefix.rstrip('/')}/formgrader on your JupyterHub "
             "(its own browser tab), then Manual Grading")
 
