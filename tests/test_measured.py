@@ -168,10 +168,9 @@ def _bwd(dy, x, w, eps, mean_dbias=False, flip=False, sums=False):
 
 @pytest.mark.parametrize("kw, words", [
     ({"mean_dbias": True}, "your dbias is the true one times 0.1667 = 1/6 = 1/(number of tokens): you averaged"),
-    ({"flip": True}, "0 in the true dx (scaling a token leaves LayerNorm's output unchanged): the gradient "
-                     "through the variance"),
-    ({"sums": True}, "where the true dx sums to 0 (adding one number to every feature leaves LayerNorm's output "
-                     "unchanged): the gradient through the mean"),
+    ({"flip": True}, "the gradient through the variance in your dx has the wrong sign"),
+    ({"sums": True}, "the gradient through the mean in your dx is 8 = d times the true one: a sum over the d "
+                     "features where a mean belongs; the gradient through the variance in your dx is 8 = d times"),
 ])
 def test_a_gradient_is_measured_by_its_own_properties(kw, words):
     r = checks.check_layer_norm_backward(lambda dy, x, w, eps=1e-5: _bwd(dy, x, w, eps, **kw))

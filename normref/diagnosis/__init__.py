@@ -28,13 +28,14 @@ import numpy as np
 from .gradients import BackwardCase
 from .diagnose import diagnose
 from .measure import describe
+from .outputs import Observed, observe, split
 from .norms import NormCase, norm_case, norm_grammar
-from .questions import Question, declare, declared
+from .questions import Output, Question, declare, declared
 from .search import Choice, Finding, Grammar, Observation, close, count_variants, reproduces, search, variant_id
 from .wiring import BlockCase, PlacementCase, block_grammar, placement_grammar
 
-__all__ = ["BackwardCase", "BlockCase", "NormCase", "PlacementCase", "DIAGNOSIS_FAULTS", "Question", "declare",
-           "declared",
+__all__ = ["BackwardCase", "BlockCase", "NormCase", "PlacementCase", "DIAGNOSIS_FAULTS", "Observed", "Output",
+           "Question", "declare", "declared", "observe", "split",
            "GENERIC_FAULTS", "Choice", "Finding", "Grammar", "Observation", "close",
            "count_variants", "describe", "grammar_for", "observation_case", "refine", "register_grammar",
            "reproduces", "search", "variant_id", "VARIANT_TAG"]
@@ -148,7 +149,8 @@ def refine(checker: str, battery: Sequence[object], results: Sequence[object], a
     found: list = []
 
     def search_now() -> None:
-        found.append(_search(checker, battery, results, numpy, describe_rest=q is None))
+        found.append(_search(checker, battery, results, numpy, describe_rest=q is None,
+                             reference=q is None or not q.formula_is_answer))
 
     if q is None:
         search_now()
@@ -162,9 +164,12 @@ def refine(checker: str, battery: Sequence[object], results: Sequence[object], a
     return found[0] if found else None
 
 
-def _search(checker: str, battery, results, numpy: bool, describe_rest: bool = True) -> Finding | None:
+def _search(checker: str, battery, results, numpy: bool, describe_rest: bool = True,
+            reference: bool = True) -> Finding | None:
     """The grammar search on the cases with the generic diagnosis: a variant that reproduces
-    every output names them; else (``describe_rest``) what was measured is added."""
+    every output names them (``reference``: with what the reference does; False for a question
+    whose reference is its answer, :attr:`Question.formula_is_answer`); else (``describe_rest``)
+    what was measured is added."""
     generic = [r for r in results if not r.passed and r.fault in GENERIC_FAULTS
                and getattr(r, "observed", None) is not None]
     grammar = grammar_for(checker)
@@ -186,11 +191,11 @@ def _search(checker: str, battery, results, numpy: bool, describe_rest: bool = T
         head = r.message.rsplit("; ", 1)[0] if "; " in r.message else r.message.split(" [fault:")[0]
         if found is not None:
             r.fault = "found_variant"
-            sentence = numpy_words(found.sentence()) if numpy else found.sentence()
+            sentence = found.sentence(reference=reference)
+            sentence = numpy_words(sentence) if numpy else sentence
             r.message = (f"{head}; {sentence} [fault: found_variant] "
                          f"[variant: {variant_id(found.best)}]")
         elif describe_rest:
-            got, want = r.observed[0], r.observed[1]
             x = getattr(case, "x", None)
             x64 = None
             if x is not None:
@@ -200,7 +205,11 @@ def _search(checker: str, battery, results, numpy: bool, describe_rest: bool = T
                     x64 = _np(x)[0].astype(np.float64)
                 except Exception:  # noqa: BLE001 - a description is optional
                     x64 = None
-            text = describe(x64, got, want)
+            # each output by its name; an undeclared question's rows are tokens only when the
+            # output is shaped like its input
+            texts = [describe(x64, g, w, name) for name, g, w in split(r.observed, default="output")
+                     if x64 is not None and g.shape == x64.shape]
+            text = "; ".join(t.removeprefix("measured: ").rstrip(".") for t in texts if t)
             if text:
-                r.message = r.message.replace(f" [fault: {r.fault}]", f"; {text} [fault: {r.fault}]")
+                r.message = r.message.replace(f" [fault: {r.fault}]", f"; measured: {text}. [fault: {r.fault}]")
     return found

@@ -161,13 +161,15 @@ class Finding:
     def ids(self) -> list[str]:
         return [variant_id(v) for v in self.variants]
 
-    def sentence(self) -> str:
+    def sentence(self, reference: bool = True) -> str:
         """The diagnosis in the student's words, e.g. "you divided by the largest |x| of the
-        token where RMSNorm divides by the root mean square"."""
+        token where RMSNorm divides by the root mean square"; ``reference=False``: without what
+        the reference does (a question whose reference is its answer, the backward)."""
         best = self.best
         clauses = [c.phrase for c in best]
         text = "you " + (clauses[0] if len(clauses) == 1 else f"{clauses[0]}, and {clauses[1]}")
-        text += f", where {self.reference}"
+        if reference:
+            text += f", where {self.reference}"
         if self.named:
             text = f"that is {self.named}: {text}"
         others = [v for v in self.variants[1:] if {c.key for c in v} != {c.key for c in best}]
