@@ -26,7 +26,7 @@ from .. import faults as _faults
 from . import expr as E
 from .explain import differences
 from .measure import (describe, divisor_words, factor_words, per_token_factors, token_stats_words)
-from .probes import probe_facts, probes_for, run_probes, upcast_contradicts
+from .probes import dtype_advice, probe_facts, probes_for, run_probes, upcast_contradicts
 from .outputs import split
 from .questions import Output, Question
 
@@ -396,7 +396,8 @@ def _largest_difference(q: Question, seen: tuple) -> str | None:
     g, w = float(got[idx]), float(want[idx])
     if out.name == "output":
         return f"where they differ most, at {idx}, yours is {g:.4g} and the reference's {w:.4g}"
-    return f"where your {out.name} and the reference's differ most, at {idx}, yours is {g:.4g} and the reference's {w:.4g}"
+    return (f"where your {out.name} and the reference's differ most, at {idx}, yours is {g:.4g} and the "
+            f"reference's {w:.4g}")
 
 
 # --------------------------------------------------------------------------- the diagnosis
@@ -437,6 +438,13 @@ def diagnose(q: Question, battery: Sequence, results: Sequence, answer=None, cal
         formulas = {}  # said beside the reference's formula, which is the answer: never
     facts, probed = _probe_facts(q, battery, answer, call)
     not_precision = upcast_contradicts(probed)
+    advice = dtype_advice(probed, q.params, backend)
+    for r in results:  # the output's dtype, where it comes from when "cast back" is not the advice
+        if advice and r.fault == "wrong_dtype" and not r.passed:
+            text = _faults.split_tags(r.message)[0]
+            hint = "; " + _faults.message("wrong_dtype", backend)
+            if text.endswith(hint):
+                r.message = f"{text[: -len(hint)]}; {advice}. {_faults.format_tag('wrong_dtype')}"
     source = next((i for i in formulas if not results[i].passed), next(iter(formulas), None))
     # a fault kind the checker gave every failing case it compared by value: a model that fits the
     # whole battery (one that fits some cases only is a coincidence of those inputs)

@@ -126,6 +126,10 @@ def _term_words(k: float, sizes: dict) -> str | None:
     return f"is {k:.4g} = {words} times the true one" if words != f"{k:g}" else f"is {k:g} times the true one"
 
 
+def _near(a: float | None, b: float) -> bool:
+    return a is not None and abs(a - b) <= 1e-6 * max(1.0, abs(b))
+
+
 def _dx_facts(dy, x, w, eps, dx, sizes: dict, dweight: np.ndarray) -> list[str]:
     """What the terms of the student's ``dx`` show (:func:`dx_terms`), or [] when they show
     nothing a count or a statistic explains."""
@@ -133,8 +137,7 @@ def _dx_facts(dy, x, w, eps, dx, sizes: dict, dweight: np.ndarray) -> list[str]:
     if t is None:
         return []
     s, km, kv = _one(t.scale), _one(t.mean), _one(t.var)
-    near = (lambda a, b: a is not None and abs(a - b) <= 1e-6 * max(1.0, abs(b)))
-    if km is not None and near(km, 1.0) and np.allclose(t.var[np.isfinite(t.var)],
+    if km is not None and _near(km, 1.0) and np.allclose(t.var[np.isfinite(t.var)],
                                                          (t.scale ** 2)[np.isfinite(t.var)], rtol=1e-6) \
             and not np.allclose(t.scale, 1, rtol=1e-6):
         # the three terms scaled as another 1/sqrt(var + eps) scales them: read that variance
@@ -160,13 +163,13 @@ def _dx_facts(dy, x, w, eps, dx, sizes: dict, dweight: np.ndarray) -> list[str]:
                                    f"to {t.scale.max():.4g}), as a different 1/sqrt(var + eps) would scale them"]
     facts = []
     for name, k in (("mean", km), ("variance", kv)):
-        if k is None or near(k, 1.0):
+        if k is None or _near(k, 1.0):
             continue
         words = _term_words(k, sizes)
         if words is None and t.exact:
             continue
         facts.append(f"the gradient through the {name} in your dx " + (words or f"is {k:.4g} times the true one"))
-    if s is not None and not near(s, 1.0) and (km is None or near(km, 1.0)) and (kv is None or near(kv, 1.0)):
+    if s is not None and not _near(s, 1.0) and (km is None or _near(km, 1.0)) and (kv is None or _near(kv, 1.0)):
         words = factor_words(s, sizes) if s > 0 else None
         if words or not t.exact:
             facts.append(f"your dx is the true one times {s:.4g}" + (f" = {words}" if words and words != f"{s:g}"
