@@ -104,7 +104,8 @@ def observation_case(checker: str, case) -> object | None:
     if checker in ("pre_ln", "post_ln"):
         return PlacementCase(case.x, case.sublayer, case.norm)
     if checker == "pre-LN block":
-        if getattr(case, "x", None) is None or case.parts is None or isinstance(case.parts, str):
+        if getattr(case, "x", None) is None or case.parts is None or isinstance(case.parts, str) \
+                or getattr(case, "own", False):  # the student's own submodules: grading cannot run other wirings
             return None
         A, M, N1, N2 = case.parts
         return BlockCase(case.x, A, M, N1, N2)

@@ -482,11 +482,13 @@ def dtype_advice(probed: list[Probed], params: tuple, backend: str = "torch") ->
     # float32 and the result cast back: the cast is there, and the step after it undoes it
     cast_back = (x64 is not None and xd == "float16" and float(np.max(x64 * x64)) > 65504 and p.got1 is not None
                  and p.got1.shape == p.want1.shape and np.allclose(p.got1, p.want1, rtol=2e-3, atol=2e-3))
-    where = "after your cast back to it" if cast_back else "before the last step"
-    return (f"with the {what} given in x's dtype on the {xd} case, your output comes back {xd}: your result is in "
-            f"x's dtype "
-            f"{where}, and {steps} makes it {theirs} again: apply the {what} before casting back with {cast} "
-            f"(or cast {'them' if len(names) > 1 else 'it'} with " + " and ".join(f"{n}{cast}" for n in names) + ")")
+    head = f"with the {what} given in x's dtype on the {xd} case, your output comes back {xd}: "
+    also = f" (or cast {'them' if len(names) > 1 else 'it'} with " + " and ".join(f"{n}{cast}" for n in names) + ")"
+    if cast_back:
+        return (f"{head}your result is in x's dtype after your cast back to it, and {steps} makes it {theirs} "
+                f"again: apply the {what} before casting back with {cast}{also}")
+    return (f"{head}{steps} {'make' if len(names) > 1 else 'makes'} your result {theirs}: cast the result back "
+            f"with {cast} after applying the {what}{also}")
 
 
 def upcast_contradicts(probed: list[Probed]) -> object | None:
