@@ -6,9 +6,9 @@ formula the answer computes beside the one asked (traced, :mod:`.trace`, or iden
 outputs, :mod:`.compose`; said by :mod:`.explain`), and what was measured (:mod:`.probes`,
 :mod:`.measure`).
 
-Some checkers also have a *grammar* (:mod:`.norms`, :mod:`.wiring`; the backward's is the grader's,
-``grader/backward.py``) that generates implementation variants of its reference along the
-reference's natural dimensions,
+Some checkers also have a *grammar* (:mod:`.norms`, the block's :mod:`.wiring`; the backward's is
+the grader's, ``grader/backward.py``) that generates implementation variants of its reference
+along the reference's natural dimensions,
 single changes and pairs. :func:`refine` is what a checker calls once its cases are run: for
 the cases that only got the generic diagnosis ("the values differ from the reference"), it
 looks for variants that reproduce the student's output on every failing case of the battery
@@ -32,9 +32,9 @@ from .outputs import Observed, observe, split
 from .norms import NormCase, norm_case, norm_grammar
 from .questions import Output, Question, declare, declared
 from .search import Choice, Finding, Grammar, Observation, close, count_variants, reproduces, search, variant_id
-from .wiring import BlockCase, PlacementCase, block_grammar, placement_grammar
+from .wiring import BlockCase, block_grammar
 
-__all__ = ["BackwardCase", "BlockCase", "NormCase", "PlacementCase", "DIAGNOSIS_FAULTS", "Observed", "Output",
+__all__ = ["BackwardCase", "BlockCase", "NormCase", "DIAGNOSIS_FAULTS", "Observed", "Output",
            "Question", "declare", "declared", "observe", "split",
            "GENERIC_FAULTS", "Choice", "Finding", "Grammar", "Observation", "close",
            "count_variants", "describe", "grammar_for", "observation_case", "refine", "register_grammar",
@@ -55,8 +55,6 @@ _GRAMMARS = {
     "rms_norm": lambda: norm_grammar("rms", "rms_norm"),
     "layer_norm": lambda: norm_grammar("layer", "layer_norm"),
     "RMSNorm module": lambda: norm_grammar("rms", "RMSNorm module", module=True),
-    "pre_ln": lambda: placement_grammar("pre_ln"),
-    "post_ln": lambda: placement_grammar("post_ln"),
     "pre-LN block": block_grammar,
 }
 
@@ -101,8 +99,6 @@ def observation_case(checker: str, case) -> object | None:
 
         w = case.weight if case.weight is not None else torch.ones(case.dim)
         return norm_case(case.x, w, None, RMS_NORM_EPS if case.eps is None else case.eps)
-    if checker in ("pre_ln", "post_ln"):
-        return PlacementCase(case.x, case.sublayer, case.norm)
     if checker == "pre-LN block":
         if getattr(case, "x", None) is None or case.parts is None or isinstance(case.parts, str) \
                 or getattr(case, "own", False):  # the student's own submodules: grading cannot run other wirings

@@ -12,7 +12,8 @@ every failing case of a wrong answer the message is classified by a rule you can
 * **bare**: after the case's name and the error figures ("max abs error ... at index ...;"), each
   remaining clause is only "the values differ from the reference", an unexplained factor
   ("your dweight is the true one times -0.8165") or an unexplained location ("where they differ
-  most, at (13,), yours is ... and the reference's ...");
+  most, at (13,), yours is ... and the reference's ...", or "where your dweight and the
+  reference's differ most, at (3,), ...");
 * **named**: some clause states what the code does differently (a formula, an axis, a dtype, a
   missing term, a parameter, a factor explained by its statistic, an input mutated).
 
@@ -78,7 +79,8 @@ _BARE_CLAUSES = [
     re.compile(r"the values differ from the reference\.?"),
     re.compile(r"your \w+ is the true one times -?[0-9.e+-]+\.?"),
     re.compile(r"your (?:normalised )?(?:values|output) (?:is|are) the reference's times -?[0-9.e+-]+\.?"),
-    re.compile(r"where they differ most, at \([^)]*\), yours is \S+ and the reference's \S+\.?"),
+    re.compile(r"where (?:they|your \w+ and the reference's) differ most, at \([^)]*\), yours is \S+ and the "
+               r"reference's \S+\.?"),
 ]
 
 
