@@ -291,7 +291,8 @@ def test_an_answer_of_several_outputs_is_measured_output_by_output():
     r = _toy_check(wrong_y)
     for c, d in zip(r.cases, (4, 6)):
         _said_of_one_output(c.message, {"y": (2, 3, d), "new_running_mean": (d,)})
-        assert "your y's tokens have RMS" in c.message or "each token's row of your y" in c.message, c.message
+        assert "your y's rows, one per token, have RMS" in c.message or "each token's row of your y" in c.message, \
+            c.message
     r = _toy_check(wrong_y, named=False)
     assert all(c.message.endswith("the values differ from the reference.") for c in r.cases), r.report()
 

@@ -256,6 +256,10 @@ def _your(out: Output) -> str:
     return "your output" if out.name == "output" else f"your {out.name}"
 
 
+def _is(out: Output) -> str:
+    return "are" if out.plural else "is"
+
+
 def _output_facts(q: Question, case_args: tuple, kwargs: dict, seen: tuple) -> list[str]:
     """What the outputs of one case show against the reference's: each output that differs,
     said by its name."""
@@ -278,19 +282,19 @@ def _one_output_facts(q: Question, out: Output, x, case_args: tuple, kwargs: dic
     if q.norm and like_x:
         facts += _norm_facts(q, x, case_args, kwargs, got, want, rtol)
     if not facts and np.all(np.abs(got) <= atol) and not np.all(np.abs(want) <= atol):
-        facts.append(f"{_your(out)} is 0 everywhere")
+        facts.append(f"{_your(out)} {_is(out)} 0 everywhere")
     if not facts:
         ratio = _constant_ratio(got, want)
         if ratio is not None:
             w = factor_words(ratio, sizes)
             said = f" = {w}" if w and w != f"{ratio:g}" else ""
-            facts.append(f"{_your(out)} is the reference's times {ratio:.4g}{said}")
+            facts.append(f"{_your(out)} {_is(out)} the reference's times {ratio:.4g}{said}")
     if not facts and out.tokens:
-        t = token_stats_words(got, want, q.title, out.name)
+        t = token_stats_words(got, want, q.title, out.name, out.rows)
         if t:
             facts.append(t)
     if not facts and out.tokens:
-        t = describe(x if like_x else None, got, want, out.name)
+        t = describe(x if like_x else None, got, want, out.name, out.rows)
         if t:
             facts.append(t.removeprefix("measured: ").rstrip("."))
     return facts

@@ -73,7 +73,8 @@ def _grows_with_mean(x: np.ndarray, err: np.ndarray) -> float | None:
     return r if r > 0.9 else None
 
 
-def describe(x: np.ndarray | None, got: np.ndarray, want: np.ndarray, name: str = "output") -> str:
+def describe(x: np.ndarray | None, got: np.ndarray, want: np.ndarray, name: str = "output",
+             row: str = "token") -> str:
     """One sentence on what the wrong output shows (empty when nothing regular was found).
 
     Args:
@@ -81,23 +82,23 @@ def describe(x: np.ndarray | None, got: np.ndarray, want: np.ndarray, name: str 
         got, want: the student's and the reference output, same shape, float64, rows are
             tokens (``[..., D]``).
         name: the output's name (``"output"``: the question's only output; else e.g. ``"dx"``,
-            said by name).
+            said by name); ``row``: what one of its rows is (``"token"``, ``"query"``).
     """
     if got.shape != want.shape or got.ndim == 0 or not np.all(np.isfinite(got)):
         return ""
     facts: list[str] = []
     err = got - want
-    row = "each token's output" if name == "output" else f"each token's row of your {name}"
+    each = "each token's output" if name == "output" and row == "token" else f"each {row}'s row of your {name}"
     if got.ndim >= 1 and want.shape[-1] > 1:
         f = _per_row_factor(got, want)
         if f is not None:
-            facts.append(f"{row} is the reference's times its own factor (from {_fmt(f[0])} to {_fmt(f[1])})"
+            facts.append(f"{each} is the reference's times its own factor (from {_fmt(f[0])} to {_fmt(f[1])})"
                          + (": the number you divide by is off by a different amount per token"
-                            if name == "output" else ""))
+                            if name == "output" and row == "token" else ""))
         else:
             o = _per_row_offset(got, want)
             if o is not None:
-                facts.append(f"{row} is the reference's shifted by its own amount "
+                facts.append(f"{each} is the reference's shifted by its own amount "
                              f"(from {_fmt(o[0])} to {_fmt(o[1])})")
     ax = _axis_followed(err)
     if ax is not None and not facts:
@@ -213,16 +214,19 @@ def divisor_words(x: np.ndarray, k: np.ndarray, reference_divisor: np.ndarray, s
     return None
 
 
-def token_stats_words(got: np.ndarray, want: np.ndarray, title: str, name: str = "output") -> str | None:
-    """The per-token mean and RMS of an output whose rows are tokens (``[..., D]``) against the
-    reference's, where they differ: ``"your tokens' outputs have RMS 0.31 to 0.52 where
+def token_stats_words(got: np.ndarray, want: np.ndarray, title: str, name: str = "output",
+                      row: str = "token") -> str | None:
+    """The per-row mean and RMS of an output whose rows belong to tokens (``[..., D]``) against
+    the reference's, where they differ: ``"your tokens' outputs have RMS 0.31 to 0.52 where
     RMSNorm's have RMS 1 to 1.3"`` (``name="output"``, a question's only output), or ``"your
-    dx's tokens have RMS ... where the reference dx's have RMS ..."`` (a named output)."""
+    dx's rows, one per token, have RMS ... where the reference's have RMS ..."`` (a named output;
+    ``row``: what one row is, ``"query"`` for attention logits)."""
     d = want.shape[-1] if want.ndim else 0
     if d < 2 or not np.all(np.isfinite(got)):
         return None
     g, w = got.reshape(-1, d), want.reshape(-1, d)
-    theirs = f"{title}'s" if name == "output" else f"the reference {name}'s"
+    own = name == "output" and row == "token"
+    theirs = f"{title}'s" if own else "the reference's"
     facts = []
     gr, wr = np.sqrt((g * g).mean(-1)), np.sqrt((w * w).mean(-1))
     if not np.allclose(gr, wr, rtol=2e-2, atol=1e-3):
@@ -232,7 +236,8 @@ def token_stats_words(got: np.ndarray, want: np.ndarray, title: str, name: str =
         facts.append(f"mean {_span(gm)} where {theirs} have mean {_span(wm)}")
     if not facts:
         return None
-    return ("your tokens' outputs have " if name == "output" else f"your {name}'s tokens have ") + "; and ".join(facts)
+    whose = f"your {name}'" if name.endswith("s") else f"your {name}'s"
+    return ("your tokens' outputs have " if own else f"{whose} rows, one per {row}, have ") + "; and ".join(facts)
 
 
 def _span(v: np.ndarray) -> str:

@@ -27,13 +27,18 @@ class Output:
     Attributes:
         name: its name in sentences, ``"dx"``, ``"dweight"``, ``"new_running_mean"``; a question
             with one output calls it ``"output"`` ("your output is the reference's times 2").
-        tokens: its rows are tokens (``[..., D]``, one row per token, like ``x``): per-token
-            statistics ("your tokens' outputs have RMS ...") are said of it; False for a
-            parameter's gradient or a running statistic (``[D]``) and for attention logits.
+        tokens: its last axis' rows belong to tokens (``[..., D]`` like ``x``, one row per token;
+            attention logits ``[..., T, T]``, one row per query): per-row statistics ("your
+            tokens' outputs have RMS ...") are said of it; False for a parameter's gradient or a
+            running statistic (``[D]``).
+        rows: what one row is, in sentences: ``"token"``, ``"query"``.
+        plural: the name is a plural ("your logits are ...").
     """
 
     name: str = "output"
     tokens: bool = True
+    rows: str = "token"
+    plural: bool = False
 
 
 @dataclass
