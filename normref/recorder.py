@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+from threading import get_ident as threading_ident
 
 import numpy as np
 
@@ -254,6 +255,10 @@ class ReferenceRecorder:
             mod = f[len(self._torch_dir):].removesuffix(".py").removesuffix("__init__").rstrip(os.sep)
             mod = mod.replace(os.sep, ".")
             return "torchref", f"calls torch's reference code torch.{mod}.{code.co_name}"
+        if self.torch_names and code.co_name in self.torch_names and f.startswith(self._torch_dir):
+            # torch's Python normalization (F.rms_norm, F.layer_norm): seen by the profile hook,
+            # whatever became of the torch function mode
+            return "ref", f"calls torch's {code.co_name}"
         if code.co_name in _MODE_HELPERS and f.endswith(("overrides.py", "_python_dispatch.py")):
             return "mode", "switched off the grader's call recorder (torch function mode)"
         return None
@@ -293,12 +298,50 @@ class ReferenceRecorder:
             self.found.append(what)
 
     def _check_threads(self) -> None:
+        """Record the student's threads alive now that were not when the kernel was sealed:
+        work this recorder cannot see. A thread of the kernel's own machinery or of a library
+        (pyzmq's, ipykernel's, matplotlib's, ipywidgets', tqdm's monitor, a pool a library keeps)
+        is not the student's (:meth:`_students_thread`), and a thread is only flagged, never
+        evidence of a reference call (:func:`normref.rules.observed_reference`)."""
         if self._threads is None:
             return
-        extra = set(sys._current_frames()) - set(self._threads)
-        if extra:
-            self._add(f"runs code in another thread or process ({len(extra)} thread(s) started before the "
-                      "grader's call were still running)")
+        frames = sys._current_frames()
+        extra = set(frames) - set(self._threads) - {threading_ident()}
+        theirs = [i for i in sorted(extra) if self._students_thread(i, frames.get(i))]
+        if theirs:
+            self._add(f"runs code in another thread or process ({len(theirs)} thread(s) of the notebook's code "
+                      "started before the grader's call were still running)")
+
+    def _students_thread(self, ident: int, frame) -> bool:
+        """Is thread ``ident`` the student's: its target (or its class's ``run``) is the
+        notebook's code, or the notebook's code is on its stack now? A thread whose code is all a
+        library's (the standard library, an installed package: pyzmq, ipykernel, matplotlib,
+        tqdm) is not."""
+        import threading
+        import types
+
+        thread = next((t for t in threading.enumerate() if t.ident == ident), None)
+        if thread is not None:
+            target = getattr(thread, "_target", None)
+            target = getattr(target, "__func__", target)
+            run = getattr(type(thread).run, "__code__", None)
+            for code in (getattr(target, "__code__", None), run):
+                if isinstance(code, types.CodeType) and not self._is_library(code):
+                    return True
+        while frame is not None:
+            if not self._is_library(frame.f_code, frame):
+                return True
+            frame = frame.f_back
+        return False
+
+    def _students_escape(self, frame) -> bool:
+        """Did the student's code start this thread or process itself: is the nearest caller
+        outside the standard library (``threading``, ``subprocess``, ``concurrent.futures``,
+        ``multiprocessing``, ``os``) the student's, not a library's (tqdm's monitor, pyzmq,
+        matplotlib)?"""
+        while frame is not None and frame.f_code.co_filename.startswith(self._stdlib):
+            frame = frame.f_back
+        return frame is not None and not self._is_library(frame.f_code, frame)
 
     def __enter__(self) -> "ReferenceRecorder":
         self._check_threads()
@@ -391,9 +434,15 @@ class ReferenceRecorder:
         mode taken off by the student's code, autograd's engine run."""
         mod, name = getattr(arg, "__module__", None), getattr(arg, "__name__", None)
         if (mod, name) in _ESCAPES:
-            # Work moved to another thread or process runs where this recorder cannot see it.
-            self._add(f"runs code in another thread or process ({arg.__module__}.{arg.__name__})")
+            # Work moved to another thread or process runs where this recorder cannot see it:
+            # flagged when the student's code started it (not tqdm's monitor, pyzmq's, ...)
+            if self._students_escape(frame):
+                self._add(f"runs code in another thread or process ({arg.__module__}.{arg.__name__})")
             return
+        if self.torch_names and isinstance(mod, str) and mod.split(".")[0] == "torch" and \
+                str(name).split(".")[0] in self.torch_names and self._student_frame(frame):
+            # a torch normalization's C function, seen here too: the torch function mode may be off
+            self._add(f"calls torch's {str(name).split('.')[0]}")
         code = frame.f_code
         if (mod, name) in _PROFILE_SETTERS and code not in self._allowed:
             self._add("switched off the grader's call recorder (sys.setprofile)")
