@@ -35,6 +35,7 @@ from . import calling, plan
 from ._torch import directory, import_if_named, is_tensor, loaded
 from .recorder import allowed_codes, grader_objects, recorder_for, recorder_intact
 from .reference_code import reference_codes, reference_prints
+from .threads import watch_threads
 from .wire import MIME, encode, encode_answer, encode_exception, load_inputs, snapshot, unchanged
 
 
@@ -175,7 +176,7 @@ def _hand_back(grade_id: str, fn, more: tuple, text: str | None, sealed: dict | 
 #: The modules the hand-back runs: :func:`seal` watches every function and class they define, and
 #: every normref function, class or module they bind (an alias patched in place of one).
 SEALED_MODULES = ("normref.handback", "normref.plan", "normref.wire", "normref.recorder",
-                  "normref.reference_code", "normref.calling", "normref._torch")
+                  "normref.reference_code", "normref.calling", "normref._torch", "normref.threads")
 
 
 def _normref_object(v) -> bool:
@@ -257,7 +258,7 @@ def seal(torch: bool = True):
     changes = _changes
     codes = reference_codes(torch=torch)
     state = {"torch_dir": directory(), "codes": codes, "prints": reference_prints(codes),
-             "allowed": frozenset(allowed_codes()),
+             "allowed": frozenset(allowed_codes()), "started": watch_threads(),
              "threads": frozenset(sys._current_frames()), "changed": lambda: changes(watched)}
     hand, given = _hand_back, {}
 

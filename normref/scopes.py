@@ -99,6 +99,20 @@ class Scopes:
                 out.append(None)
         return out
 
+    def module_targets(self, name: str) -> list[str | None]:
+        """What the module-level name ``name`` may stand for by its bindings at the top level of
+        this source (as :meth:`targets`): ``["normref.RMSNorm"]`` for ``RMSNorm = normref.RMSNorm``
+        after ``import normref``; ``[]`` when the top level does not bind it."""
+        out: list[str | None] = []
+        for b in self.module.bound.get(name, []):
+            if b.kind == "import":
+                out.append(b.target)
+            elif b.kind == "alias":
+                out.extend(self._dotted_targets(b.value, 1))
+            else:
+                out.append(None)
+        return out
+
     def _dotted_targets(self, value: ast.AST, depth: int) -> list[str | None]:
         parts = []
         while isinstance(value, ast.Attribute):

@@ -53,10 +53,20 @@ def _result_name(source: str) -> str | None:
 
 def run_cells(nb, validate: bool = True) -> NotebookRun:
     """Run ``nb``'s code cells in order (see the module docstring); returns each graded cell's
-    :class:`CellRun` and the namespace."""
+    :class:`CellRun` and the namespace. The notebook is saved in a temporary folder and named by
+    ``JPY_SESSION_NAME``, as JupyterLab names a kernel's notebook (the self-check reads the
+    locked cells from it)."""
+    import tempfile
+
+    import nbformat
+
     ns: dict = {"__name__": "__main__", "In": [""], "Out": {}}
     out = NotebookRun(namespace=ns)
-    old = os.environ.get("NBGRADER_EXECUTION")
+    old = os.environ.get("NBGRADER_EXECUTION"), os.environ.get("JPY_SESSION_NAME")
+    folder = tempfile.TemporaryDirectory(prefix="notebook-run-")
+    path = os.path.join(folder.name, "notebook.ipynb")
+    nbformat.write(nb, path)
+    os.environ["JPY_SESSION_NAME"] = path
     if validate:
         os.environ["NBGRADER_EXECUTION"] = "validate"
     else:
@@ -85,10 +95,12 @@ def run_cells(nb, validate: bool = True) -> NotebookRun:
                 out.cells[gid] = CellRun(gid, printed.getvalue(), error,
                                          ns.get(result_name) if result_name else None)
     finally:
-        if old is None:
-            os.environ.pop("NBGRADER_EXECUTION", None)
-        else:
-            os.environ["NBGRADER_EXECUTION"] = old
+        for key, value in zip(("NBGRADER_EXECUTION", "JPY_SESSION_NAME"), old):
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        folder.cleanup()
     return out
 
 

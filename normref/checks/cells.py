@@ -88,12 +88,12 @@ def cell_name(source: str, name: str | None = None) -> str:
     return f"the cell that {binds[name]} {name}" if name else "a cell that binds no name"
 
 
-def question_cells(cells: list[str], locked: set[str] = frozenset()) -> list[tuple[int, str, bool]]:
+def question_cells(cells: list[str], locked: set[str] = frozenset(), names=()) -> list[tuple[int, str, bool]]:
     """The cells a check reads, from ``cells`` (sources, in the order they ran; the last one runs
     the check): ``[(index, name, own)]``, ``name`` the binding it is reached by (``None`` for the
     checking cell itself), ``own`` for the checking cell and the cells binding what it reads
-    directly (the answer's own cells). Locked cells (``locked``, stripped sources) are not
-    returned, and what they read is not followed."""
+    directly, or ``names`` (the checked object's names: the answer's own cells). Locked cells
+    (``locked``, stripped sources) are not returned, and what they read is not followed."""
     if not cells:
         return []
     last = len(cells) - 1
@@ -107,7 +107,10 @@ def question_cells(cells: list[str], locked: set[str] = frozenset()) -> list[tup
 
     if cells[last].strip() not in locked:
         out[last] = (None, True)
-    follow(last, True)
+    # what a test cell reads directly is the answer's own code; what the answer's own cell reads
+    # (a lesson's cell that defines the function and checks it) is not
+    follow(last, not set(names) & set(_reading(cells[last])[0]))
+    todo.extend((n, last + 1, True) for n in names)
     while todo:
         name, before, own = todo.pop(0)
         for j in range(min(before, last + 1) - 1, -1, -1):
@@ -118,14 +121,14 @@ def question_cells(cells: list[str], locked: set[str] = frozenset()) -> list[tup
             if j not in out:
                 out[j] = (name, own)
                 follow(j, False)
-            elif own and not out[j][1]:
-                out[j] = (out[j][0], True)
+            else:  # reached again: it is own if any way to it is, and named by what it binds
+                out[j] = (out[j][0] or name, out[j][1] or own)
             break
     return [(i, name, own) for i, (name, own) in sorted(out.items())]
 
 
-def question_findings(cells: list[str], locked_sources: list[str] = (),
-                      bindings: dict | None = None) -> list[tuple[str, bool, Finding]]:
+def question_findings(cells: list[str], locked_sources: list[str] = (), bindings: dict | None = None,
+                      names=()) -> list[tuple[str, bool, Finding]]:
     """The tamper scan's findings in the cells a check reads (:func:`question_cells`):
     ``[(the cell's name, own, finding)]``, e.g. ``[("the cell that defines rms_norm", True,
     Finding("tamper", 1, "imports threading"))]``.
@@ -137,26 +140,39 @@ def question_findings(cells: list[str], locked_sources: list[str] = (),
             are modules).
         bindings: what names bound outside the scanned cells stand for (a lesson's globals:
             :func:`notebook_bindings`); default: the locked cells' imports.
+        names: the checked object's names in the notebook (the self-check knows the object),
+            read as the checking cell's own.
     """
     locked = {s.strip() for s in locked_sources}
     protected = protected_bindings(list(locked_sources))
     if bindings is None:
         bindings = _locked_imports(list(locked_sources))
-    chosen = question_cells(list(cells), locked)
+    chosen = question_cells(list(cells), locked, names)
     # a name another chosen cell imports stands for what it imports there (``from normref import
     # layer_norm as ln`` in one cell, ``ln(x)`` in the answer's)
     imported = {}
     for i, name, _ in chosen:
-        if name is not None:
-            target = _locked_imports([cells[i]]).get(name)
-            if target is not None:
-                imported[name] = target
+        target = _stands_for(cells[i], name) if name is not None else None
+        if target is not None:
+            imported[name] = target
     scope = {**bindings, **protected, **imported}
     out = []
     for i, name, own in chosen:
         where = cell_name(cells[i], name)
         out += [(where, own, f) for f in scan(cells[i], protected, scope)]
     return list(dict.fromkeys(out))
+
+
+def _stands_for(source: str, name: str) -> str | None:
+    """What the cell ``source`` binds ``name`` to at its top level, when it is an import or a plain
+    alias of one (``from normref import layer_norm as ln``; ``RMSNorm = normref.RMSNorm``), else None."""
+    from ..scopes import resolve
+
+    try:
+        tree = parse("\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in source.splitlines()))
+    except SyntaxError:
+        return None
+    return next((t for t in resolve(tree).module_targets(name) if t is not None), None)
 
 
 def _locked_imports(locked_sources: list[str]) -> dict[str, str]:
@@ -295,4 +311,5 @@ def scan_findings(obj) -> list[tuple[str, bool, Finding]]:
     cells, globals_ = got
     locked = locked_cells(cells)
     bindings = None if locked else notebook_bindings(globals_)
-    return question_findings(cells, locked, bindings)
+    names = sorted(k for k, v in list(globals_.items()) if v is obj and not k.startswith("_"))
+    return question_findings(cells, locked, bindings, names)
