@@ -187,7 +187,7 @@ def other_cells_reviews(nb) -> list[str]:
     covered: set[int] = set()
     for i, cell in enumerate(code):
         if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") in QUESTIONS:
-            covered |= {j for j, _, _ in question_cells(sources[: i + 1], locked)}
+            covered |= {j for j, _, own, _ in question_cells(sources[: i + 1], locked) if own}
     protected = protected_bindings([c.source for c in locked_cells])
     out = []
     for i, cell in enumerate(code):

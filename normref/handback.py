@@ -254,12 +254,7 @@ def seal(torch: bool = True):
     """
     from IPython.display import display
 
-    watched = [(sys.modules[m], _watched(sys.modules[m])) for m in SEALED_MODULES]
-    changes = _changes
-    codes = reference_codes(torch=torch)
-    state = {"torch_dir": directory(), "codes": codes, "prints": reference_prints(codes),
-             "allowed": frozenset(allowed_codes()), "started": watch_threads(),
-             "threads": frozenset(sys._current_frames()), "changed": lambda: changes(watched)}
+    state = seal_state(torch)
     hand, given = _hand_back, {}
 
     def sealed(grade_id: str, fn, *more):
@@ -271,6 +266,19 @@ def seal(torch: bool = True):
 
     sealed.inputs = inputs
     return sealed
+
+
+def seal_state(torch: bool = True) -> dict:
+    """What :func:`seal` keeps for the hand-back, read now: the references' code objects and
+    fingerprints, the code an answer may run, torch's folder, the kernel's threads (and, from
+    now on, those the notebook's code starts: :func:`normref.threads.watch_threads`), and a watch
+    on the hand-back's modules (``"changed"``)."""
+    watched = [(sys.modules[m], _watched(sys.modules[m])) for m in SEALED_MODULES]
+    changes = _changes
+    codes = reference_codes(torch=torch)
+    return {"torch_dir": directory(), "codes": codes, "prints": reference_prints(codes),
+            "allowed": frozenset(allowed_codes()), "started": watch_threads(),
+            "threads": frozenset(sys._current_frames()), "changed": lambda: changes(watched)}
 
 
 def as_graded(result, grade_id: str, points: float) -> None:

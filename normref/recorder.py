@@ -54,15 +54,19 @@ def _codes_within(objs) -> set:
 def allowed_codes() -> set:
     """normref code a student's answer may run: the parts the assignment gives them
     (:class:`normref.blocks.CausalSelfAttention`, :class:`normref.blocks.FeedForward`), the
-    recorder itself, the hand-back's encoder and the call helpers (which start and stop the
-    student's call, :data:`CALL_HELPERS`)."""
+    recorder itself, the hand-back's encoder, the call helpers (which start and stop the
+    student's call, :data:`CALL_HELPERS`) and :mod:`normref.threads` (it notes who starts a
+    thread, inside ``threading``'s own start)."""
     # the block's parts, when this process has normref.blocks (or torch, which it needs): an
     # answer without torch cannot run them without importing it (then they count as normref code)
     blocks = sys.modules.get("normref.blocks")
     if blocks is None and loaded() is not None:
         from . import blocks
     parts = [blocks.CausalSelfAttention, blocks.FeedForward] if blocks is not None else []
-    return _codes_within([*parts, ReferenceRecorder, encode, _npy, *CALL_HELPERS, *TORCH_HELPERS.values()])
+    from . import threads
+
+    return _codes_within([*parts, ReferenceRecorder, encode, _npy, *CALL_HELPERS, *TORCH_HELPERS.values(),
+                          threads.watch_threads, threads.started_by_notebook, threads._library_paths])
 
 
 def _checker_calls() -> tuple[frozenset, object]:
@@ -362,20 +366,26 @@ class ReferenceRecorder:
         sys.setprofile(profile)
         import threading
 
-        self._closed = False  # a thread started during the call follows it: a hook of its own
+        from .threads import watch_threads
+
+        watch_threads()  # each thread then knows which thread started it
+        self._closed = False  # a thread the call starts follows it: a hook of its own
         self._old_thread_profile = threading.getprofile()
-        threading.setprofile(self._thread_hook())
+        threading.setprofile(self._thread_hook(threading_ident()))
         return self
 
-    def _thread_hook(self):
-        """The profile hook of the threads the call starts (``threading.setprofile``): a
-        reference run there is seen as in the call itself (its Python code and its torch C
-        functions; the torch function mode is the calling thread's), until the call ends."""
+    def _thread_hook(self, owner: int):
+        """The profile hook of the threads the call starts (``threading.setprofile``; a thread
+        another thread of the process starts meanwhile drops it): a reference run there is seen
+        as in the call itself (its Python code and its torch C functions; the torch function mode
+        is the calling thread's), until the call ends."""
+        import threading
+
         kinds, classify = self._kind, self._classify
 
         def profile(frame, event, arg):
-            if self._closed:
-                sys.setprofile(None)  # the call is over: this thread runs unwatched again
+            if self._closed or getattr(threading.current_thread(), "_normref_parent", None) != owner:
+                sys.setprofile(None)  # not this call's thread, or the call is over: unwatched
                 return
             if event == "c_call":
                 mod, name = getattr(arg, "__module__", None), str(getattr(arg, "__name__", None))

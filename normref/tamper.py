@@ -212,7 +212,8 @@ def _tree_findings(tree: ast.Module, protected: dict[str, str | None], modules: 
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             for name, target in _import_targets(node):
                 mod = target if isinstance(node, ast.Import) else (node.module or "")
-                public = isinstance(node, ast.ImportFrom) and {a.name for a in node.names} <= PUBLIC_HANDBACK.get(mod, set())
+                public = isinstance(node, ast.ImportFrom) and \
+                    {a.name for a in node.names} <= PUBLIC_HANDBACK.get(mod, set())
                 if any(mod == d or mod.startswith(d + ".") for d in DENY_IMPORTS) and not public:
                     findings.append(Finding("tamper", line, f"imports {mod}"))
                 if node in tree.body:

@@ -58,7 +58,9 @@ def watch_threads():
     starts (:func:`started_by_notebook`), weakly (a finished thread leaves it): ``threading``'s
     ``_start_new_thread``, which ``Thread.start`` calls with the new thread's ``_bootstrap``, is
     wrapped once per process to note the starter (CPython 3.11 raises no audit event for a new
-    thread). What :func:`normref.handback.seal` hands the recorder as ``started``."""
+    thread), and each new thread's ``_normref_parent``, the ident of the thread that started it
+    (the recorder follows only the threads its own call starts). What
+    :func:`normref.handback.seal` hands the recorder as ``started``."""
     import threading
     import weakref
 
@@ -71,8 +73,10 @@ def watch_threads():
     def _start_new_thread(function, args, kwargs=None):
         try:
             thread = getattr(function, "__self__", None)
-            if isinstance(thread, threading.Thread) and started_by_notebook(sys._getframe(1)):
-                started.add(thread)
+            if isinstance(thread, threading.Thread):
+                thread._normref_parent = threading.get_ident()  # who started it (the recorder's hook asks)
+                if started_by_notebook(sys._getframe(1)):
+                    started.add(thread)
         except Exception:  # noqa: BLE001 - noting the starter must never stop a thread starting
             pass
         return original(function, args) if kwargs is None else original(function, args, kwargs)

@@ -36,6 +36,9 @@ class CellRun:
 class NotebookRun:
     cells: dict[str, CellRun] = field(default_factory=dict)
     namespace: dict = field(default_factory=dict)
+    #: what the grading kernel's sealing cell keeps (:func:`normref.handback.seal_state`), read
+    #: before the first cell ran (``run_cells(sealed=True)``); None otherwise
+    sealed: dict | None = None
 
 
 def _result_name(source: str) -> str | None:
@@ -51,17 +54,22 @@ def _result_name(source: str) -> str | None:
     return None
 
 
-def run_cells(nb, validate: bool = True) -> NotebookRun:
+def run_cells(nb, validate: bool = True, sealed: bool = False) -> NotebookRun:
     """Run ``nb``'s code cells in order (see the module docstring); returns each graded cell's
     :class:`CellRun` and the namespace. The notebook is saved in a temporary folder and named by
     ``JPY_SESSION_NAME``, as JupyterLab names a kernel's notebook (the self-check reads the
-    locked cells from it)."""
+    locked cells from it). ``sealed``: first keep what the grading kernel's sealing cell keeps
+    (the threads alive now, the references' code), as ``make grade`` does before any cell."""
     import tempfile
 
     import nbformat
 
     ns: dict = {"__name__": "__main__", "In": [""], "Out": {}}
     out = NotebookRun(namespace=ns)
+    if sealed:
+        from normref.handback import seal_state
+
+        out.sealed = seal_state()
     old = os.environ.get("NBGRADER_EXECUTION"), os.environ.get("JPY_SESSION_NAME")
     folder = tempfile.TemporaryDirectory(prefix="notebook-run-")
     path = os.path.join(folder.name, "notebook.ipynb")
@@ -122,7 +130,8 @@ def handed(source_nb) -> dict[str, tuple[str, ...]]:
 def graded_in_process(nb, source_nb, run: NotebookRun, seed: int = 7) -> dict:
     """What ``make grade`` gives each question of ``nb``, without a kernel: the hand-back's own
     code (:func:`normref.handback._outputs`, as the sealed hand-back runs it) on the objects the
-    notebook's run left (``run``), the run's inputs drawn from ``seed``
+    notebook's run left (``run``; with what it sealed before its first cell, the kernel's threads
+    among them, when it was run with ``sealed=True``), the run's inputs drawn from ``seed``
     (:func:`grader.scoring.question_inputs`), each hand-back put in its test cell (the hidden test
     of ``source_nb``) and the notebook scored by the grader (:func:`grader.scores.score_notebook`,
     the static scan of the cells included). ``{grade_id: grader.scores.Scored}``."""
@@ -148,7 +157,9 @@ def graded_in_process(nb, source_nb, run: NotebookRun, seed: int = 7) -> dict:
                                                    "is not defined", traceback=[])]
             continue
         inputs = load_inputs(scoring.question_inputs(gid, seed))
-        bundle, _ = handback._outputs(gid, inputs, values[0], tuple(values[1:]), None)
+        bundle, _ = handback._outputs(gid, inputs, values[0], tuple(values[1:]), run.sealed)
+        if run.sealed is not None and run.sealed["changed"]():
+            bundle["changed"] = run.sealed["changed"]()
         import json
 
         cell.outputs = [nbformat.v4.new_output("display_data", data={MIME: json.loads(json.dumps(bundle))})]

@@ -112,10 +112,10 @@ def test_a_cell_is_named_by_what_it_defines_whatever_its_execution_count():
         _cell(ns, n, "import threading\n\n" + HONEST)
         said[n] = check_rms_norm(ns["rms_norm"], quick=True).reviews
     assert said[2] == said[16] == [THREADING]
-    # a module the answer uses, imported in a flagged cell: that cell, by the name it binds
+    # a module the answer uses, imported in a flagged statement: that cell, by the name it binds
     ns = {"__name__": "__main__"}
     _cell(ns, 1, "import torch\n")
-    _cell(ns, 9, "import threading\nimport math\n")
+    _cell(ns, 9, "import threading, math\n")
     _cell(ns, 12, "def rms_norm(x, weight, eps=1e-6):\n"
                   "    rms = x.float().pow(2).mean(dim=-1, keepdim=True).add(eps * math.pow(1, 2)).rsqrt()\n"
                   "    return (x.float() * rms * weight).to(x.dtype)\n")

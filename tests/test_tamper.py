@@ -228,7 +228,11 @@ def test_the_self_check_flags_a_tamper_construct_for_review_and_keeps_the_points
     assert check_rms_norm(ns2["rms_norm"]).reviews == []
 
 
-def test_a_helper_in_a_flagged_cell_is_named_in_the_review_of_the_question_that_uses_it():
+def test_a_helper_in_another_cell_is_read_for_what_the_answer_uses_of_it():
+    """The answer's own cell is read whole; another cell is read for the statements that bind
+    what the answer uses (a helper's ``def``, with what that reads): a construct in the helper is
+    flagged for the question, an unrelated import beside it is not (grading's report lists it
+    apart, ``grader.scores.other_cells_reviews``)."""
     from normref import check_rms_norm
 
     ns = {"__name__": "__main__"}
@@ -237,10 +241,13 @@ def test_a_helper_in_a_flagged_cell_is_named_in_the_review_of_the_question_that_
     _cell(ns, 4, "def rms_norm(x, weight, eps=1e-6):\n"
                  "    return (x.float() * (_ms(x) + eps).rsqrt() * weight).to(x.dtype)\n")
     r = check_rms_norm(ns["rms_norm"], quick=True)
-    assert r.score == 1 and r.reviews == [_review("imports gc (line 1 of the cell that defines _ms)")]
+    assert r.score == 1 and r.reviews == []
+    _cell(ns, 5, "def _ms(x):\n    import gc\n    return x.float().pow(2).mean(dim=-1, keepdim=True)\n")
+    r = check_rms_norm(ns["rms_norm"], quick=True)
+    assert r.score == 1 and r.reviews == [_review("imports gc (line 2 of the cell that defines _ms)")]
 
 
-def test_a_module_imported_in_a_flagged_cell_is_named_in_the_review_of_the_question_that_uses_it():
+def test_a_module_imported_beside_a_flagged_import_is_read_alone():
     from normref import check_rms_norm
 
     ns = {"__name__": "__main__"}
@@ -250,7 +257,7 @@ def test_a_module_imported_in_a_flagged_cell_is_named_in_the_review_of_the_quest
                  "    ms = x.float().pow(2).mean(dim=-1, keepdim=True) * math.pow(1, 2)\n"
                  "    return (x.float() * (ms + eps).rsqrt() * weight).to(x.dtype)\n")
     r = check_rms_norm(ns["rms_norm"], quick=True)
-    assert r.score == 1 and r.reviews == [_review("imports threading (line 1 of the cell that imports math)")]
-    # a later, clean cell binding the name is the one that counts
-    _cell(ns, 6, "import math\n")
-    assert check_rms_norm(ns["rms_norm"], quick=True).reviews == []
+    assert r.score == 1 and r.reviews == []
+    _cell(ns, 6, "import threading, math\n")  # one statement binds math and imports threading
+    assert check_rms_norm(ns["rms_norm"], quick=True).reviews == [
+        _review("imports threading (line 1 of the cell that imports math)")]

@@ -88,28 +88,53 @@ def cell_name(source: str, name: str | None = None) -> str:
     return f"the cell that {binds[name]} {name}" if name else "a cell that binds no name"
 
 
-def question_cells(cells: list[str], locked: set[str] = frozenset(), names=()) -> list[tuple[int, str, bool]]:
+@functools.lru_cache(maxsize=512)
+def sliced(source: str, names: frozenset) -> str:
+    """``source`` with only its top-level statements that bind one of ``names`` (an import, a
+    ``def``, a class, an assignment, a loop or ``with`` whose body binds it), every other line
+    blank (the line numbers stay the cell's): the part of a cell another cell's code reads it
+    for. A scratch cell that imports torch and also compares with ``F.layer_norm`` is read, for
+    an answer that uses ``torch``, as its ``import torch`` alone."""
+    from ..scopes import resolve
+
+    lines = source.splitlines()
+    code = "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in lines)
+    try:
+        tree = parse(code)
+    except SyntaxError:
+        return ""
+    keep = set()
+    for stmt in tree.body:
+        if names & set(resolve(ast.Module(body=[stmt], type_ignores=[])).module.bound):
+            first = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", ())])
+            keep.update(range(first, (stmt.end_lineno or stmt.lineno) + 1))
+    return "\n".join(ln if i in keep else "" for i, ln in enumerate(lines, 1))
+
+
+def question_cells(cells: list[str], locked: set[str] = frozenset(), names=()) -> list[tuple[int, str, bool, str]]:
     """The cells a check reads, from ``cells`` (sources, in the order they ran; the last one runs
-    the check): ``[(index, name, own)]``, ``name`` the binding it is reached by (``None`` for the
-    checking cell itself), ``own`` for the checking cell and the cells binding what it reads
-    directly, or ``names`` (the checked object's names: the answer's own cells). Locked cells
-    (``locked``, stripped sources) are not returned, and what they read is not followed."""
+    the check): ``[(index, name, own, what of it is read)]``. ``name`` is the binding it is
+    reached by (``None`` for the checking cell itself); ``own`` marks the checking cell and the
+    cells binding what it reads directly, or ``names`` (the checked object's names): the answer's
+    own cells, read whole; another cell is read for the statements that bind the names the
+    answer's code reads (:func:`sliced`). Locked cells (``locked``, stripped sources) are not
+    returned, and what they read is not followed."""
     if not cells:
         return []
     last = len(cells) - 1
-    out: dict[int, tuple[str | None, bool]] = {}
+    found: dict[int, dict] = {}  # index -> {"name", "own", "names", "whole"}
     todo: list[tuple[str, int, bool]] = []
 
-    def follow(i: int, own: bool) -> None:
-        _, now, later = _reading(cells[i])
+    def follow(i: int, source: str, own: bool) -> None:
+        _, now, later = _reading(source)
         todo.extend((n, i, own) for n in sorted(now))
         todo.extend((n, last + 1, own) for n in sorted(later))
 
     if cells[last].strip() not in locked:
-        out[last] = (None, True)
+        found[last] = {"name": None, "own": True, "names": set(), "whole": True}
     # what a test cell reads directly is the answer's own code; what the answer's own cell reads
     # (a lesson's cell that defines the function and checks it) is not
-    follow(last, not set(names) & set(_reading(cells[last])[0]))
+    follow(last, cells[last], not set(names) & set(_reading(cells[last])[0]))
     todo.extend((n, last + 1, True) for n in names)
     while todo:
         name, before, own = todo.pop(0)
@@ -118,13 +143,17 @@ def question_cells(cells: list[str], locked: set[str] = frozenset(), names=()) -
                 continue
             if cells[j].strip() in locked:
                 break  # the course's cell: grading restores it, nothing of it is the student's
-            if j not in out:
-                out[j] = (name, own)
-                follow(j, False)
-            else:  # reached again: it is own if any way to it is, and named by what it binds
-                out[j] = (out[j][0] or name, out[j][1] or own)
+            entry = found.setdefault(j, {"name": name, "own": False, "names": set(), "whole": False})
+            entry["name"] = entry["name"] or name
+            if own and not entry["whole"]:
+                entry["own"] = entry["whole"] = True
+                follow(j, cells[j], False)
+            elif not entry["whole"] and name not in entry["names"]:
+                entry["names"].add(name)
+                follow(j, sliced(cells[j], frozenset({name})), False)
             break
-    return [(i, name, own) for i, (name, own) in sorted(out.items())]
+    return [(i, e["name"], e["own"], cells[i] if e["whole"] else sliced(cells[i], frozenset(e["names"])))
+            for i, e in sorted(found.items())]
 
 
 def question_findings(cells: list[str], locked_sources: list[str] = (), bindings: dict | None = None,
@@ -151,15 +180,15 @@ def question_findings(cells: list[str], locked_sources: list[str] = (), bindings
     # a name another chosen cell imports stands for what it imports there (``from normref import
     # layer_norm as ln`` in one cell, ``ln(x)`` in the answer's)
     imported = {}
-    for i, name, _ in chosen:
+    for i, name, _, _ in chosen:
         target = _stands_for(cells[i], name) if name is not None else None
         if target is not None:
             imported[name] = target
     scope = {**bindings, **protected, **imported}
     out = []
-    for i, name, own in chosen:
+    for i, name, own, read in chosen:
         where = cell_name(cells[i], name)
-        out += [(where, own, f) for f in scan(cells[i], protected, scope)]
+        out += [(where, own, f) for f in scan(read, protected, scope)]
     return list(dict.fromkeys(out))
 
 
