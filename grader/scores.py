@@ -89,12 +89,19 @@ def _not_handed_back(nb, cell, gid: str, found: list) -> Scored:
     return Scored(gid, 0.0, f"{gid}: not graded ({why}): 0 points", flags)
 
 
-def _changed_hand_back(gid: str, changed) -> Scored:
-    """A hand-back that says the grader's hand-back code was changed in the kernel: 0 points, flagged."""
+def _changed_hand_back(gid: str, changed, findings: list | None = None) -> Scored:
+    """A hand-back that says the grader's hand-back code was changed in the kernel: 0 points (its
+    outputs may not be the grader's: there is nothing to score), flagged; with what the scan found
+    in the question's cells, for review."""
+    from normref.checks.core import rule_lines
+
     names = ", ".join(str(c)[:120] for c in list(changed)[:8]) if isinstance(changed, list) else "?"
-    return Scored(gid, 0.0, f"{gid}: 0 points: the grader's hand-back code was changed in the kernel "
-                  f"before it ran ({names}); a hand-back that may not be the grader's is not scored",
-                  [f"{gid}: changed the grader's hand-back in the kernel ({names}): scored 0"], [])
+    _, reviews = rule_lines(findings or [], [], QUESTIONS[gid].backend)
+    return Scored(gid, 0.0, "\n".join([f"{gid}: 0 points: the grader's hand-back code was changed in the kernel "
+                                       f"before it ran ({names}); a hand-back that may not be the grader's is not "
+                                       "scored"] + [f"{gid}: {r}" for r in reviews]),
+                  [f"{gid}: changed the grader's hand-back in the kernel ({names}): scored 0"]
+                  + [f"{gid}: {r}" for r in reviews], [])
 
 
 def _replayed(gid: str, seed: int, bundle: dict) -> tuple:
@@ -119,8 +126,8 @@ def _broke_the_rule(gid: str, breaches: list[str], reviews: list[str]) -> Scored
     it (one line per violation, ``"0 points: calls torch's rms_norm — implement it with tensor
     operations"``, not the cases' "6/6 passed" beside it), then what else is for review."""
     text = "\n".join(f"{gid}: {r}" for r in breaches + reviews)
-    return Scored(gid, 0.0, text, [f"{gid}: {b.removeprefix('0 points: ')} (seen while it ran): scored 0"
-                                   for b in breaches] + [f"{gid}: {r}" for r in reviews], ["reference_call"])
+    return Scored(gid, 0.0, text, [f"{gid}: {b} (seen while it ran): scored 0" for b in breaches]
+                  + [f"{gid}: {r}" for r in reviews], ["reference_call"])
 
 
 def _score_bundle(gid: str, seed: int, bundle: dict, findings: list | None = None) -> Scored:
@@ -216,7 +223,7 @@ def score_notebook(nb, seed: int) -> dict[str, Scored]:
         if len(found) != 1 or found[0].get("grade_id") != gid:
             out[gid] = _not_handed_back(nb, cell, gid, found)
         elif found[0].get("changed"):
-            out[gid] = _changed_hand_back(gid, found[0]["changed"])
+            out[gid] = _changed_hand_back(gid, found[0]["changed"], question_findings_in(nb, cell))
         else:
             out[gid] = _score_bundle(gid, seed, found[0], question_findings_in(nb, cell))
     return out

@@ -1,29 +1,30 @@
 """Rules that cost points, in the code both the student's self-check and the grader run.
 
-One rule today: **implement it, do not call it.** An answer that calls a library or reference
+One rule today: **implement it, do not call it.** An answer in which a library or reference
 normalization (``F.rms_norm``, ``torch.nn.functional.layer_norm``, ``torch.rms_norm``,
-``nn.LayerNorm``, ``normref.rms_norm``, ``normref.pre_ln`` ...) instead of implementing it earns
-0 for that question. It is applied twice, the same way in grading and in the student's
-self-check (:mod:`normref.checks`):
+``nn.LayerNorm``, ``normref.rms_norm``, ``normref.pre_ln`` ...) is *seen running inside the
+student's call* earns 0 for that question: the one unambiguous evidence
+(:func:`observed_reference`). Every call of the student's code runs under
+:class:`normref.recorder.ReferenceRecorder` with this module's lists of names
+(:data:`NORM_REFERENCE`, :data:`BACKWARD_REFERENCE`, :data:`PLACEMENT_REFERENCE`,
+:data:`BLOCK_REFERENCE`), in grading and in the self-check alike, which sees a reference run
+however it was spelled (``getattr(F, "rms" + "_norm")``, a subclass of ``nn.RMSNorm``,
+``RMSNorm = normref.RMSNorm``), any other normref code the answer runs (a course helper holding a
+reference), except the parts the assignment hands out and the grader's own objects; a copy of a
+reference's code; torch's Python reference code of a normalization; and, for the backward
+(``"autograd": True``), autograd.
 
-* at run time: every call of the student's code runs under
-  :class:`normref.recorder.ReferenceRecorder` with this module's lists of names
-  (:data:`NORM_REFERENCE`, :data:`BACKWARD_REFERENCE`, :data:`PLACEMENT_REFERENCE`,
-  :data:`BLOCK_REFERENCE`), which sees a reference run however it was spelled
-  (``getattr(F, "rms" + "_norm")``, a subclass of ``nn.RMSNorm``, ``RMSNorm = normref.RMSNorm``),
-  and also counts any other normref code the answer runs (a course helper holding a reference),
-  except the parts the assignment hands out (``CausalSelfAttention``, ``FeedForward``) and the
-  grader's own objects; a copy of a reference's code; torch's ``_refs``/``_decomp``/compiler
-  code (questions with ``torch_names``); the recorder switched off; and, for the backward
-  (``"autograd": True``), autograd;
-* on the source: the tamper scan (``normref/tamper.py``, which ``grader/tamper.py`` runs and
-  the self-check runs too) reads each answer cell with
-  :func:`reference_calls`, a checker the student's function or class with
-  :func:`reference_calls_in`.
+Anything less takes nothing: the answer is scored on its outputs and the evidence is flagged
+for the instructor's review (:func:`review_message`), in the class report and in the student's
+self-check and feedback: a reference the source spells but no checked call ran (the source scan,
+:func:`reference_calls`, with Python's scopes resolved), a tamper construct
+(:mod:`normref.tamper`), a thread or process the student's code started, the recorder switched
+off or patched.
 
-Either way the student reads, in the notebook and in the feedback, :func:`rule_message`'s
-one line: "0 points: calls F.rms_norm — implement it with tensor operations" (one line per
-violation: the source's spelling and the recorder's words for one call are said once).
+The student reads, in the notebook and in the feedback, :func:`rule_message`'s one line for a
+broken rule: "0 points: calls F.rms_norm — implement it with tensor operations" (one line per
+violation: the source's spelling and the recorder's words for one call are said once), and
+:func:`review_message`'s for what is only flagged.
 
 Nothing here is secret: the rule is part of the assignment's instructions.
 """

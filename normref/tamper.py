@@ -20,16 +20,19 @@ tree and reports:
 * ``reference``: calling the reference instead of implementing it (``normref.rms_norm``,
   ``F.layer_norm``, ``torch.rms_norm``, ``nn.LayerNorm`` ...).
 
-``make grade`` neutralises a flagged cell before autograding (its question then earns what a
-blank answer earns) and lists the finding in the report. The scan is deliberately strict: a
-false alarm costs one question and is visible to the instructor, who can regrade by hand.
+Every name is read as Python resolves it (:mod:`normref.scopes`): a parameter, a local variable
+or an attribute named ``F``, ``vars`` or ``var`` is not the module, the builtin or another cell's
+global of that name.
 
-The scan is pure (a syntax tree, the rules below; nothing of the grader's): the student's
-self-check runs it on the cells that defined the checked code and says what grading will do
-(``0 points: imports threading (line 1 of the cell that defines rms_norm) — grading removes a
-cell that changes how grading works; remove the import``: a cell named by what it defines, the
-same in JupyterLab and in ``nbgrader validate``), so the self-check, Validate and grading agree.
-Nothing here is secret: the rules are part of the assignment's instructions.
+A finding takes no points: only a reference seen running inside the student's call does
+(:func:`normref.rules.observed_reference`). ``make grade`` runs every cell as handed in, scores
+each question on its outputs, and flags what this scan finds in the cells the question's code
+comes from for the instructor's review (:func:`normref.checks.cells.question_findings`, the
+same function the student's self-check runs on the cells its kernel ran), in the words of
+:func:`normref.rules.review_message`: ``For the instructor's review (no points taken): imports
+threading (line 1 of the cell that defines rms_norm)``, a cell named by what it defines, the
+same in JupyterLab, ``nbgrader validate`` and the feedback. Nothing here is secret: the rules
+are part of the assignment's instructions.
 """
 from __future__ import annotations
 
