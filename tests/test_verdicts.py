@@ -77,7 +77,7 @@ def _cases_line(text: str) -> str | None:
     import re
 
     m = re.search(r"([\w.\- ]+): (\d+)/(\d+) cases passed \(score [0-9.]+\)", _flat(text))
-    return m.group(0) if m else None
+    return m.group(0).strip() if m else None
 
 
 # --------------------------------------------------------------------------- lesson 01's cell
