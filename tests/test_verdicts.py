@@ -102,13 +102,38 @@ def test_lesson_01_natural_layer_norm_scores_full_with_no_flag():
     turn = next(c for c in code if "def my_layer_norm" in c.source)
     assert "normref.check_layer_norm(my_layer_norm, quick=True)" in turn.source
     answer = NATURAL_LAYER_NORM + "\nresult = " + turn.source.split("\n\n")[-1].strip() + "\n"
+    megabytes = "for i in range(2000):\n    print('line', i, 'x' * 1000)\n"
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in (
-        imports.source, worked.source, "import numpy as np", answer)])
+        imports.source, worked.source, megabytes, PLOT_AND_PROGRESS, "import numpy as np", answer)])
     run = run_cells(nb, validate=False)
     assert "var" in run.namespace and "mean" not in run.namespace  # the lesson's global var is there
     result = run.namespace["result"]
     assert result.passed and result.score == 1.0 and result.breaches == [] and result.reviews == [], result.report()
     assert _cases_line(result.report()) == "layer_norm: 2/2 cases passed (score 1.00)"
+
+
+def test_the_lesson_01_answer_in_the_layernorm_assignment_gets_the_same_points_three_ways():
+    """The same natural LayerNorm as the layernorm assignment's answer (statistics in x's dtype,
+    weight float32), after a scratch cell setting ``var`` with ``normref.layer_norm``: no rule
+    line, no review, and the same points in the self-check, Validate and grading, derived from
+    the battery: the seed's two cases pass (the visible point); of the six battery cases only the
+    float16 one fails (x.var of [300, -300, ...] overflows float16, and float32's weight makes
+    the output float32): 5 of 6, 2.5 of 3 points."""
+    answer = NATURAL_LAYER_NORM.replace("my_layer_norm", "layer_norm")
+    nb = _with_scratch("layernorm", {"layer_norm_impl": answer},
+                       ["import normref\nvar = normref.layer_norm(np.ones(3) * [1, 2, 3])\nprint(var)"])
+    run = run_cells(nb, sealed=True)
+    want = {"layer_norm_seed": 1.0, "layer_norm_battery": 2.5}
+    points = _points("layernorm")
+    assert {g: _self_check_points(g, c, points[g]) for g, c in run.cells.items()} == want
+    assert {g for g, c in run.cells.items() if c.error is not None} == {"layer_norm_battery"}  # Validate
+    assert "2.5 of 3 points" in _flat(run.cells["layer_norm_battery"].error)
+    graded = graded_in_process(nb, _source("layernorm"), run)
+    assert {g: round(points[g] * s.fraction, 2) for g, s in graded.items()} == want
+    for gid, cell in run.cells.items():
+        for text in (cell.printed, graded[gid].text):
+            assert RULE_PREFIX not in text and REVIEW_PREFIX not in text, text
+        assert graded[gid].flags == []
 
 
 # --------------------------------------------------------------------------- the answer bank, three ways
@@ -289,6 +314,23 @@ def test_an_answer_that_plots_and_shows_progress_bars_gets_full_marks_with_no_fl
     graded = graded_in_process(nb, _source("rmsnorm"), run)
     assert any(t.name == "tqdm_monitor" and t.is_alive() for t in threading.enumerate())
     _assert_full_and_clean("rmsnorm", nb, run, graded)
+
+
+@pytest.mark.slow
+def test_real_nbgrader_validate_says_success_to_an_honest_unusual_notebook(tmp_path):
+    """``nbgrader validate`` itself (a real kernel) on an honest rmsnorm answer whose locals reuse
+    the names of globals a scratch cell set with references, in a notebook that plots, shows
+    progress bars and prints megabytes: "Success!"."""
+    import subprocess
+
+    nb = _with_scratch("rmsnorm", HONEST["rmsnorm"], [SCRATCH_GLOBALS, PLOT_AND_PROGRESS,
+                                                      "for i in range(3000):\n    print('line', i, 'x' * 1000)"])
+    path = tmp_path / "rmsnorm.ipynb"
+    nbformat.write(nb, path)
+    out = subprocess.run([sys.executable, "-m", "nbgrader", "validate", str(path)], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    said = out.stdout + out.stderr
+    assert "Success! Your notebook passes all the tests." in said, said[-3000:]
 
 
 def test_validate_runs_the_course_checker_whatever_an_answer_cell_redefines():
