@@ -150,10 +150,11 @@ def _build_block(case: str, block_cls):
     return m, None
 
 
-#: The own-submodules case's diagnosis: the wiring cases, with the checker's known submodules, name
-#: the mistake. Grading replays only the calls the kernel made (the reference wiring over the
-#: student's submodules, ``grader.replay.ReplayClass``), so the other wirings a search would try
-#: cannot be run there; the self-check says the same as grading, whatever its kernel could run.
+#: The own-submodules case's diagnosis when no wiring case named a miswiring: that case is diagnosed
+#: by what the wiring cases, with the checker's known submodules, found. Grading replays only the
+#: calls the kernel made (the reference wiring over the student's submodules,
+#: ``grader.replay.ReplayClass``), so the other wirings a search of fault models would try cannot
+#: be run there: the self-check says what grading can say, whatever its own kernel could run.
 OWN_WIRING = ("with your own submodules the output is not h + mlp(post_attention_layernorm(h)), h = x + "
               "self_attn(input_layernorm(x)); the wiring cases name what differs.")
 
@@ -255,7 +256,7 @@ def _build_case(case: _BlockCase, m) -> CaseResult:
     return CaseResult(case.name, True, f"case '{case.name}': ok")
 
 
-def _block_case(case: _BlockCase, block_cls, no_norms: list[str]) -> CaseResult:
+def _block_case(case: _BlockCase, block_cls, no_norms: list[str], named: list | None = None) -> CaseResult:
     """One case of :func:`check_pre_ln_block`: the build case (records in ``no_norms`` a norm
     that does not normalise; then no other case is scored), or the wiring with the checker's
     parts or the student's own, against the reference wiring."""
@@ -289,10 +290,18 @@ def _block_case(case: _BlockCase, block_cls, no_norms: list[str]) -> CaseResult:
         got, failed = student_call(case.name, m, (case.x,), watch=(case.x,), handed_in=handed)
         if failed:
             return failed
-        if case.parts == "own":  # diagnosed by the wiring cases: these calls are the kernel's record alone
-            return compare_array(case.name, case.x, got, want, lambda g, rtol, atol: ("wrong_values", OWN_WIRING))
-        return compare_array(case.name, case.x, got, want, lambda g, rtol, atol: diagnose_by_models(
-            g, want, block_models(case.x, *parts, g), rtol, atol))
+        named = [] if named is None else named
+        if case.parts == "own":  # the wiring cases' diagnosis: this case's calls are the kernel's record alone
+            return compare_array(case.name, case.x, got, want, lambda g, rtol, atol: (
+                named[0] if named else ("wrong_values", OWN_WIRING)))
+
+        def diagnose(g, rtol, atol):
+            found = diagnose_by_models(g, want, block_models(case.x, *parts, g), rtol, atol)
+            if found[0] not in ("wrong_values", "returns_nan"):
+                named.append(found)  # the miswiring, named with the checker's known submodules
+            return found
+
+        return compare_array(case.name, case.x, got, want, diagnose)
 
 
 @single_threaded
@@ -358,5 +367,6 @@ def check_pre_ln_block(block_cls, quick: bool = False, *, cases: list[_BlockCase
     cases, rest = quick_cut(_block_battery() if cases is None else cases, quick)
 
     no_norms: list[str] = []  # the build case found a norm that does not normalise
-    return run("pre-LN block", cases, lambda case: _block_case(case, block_cls, no_norms), block_cls,
+    named: list = []  # what the wiring cases found (the own-submodules case says it too)
+    return run("pre-LN block", cases, lambda case: _block_case(case, block_cls, no_norms, named), block_cls,
                "a class or module", reference=BLOCK_REFERENCE, unchecked=rest)
