@@ -25,18 +25,18 @@ LMS_GRADEBOOK ?=
 # GROUPS=0: the class report without its groups of wrong answers (--no-groups)
 GROUPS ?= 1
 
-.PHONY: install lab lab-instructor test grade release bench clean student-repo screenshots notebooks hub-env
+.PHONY: install lab lab-instructor test grade release bench clean student-repo screenshots notebooks hub-env site
 
 install: $(STAMP)
 
 # tools/grading-kernels: the grader's warm-kernel provisioner for jupyter_client (grader/warm.py);
 # instructors only (the student repository has no tools/)
-GRADING_KERNELS := $(wildcard tools/grading-kernels/pyproject.toml)
+GRADING_KERNELS := $(wildcard tools/grading-kernels/pyproject.toml tools/grading-kernels/*.py)
 $(STAMP): pyproject.toml $(GRADING_KERNELS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[test]"
-	$(if $(GRADING_KERNELS),$(BIN)/python -m pip install --quiet --no-deps -e tools/grading-kernels)
+	$(if $(GRADING_KERNELS),$(BIN)/python -m pip install --quiet --no-deps --force-reinstall tools/grading-kernels)
 	@touch $(STAMP)
 
 # The student view, as Binder serves it: `start` puts jupyter-student/ on JUPYTER_CONFIG_PATH
@@ -82,8 +82,10 @@ release: $(STAMP)
 # The student-facing tree (no source/, no solutions: checked) for a separate student repository.
 # BINDER_REPO=OWNER/NAME points its Binder badge at that repository. See tools/student_repo.py.
 STUDENT_REPO ?= build/student-repo
+# HUB=1: for a JupyterHub's nbgitpuller, without release/ (students fetch from the exchange).
 student-repo: $(STAMP)
-	$(BIN)/python tools/student_repo.py "$(STUDENT_REPO)" --replace $(if $(BINDER_REPO),--binder-repo "$(BINDER_REPO)")
+	$(BIN)/python tools/student_repo.py "$(STUDENT_REPO)" --replace $(if $(BINDER_REPO),--binder-repo "$(BINDER_REPO)") \
+		$(if $(filter-out 0,$(HUB)),--hub)
 
 # The README's screenshots, from the browser test (tests/test_browser.py saves every screenshot,
 # and the server log, under build/browser/).
@@ -106,9 +108,24 @@ clean: $(STAMP)
 # Run as root (or the owner of PREFIX): sudo make hub-env PREFIX=/opt/normref-env
 PREFIX ?= /opt/normref-env
 EXCHANGE ?= /srv/nbgrader/exchange
+# The course is built from a copy in a temporary folder: pip's build of it in place would leave a
+# build/ and normref.egg-info/ here owned by whoever ran this (root), which the instructor who owns
+# the course folder could then not replace (make student-repo writes build/student-repo).
 hub-env:
 	@test -x "$(PREFIX)/bin/python" || $(HUB_PYTHON) -m venv "$(PREFIX)"
 	"$(PREFIX)/bin/python" -m pip install --quiet --upgrade pip
-	"$(PREFIX)/bin/python" -m pip install --quiet ".[hub]"
-	"$(PREFIX)/bin/python" -m pip install --quiet --no-deps --force-reinstall .
+	@src=$$(mktemp -d) && trap 'rm -rf "$$src"' EXIT && cp -r pyproject.toml README.md normref "$$src/" && \
+		echo '"$(PREFIX)/bin/python" -m pip install --quiet "<a copy of this course>[hub]"' && \
+		"$(PREFIX)/bin/python" -m pip install --quiet "$$src[hub]" && \
+		"$(PREFIX)/bin/python" -m pip install --quiet --no-deps --force-reinstall "$$src"
 	"$(PREFIX)/bin/python" tools/hub_env.py "$(PREFIX)" --exchange "$(EXCHANGE)"
+
+# The course website in build/site/ (open build/site/index.html; .github/workflows/site.yml publishes it
+# to GitHub Pages on each push to main): the lessons executed now, the assignments' student versions
+# (release/ only), launch buttons to SITE_REPO (the student repository, make student-repo) on Binder
+# and, with HUB_URL, on the course's JupyterHub via nbgitpuller. Needs npm (MathJax, axe-core from
+# site/package-lock.json, installed under build/site-node/). tools/build_site.py.
+SITE_REPO ?= YOUR-ORG/lesson16-normalization
+HUB_URL ?=
+site: $(STAMP)
+	$(BIN)/python tools/build_site.py --out build/site --repo "$(SITE_REPO)" $(if $(HUB_URL),--hub-url "$(HUB_URL)")

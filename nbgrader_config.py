@@ -9,15 +9,23 @@ import os
 import re
 import secrets
 import string
+import sys
 
 import nbformat
 from nbconvert.exporters import NotebookExporter
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor, TagRemovePreprocessor
 from nbgrader.converters import Autograde, GenerateAssignment, NbGraderException
 from nbgrader.coursedir import CourseDirectory
+from nbgrader.exchange.default import ExchangeReleaseFeedback
 from nbgrader.preprocessors import ClearHiddenTests, Execute, GetGrades, NbGraderPreprocessor
 
 from normref.handback_files import HANDBACK_ENV
+
+# nbgrader runs `alembic` from PATH when it creates a gradebook (`nbgrader collect` in a new
+# course, `/opt/normref-env/bin/nbgrader ...` from a shell whose PATH lacks that folder): the
+# folder of the interpreter running nbgrader first, so its own alembic is found.
+if os.path.dirname(sys.executable) not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
 
 #: The tag of a source notebook's "Standard answer" cell (a markdown cell directly after the
 #: answer cell it answers): removed from release/, shown in the feedback.
@@ -293,6 +301,99 @@ class GradingExecute(Execute):
                 "what it defines is missing for the cells below it, which may score 0")) from None
 
 
+def waiting_for_hand_grading(db_url: str, assignment: str, student: str | None = None,
+                             notebook: str | None = None) -> list[tuple[str, str, str]]:
+    """``[(student, notebook, grade_id)]`` of the answers in the gradebook that wait for a hand
+    grade (nbgrader's ``needs_manual_grade``: answered, not graded by hand yet)."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    out = []
+    with Gradebook(db_url) as gb:
+        try:
+            submissions = gb.assignment_submissions(assignment)
+        except MissingEntry:
+            return []
+        for sub in submissions:
+            if student is not None and sub.student.id != student:
+                continue
+            for nb in sub.notebooks:
+                if notebook is None or nb.name == notebook:
+                    out += [(sub.student.id, nb.name, g.name) for g in nb.grades if g.needs_manual_grade]
+    return sorted(out)
+
+
+class NotGradedYet(NbGraderPreprocessor):
+    """Feedback only: an answer that waits for its hand grade says so, at the top of the feedback
+    and above the answer, instead of showing only nbgrader's "Score: 0.0" as if graded 0."""
+
+    def preprocess(self, nb, resources):
+        info = resources["nbgrader"]
+        waiting = {gid for _, _, gid in waiting_for_hand_grading(info["db_url"], info["assignment"],
+                                                                 info["student"], info["notebook"])}
+        if not waiting:
+            return nb, resources
+        note = ("**Not graded yet:** your instructor grades {what} by hand. Until then {it} count{s} 0 in "
+                "the score above: that 0 is not a grade.")
+        n = len(waiting)
+        cells = []
+        for cell in nb.cells:
+            if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") in waiting:
+                cells.append(nbformat.v4.new_markdown_cell(note.format(what="the answer below", it="it", s="s")))
+            cells.append(cell)
+        what = "this written answer" if n == 1 else f"these {n} written answers"
+        top = note.format(what=what + " (marked below)", it="it" if n == 1 else "they", s="s" if n == 1 else "")
+        nb.cells = [nbformat.v4.new_markdown_cell(top), *cells]
+        return nb, resources
+
+
+class MathAsMathML(NbGraderPreprocessor):
+    """Feedback only: the markdown cells' LaTeX (``$...$``, ``$$...$$``) as MathML, which browsers
+    draw without a script. nbconvert's page loads MathJax from a CDN to typeset it, which a
+    feedback page opened in JupyterLab (its HTML viewer runs no script), offline or on a hub
+    without internet never does: students saw raw LaTeX. Code (fenced or inline) is left as it
+    is, and so is anything latex2mathml cannot convert."""
+
+    _CODE = re.compile(r"(```.*?```|~~~.*?~~~|`[^`\n]*`)", re.S)
+    _MATH = re.compile(r"\$\$(.+?)\$\$|(?<![\\$])\$(?!\s)([^$\n]+?)(?<!\s)\$(?!\d)", re.S)
+
+    @classmethod
+    def convert(cls, text: str) -> str:
+        from latex2mathml.converter import convert
+
+        def math(m):
+            tex, block = (m[1], True) if m[1] is not None else (m[2], False)
+            try:
+                return convert(tex.strip(), display="block" if block else "inline")
+            except Exception:  # noqa: BLE001 - left as written
+                return m[0]
+
+        parts = cls._CODE.split(text)
+        return "".join(p if i % 2 else cls._MATH.sub(math, p) for i, p in enumerate(parts))
+
+    def preprocess(self, nb, resources):
+        for cell in nb.cells:
+            if cell.cell_type == "markdown" and "$" in cell.source:
+                cell.source = self.convert(cell.source)
+        return nb, resources
+
+
+class ReleaseFeedbackWarned(ExchangeReleaseFeedback):
+    """``nbgrader release_feedback``, which first warns of each answer that still waits for a hand
+    grade (its feedback says "Not graded yet": :class:`NotGradedYet`), then releases as nbgrader does."""
+
+    def copy_files(self):
+        waiting = waiting_for_hand_grading(self.coursedir.db_url, self.coursedir.assignment_id)
+        if waiting:
+            students = sorted({st for st, _, _ in waiting})
+            self.log.warning(
+                "%d answer(s) of %s wait for a hand grade (formgrader's Manual Grading), so %d student(s)' "
+                "feedback says 'Not graded yet' and counts them 0: %s. Grade them, run `make grade "
+                "SUBMISSIONS=submitted`, then release the feedback again.", len(waiting),
+                self.coursedir.assignment_id, len(students),
+                ", ".join(f"{st} ({gid})" for st, _, gid in waiting[:10]) + (" ..." if len(waiting) > 10 else ""))
+        super().copy_files()
+
+
 c = get_config()  # noqa: F821 - injected by traitlets when nbgrader loads this file
 
 c.CourseDirectory.course_id = "lesson16-normalization"
@@ -314,7 +415,9 @@ c.OverwriteCells.add_missing_cells = True
 # copies grade cells into the feedback HTML whole (jupyter/nbgrader#917), so the hidden-test
 # regions are cleared first, and a traceback in a grade cell prints only its failing line
 # (IPython's Plain mode), not the lines around it, which could be hidden tests.
-c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, StandardAnswers, CSSHTMLHeaderPreprocessor]
+c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, StandardAnswers, NotGradedYet, MathAsMathML,
+                                    CSSHTMLHeaderPreprocessor]
+c.ExchangeFactory.release_feedback = ReleaseFeedbackWarned
 # The standard answers live in source/ only: release/ is generated without the tagged cells
 # (nbconvert's TagRemovePreprocessor, first, before nbgrader records or checks any cell).
 c.GenerateAssignment.preprocessors = [TagRemovePreprocessor,

@@ -285,9 +285,10 @@ class Course:
         with Gradebook(self._gradebook(), self.api.coursedir.course_id) as gb:
             gb.update_or_create_assignment(assignment, duedate=parse_utc(duedate))
 
-    def export_csv(self, path: Path) -> Path:
+    def export_csv(self, path: Path, assignments: list[str] | None = None) -> Path:
         """``nbgrader export --to <path>``: one row per (assignment, student) with nbgrader's
-        columns (score, max_score, timestamp, duedate, late_submission_penalty, ...).
+        columns (score, max_score, timestamp, duedate, late_submission_penalty, ...);
+        ``assignments``: only these (nbgrader's ``ExportPlugin.assignment``; None: every one).
 
         Raises:
             AppError: nbgrader failed (its log is quoted).
@@ -298,6 +299,8 @@ class Course:
 
         config = Config(self.config)
         config.CsvExportPlugin.to = str(path)
+        if assignments is not None:
+            config.CsvExportPlugin.assignment = list(assignments) or ["(none)"]
         app = ExportApp(coursedir=self.api.coursedir, config=config)
         app.log.setLevel("ERROR")
         self._check(f"export --to {path}", capture_log(app))

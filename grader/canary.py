@@ -6,9 +6,10 @@ scratch course folder, through what the students get: nbgrader's generate and au
 run's engine (:mod:`grader.engine`: its Dask cluster or this machine's process pool), the bubblewrap sandbox,
 the hand-back and the scoring outside the kernel (:mod:`grader.scoring`). If any automatic
 question (an autograder test cell; written answers are graded by hand) scores below full, the
-run stops before the course's gradebook is touched (:class:`CanaryFailed`, one line naming the
-assignment, the question and the kernel's first error, e.g. that the sandboxed kernel could not
-import torch), and ``logs/runs.jsonl`` records it as ``failed``.
+run stops before the course's gradebook is touched (:class:`CanaryFailed`, one line naming first
+the first error the kernel or the worker raised, e.g. that the sandboxed kernel could not import
+torch, from a cell's output or from a case the hand-back kept, then the assignment and the
+questions it cost), and ``logs/runs.jsonl`` records it as ``failed``.
 
 It is skipped while nothing it depends on changed since the last passing canary: ``source/``
 and ``nbgrader_config.py``, the installed packages (every distribution's name and version, and
@@ -27,6 +28,7 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -157,6 +159,17 @@ def write_submission(scratch: CourseTree, assignment: str) -> list[str]:
 
 # -- what went wrong, in one line -----------------------------------------------------------------
 
+def _in_words(ename: str, evalue: str, context: str, where: str) -> str:
+    """One error of the kernel, in words: an import that failed names its module and the fix."""
+    evalue = " ".join(str(evalue).split())[:240]
+    if ename in ("ImportError", "ModuleNotFoundError") or (ename == "OSError" and "import" in context):
+        named = re.search(r"No module named '([\w.]+)'", evalue)
+        module = named[1] if named else next((m for m in ("torch", "numpy", "normref") if m in evalue + context),
+                                             "a module")
+        return f"the sandboxed kernel could not import {module}: {ename}: {evalue}; see README: Install"
+    return f"the kernel's first error, {where}: {ename}: {evalue}"
+
+
 def kernel_error(nb_path: Path) -> str | None:
     """The first error a cell of the autograded notebook ``nb_path`` raised, in words: "the
     sandboxed kernel could not import torch: OSError: ...; see README: Install" for an import,
@@ -169,23 +182,55 @@ def kernel_error(nb_path: Path) -> str | None:
         for out in c.get("outputs", []) if c.cell_type == "code" else []:
             if out.get("output_type") != "error":
                 continue
-            ename, evalue = out.get("ename", ""), " ".join(str(out.get("evalue", "")).split())[:240]
-            trace = "\n".join(out.get("traceback", []))
-            if ename in ("ImportError", "ModuleNotFoundError", "OSError") and "import" in (c.source + trace):
-                module = getattr(out, "name", None) or next(
-                    (m for m in ("torch", "numpy", "normref") if m in evalue + trace), "a module")
-                return f"the sandboxed kernel could not import {module}: {ename}: {evalue}; see README: Install"
             where = c.metadata.get("nbgrader", {}).get("grade_id") or f"#{i}"
-            return f"the kernel's first error, in cell {where}: {ename}: {evalue}"
+            return _in_words(out.get("ename", ""), out.get("evalue", ""),
+                             c.source + "\n".join(out.get("traceback", [])), f"in cell {where}")
     return None
 
 
-def _why(scratch: CourseTree, a: str, outcome, flags: dict) -> str:
+def _first_raised(record) -> tuple[str, str] | None:
+    """The first ``{"raised": [type, message]}`` anywhere in a hand-back (a function's call, a
+    class's constructor or step: :mod:`normref.handback`), depth first."""
+    if isinstance(record, dict):
+        raised = record.get("raised")
+        if isinstance(raised, list) and len(raised) == 2 and all(isinstance(x, str) for x in raised):
+            return raised[0], raised[1]
+        record = list(record.values())
+    if isinstance(record, list):
+        for item in record:
+            found = _first_raised(item)
+            if found:
+                return found
+    return None
+
+
+def handback_error(nb_path: Path) -> str | None:
+    """The first exception the instructor's solution raised in a hidden test's case, from the
+    hand-backs of the autograded notebook ``nb_path`` (read before the scoring replaces them):
+    the hand-back keeps each case's exception and the cell itself raises nothing, so an import
+    that fails inside a case (torch unimportable in the sandbox only) is named here, in the
+    words of :func:`kernel_error`."""
+    from normref.wire import MIME
+
+    try:
+        nb = nbformat.read(nb_path, as_version=4)
+    except Exception:  # noqa: BLE001 - said as "no autograded notebook" by the caller
+        return None
+    for c in nb.cells:
+        gid = c.get("metadata", {}).get("nbgrader", {}).get("grade_id") or "?"
+        for out in c.get("outputs", []) if c.cell_type == "code" else []:
+            found = _first_raised(out.get("data", {}).get(MIME))
+            if found:
+                return _in_words(found[0], found[1], "", f"in a case of question {gid}")
+    return None
+
+
+def _why(scratch: CourseTree, a: str, outcome, flags: dict, raised: dict) -> str:
     if (a, STUDENT) in outcome.failed:
         why = f"nbgrader could not grade it: {' '.join(str(outcome.failed[(a, STUDENT)]).split())[:240]}"
     else:
         nbs = sorted(scratch.autograded(STUDENT, a).glob("*.ipynb"))
-        why = next((e for e in map(kernel_error, nbs) if e), None) or \
+        why = next((e for e in map(kernel_error, nbs) if e), None) or raised.get(a) or \
             "no cell raised an error: the grader's scoring of the handed-back outputs gave less than full"
     notes = flags.get((a, STUDENT), [])
     return why + (f" ({'; '.join(dict.fromkeys(notes))})" if notes else "")
@@ -197,8 +242,9 @@ def grade_solutions(b, scratch_root: Path, workers: list[str] | None = None) -> 
     """Grade ``source/``'s solutions in ``scratch_root`` with the run ``b``'s engine and sandbox.
 
     Returns:
-        ``{"failures": [one line each], "questions": automatic questions graded,
-        "peak_mb": {assignment: a kernel's peak memory in MiB (where kernels have a memory cgroup)}}``.
+        ``{"failures": [(the first error, the questions it cost) per assignment], "questions":
+        automatic questions graded, "peak_mb": {assignment: a kernel's peak memory in MiB (where
+        kernels have a memory cgroup)}}``.
 
     Raises:
         CanaryFailed: generate failed for ``source/`` (nbgrader's log quoted).
@@ -236,6 +282,9 @@ def grade_solutions(b, scratch_root: Path, workers: list[str] | None = None) -> 
         for pr, notes in sandbox.limit_flags(scratch_root, None, list(out.graded) + list(out.failed)).items():
             flags.setdefault(pr, []).extend(notes)
     peak = {a: round(mb, 1) for (a, _), mb in out.peak_mb.items()}
+    raised = {a: e for a in assignments  # read before the scoring replaces the hand-backs
+              if (e := next(filter(None, map(handback_error, sorted(scratch.autograded(STUDENT, a).glob("*.ipynb")))),
+                            None))}
     sb_b.run.autograde = out
     scoring_stage(sb_b)
     scores, max_points = read_gradebook(scratch, assignments)
@@ -247,7 +296,7 @@ def grade_solutions(b, scratch_root: Path, workers: list[str] | None = None) -> 
         if short:
             gid, pts, mx = short[0]
             more = f", {len(short) - 1} more below full" if len(short) > 1 else ""
-            failures.append(f"{a}, question {gid}: {pts:g}/{mx:g}{more}: {_why(scratch, a, out, flags)}")
+            failures.append((_why(scratch, a, out, flags, raised), f"{a}, question {gid}: {pts:g}/{mx:g}{more}"))
     return {"failures": failures, "questions": sum(map(len, auto.values())), "peak_mb": peak}
 
 
@@ -298,9 +347,10 @@ def _stage(b) -> None:
             else:
                 os.environ[scoring.ENV] = saved
         if got["failures"]:
-            others = f" ({len(got['failures']) - 1} more assignments too)" if len(got["failures"]) > 1 else ""
-            raise CanaryFailed(f"canary{where}: the instructor's own solutions did not score full, nothing was graded: "
-                               f"{got['failures'][0]}{others}")
+            (cause, cost), more = got["failures"][0], len(got["failures"]) - 1
+            others = f" ({more} more assignments too)" if more else ""
+            raise CanaryFailed(f"canary{where}: {cause}; so the instructor's own solutions did not score full, "
+                               f"nothing was graded: {cost}{others}")
         seconds = round(time.perf_counter() - t, 2)
         b.services.log(f"canary: the instructor's solutions scored full on all {got['questions']} automatic questions "
                        f"({seconds:.1f} s)")
@@ -309,5 +359,5 @@ def _stage(b) -> None:
                          "kernel_peak_mb": got["peak_mb"], "workers": workers, "facts": local}, log=b.services.log)
 
 
-__all__ = ["stage", "CanaryFailed", "facts", "environment_digest", "grade_solutions", "kernel_error",
+__all__ = ["stage", "CanaryFailed", "facts", "environment_digest", "grade_solutions", "kernel_error", "handback_error",
            "write_submission", "solution_text", "cached", "CACHE"]

@@ -444,7 +444,9 @@ def regrade_dead_kernels(tree: CourseTree, outcome: AutogradeOutcome,
     with ``grade((assignment, student))`` (the run's engine): first unchanged (a kernel can fail to
     start on a loaded machine), then with one answer cell at a time replaced by :data:`STUB`,
     then the first two, three, ... until it finishes: that question scores 0 with the reason, and
-    every other question keeps its points. ``outcome`` is updated for each one graded.
+    every other question keeps its points. ``outcome`` is updated for each one graded. The stubs
+    are written into ``submitted/`` only while it is graded again: afterwards it holds what the
+    student handed in (the autograded copy shows what was graded).
 
     Returns:
         ``{(assignment, student): (the first failure's reason, [grade ids stubbed])}`` of those graded.
@@ -459,21 +461,22 @@ def regrade_dead_kernels(tree: CourseTree, outcome: AutogradeOutcome,
         originals = {p: p.read_text(encoding="utf-8") for p in nbs}
         cells = [(p, gid) for p in nbs for gid in _answer_ids(nbformat.reads(originals[p], 4))]
         attempts = [[]] + [[c] for c in cells] + [cells[: k + 1] for k in range(1, len(cells))]
-        for attempt in attempts:
-            _write_stubbed(originals, attempt)
-            again = grade((a, st))
-            if (a, st) in again.graded:
-                del outcome.failed[(a, st)]
-                outcome.graded.append((a, st))
-                outcome.limit_flags.pop((a, st), None)
-                for k, v in again.workers.items():
-                    outcome.workers[k] = outcome.workers.get(k, 0) + v
-                outcome.limit_flags.update(again.limit_flags)
-                outcome.peak_mb.update(again.peak_mb)
-                warm.merge(outcome.kernels, again.kernels)
-                regraded[(a, st)] = (reason, [gid for _, gid in attempt])
-                break
-        else:
+        try:
+            for attempt in attempts:
+                _write_stubbed(originals, attempt)
+                again = grade((a, st))
+                if (a, st) in again.graded:
+                    del outcome.failed[(a, st)]
+                    outcome.graded.append((a, st))
+                    outcome.limit_flags.pop((a, st), None)
+                    for k, v in again.workers.items():
+                        outcome.workers[k] = outcome.workers.get(k, 0) + v
+                    outcome.limit_flags.update(again.limit_flags)
+                    outcome.peak_mb.update(again.peak_mb)
+                    warm.merge(outcome.kernels, again.kernels)
+                    regraded[(a, st)] = (reason, [gid for _, gid in attempt])
+                    break
+        finally:  # the stubs were for grading only: submitted/ keeps what the student handed in
             for p, text in originals.items():
                 p.write_text(text, encoding="utf-8")
     return regraded

@@ -29,6 +29,7 @@ from normref.faults import ALIASES, FAULTS, parse_tags
 from . import store
 from .course import GRADEBOOK, GRADES_CSV, QUESTIONS_CSV, CourseTree
 from .report_plots import plot_scores
+from .review import for_review, review_summary
 
 #: Every fault kind the checkers name, with its description (normref.faults is the registry).
 KNOWN_FAULTS = {k: f.message for k, f in FAULTS.items()}
@@ -52,8 +53,10 @@ def formgrader_hint(environ=os.environ) -> str:
     formgrader's address there: formgrader inside JupyterLab is blank on a hub (its pages refuse
     to be framed), and ``make lab-instructor`` does not apply."""
     prefix = environ.get("JUPYTERHUB_SERVICE_PREFIX")
-    if not prefix:
-        return FORMGRADER_HINT
+    if not prefix:  # a laptop, or an SSH shell on the hub's machine (which sets no JUPYTERHUB_* variable)
+        user = environ.get("USER") or environ.get("LOGNAME") or "<you>"
+        return (FORMGRADER_HINT + f"; on this course's JupyterHub: Nbgrader > Formgrader in your own server, "
+                f"or https://<hub>/user/{user}/formgrader")
     return (f"grade them in formgrader: open {prefix.rstrip('/')}/formgrader on your JupyterHub "
             "(its own browser tab), then Manual Grading")
 
@@ -448,6 +451,7 @@ def summary_text(rep: ClassReport) -> str:
         if rep.similar.get(a):
             lines.append(f"    {len(rep.similar[a])} pair{'s' if len(rep.similar[a]) != 1 else ''} of "
                          "near-identical answer code (see the report)")
+    lines += review_summary(for_review(rep.flags))
     if rep.ungraded:
         lines.append(f"  could not be graded ({len(rep.ungraded)}):")
         for who, why in sorted(rep.ungraded.items()):
@@ -559,7 +563,7 @@ def render_html(rep: ClassReport, out_dir: Path, figures: list[tuple[str, str]])
         rep=rep, css="".join((TEMPLATES / "report.css").read_text(encoding="utf-8").splitlines()),
         js=(TEMPLATES / "report.js").read_text(encoding="utf-8"), summary=summary_text(rep),
         manual=[(a, mg) for a, mg in rep.manual.items() if mg.submissions_waiting or mg.graded],
-        table=_student_table(rep, out_dir), figures=figures, similar=_similar(rep),
+        table=_student_table(rep, out_dir), figures=figures, similar=_similar(rep), review=for_review(rep.flags),
         groups_missing="; ".join(f"{s}: {w}" for s, w in sorted(rep.groups_missing.items())),
         fault_label=fault_label, fault_description=fault_description, **_history(rep, out_dir))
 

@@ -22,8 +22,9 @@ process (of this machine's process pool, or a Dask worker):
   its command), joins that sandbox's mount, cgroup, network, IPC, UTS and PID namespaces and
   then its user namespace (uid 65534), drops every capability, the bounding set included, sets
   no_new_privs, and forks the kernel, which is PID 2 in there as a fresh kernel is; then it lets
-  bubblewrap go on (its command is ``sleep infinity``: bubblewrap's PID 1 reaps and ends the
-  sandbox as usual) and stays outside, as the kernel's parent, until the kernel exits;
+  bubblewrap go on (its command is ``cat`` on a pipe only the child holds,
+  :data:`grader.zygote.LIFELINE`: bubblewrap's PID 1 reaps, and ends the sandbox when the child
+  ends, however it ends) and stays outside, as the kernel's parent, until the kernel exits;
 * **the kernel** takes the environment and working directory bubblewrap gives its command,
   closes every inherited descriptor, reseeds its RNGs (:func:`grader.zygote._reseed`) and runs
   ``grader/kernel_guard.py`` as a fresh kernel does. It is killed once nbgrader asks it to shut

@@ -31,14 +31,23 @@ PRELOAD = ("ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.zmqshell", "n
 VOLATILE = frozenset({"PWD", "OLDPWD", "_", "JPY_SESSION_NAME", "JPY_PARENT_PID", "JUPYTER_PATH",
                       sandbox.ENV_SCRATCH_ROOT, sandbox.ENV_PIDS_CGROUP, sandbox.ENV_MEMORY_CGROUP,
                       sandbox.HANDBACK_ENV})
-#: Processes of ours in a warm kernel's cgroup beyond a fresh one's: the child and ``sleep``.
+#: Processes of ours in a warm kernel's cgroup beyond a fresh one's: the child and :data:`LIFELINE`.
 EXTRA_PROCS = 2
-#: In the order they are joined: the user namespace last (setns(2) needs the rights of outside).
+#: In the order they are joined, after the user namespace that owns them (bubblewrap's first; see
+#: :func:`_enter_sandbox`): the sandbox's own user namespace last.
 NAMESPACES = (("mnt", 0x00020000), ("cgroup", 0x02000000), ("net", 0x40000000), ("ipc", 0x08000000),
               ("uts", 0x04000000), ("pid", 0x20000000), ("user", 0x10000000))
+CLONE_NEWUSER = 0x10000000
+#: ioctl(2) on a namespace's descriptor: the user namespace that owns it (linux/nsfs.h).
+NS_GET_USERNS = 0xB701
 START_TIMEOUT_S = 180  # the zygote's imports, on a loaded machine
 REPLY_TIMEOUT_S = 60   # a fork, or a child entering its sandbox
-SLEEP = "/usr/bin/sleep" if os.path.exists("/usr/bin/sleep") else "/bin/sleep"
+#: The sandbox's command beside the warm kernel: ``cat`` reading a pipe that only the kernel's
+#: child (outside) holds open. However the child ends (exit, a signal, SIGKILL with its worker),
+#: the pipe closes, ``cat`` exits, and bubblewrap's PID 1 ends the sandbox and every process in
+#: it, the kernel included: no sandbox outlives its child (PID 1 of a PID namespace ignores
+#: signals it has no handler for, SIGTERM included; ``sleep infinity`` there ran forever).
+LIFELINE = "/usr/bin/cat" if os.path.exists("/usr/bin/cat") else "/bin/cat"
 #: bubblewrap 0.8's options and how many arguments each takes (anything else: refused).
 _ARITY = {**dict.fromkeys(
     ("--unshare-all", "--share-net", "--unshare-user", "--unshare-user-try", "--unshare-ipc", "--unshare-pid",
@@ -217,16 +226,17 @@ def _supervise(sock_fd: int, stdin_fd: int, out_fd: int, err_fd: int) -> None:
         os.close(src)
     sock = socket.socket(fileno=sock_fd)
     os.setsid()  # no controlling terminal; in the sandbox, its group and session read as 0
-    bwrap = None
+    bwrap = pid1 = None
     try:
         req = _recv(sock, 1 << 22)
         env, cwd = req["env"], req["cwd"]
         cmd, fds, kenv, kcwd, at = _kernel_command(req["argv"], cwd, env)
         info_r, info_w = os.pipe()
         block_r, block_w = os.pipe()
-        bwrap = subprocess.Popen(cmd[:at] + ["--info-fd", str(info_w), "--block-fd", str(block_r), SLEEP,
-                                             "infinity"], pass_fds=[*fds, info_w, block_r], env=env, cwd=cwd)
-        for f in (*fds, info_w, block_r):
+        life_r, _life_w = os.pipe()  # held until this process ends (LIFELINE); the kernel closes its copy
+        bwrap = subprocess.Popen(cmd[:at] + ["--info-fd", str(info_w), "--block-fd", str(block_r), LIFELINE],
+                                 pass_fds=[*fds, info_w, block_r], stdin=life_r, env=env, cwd=cwd)
+        for f in (*fds, info_w, block_r, life_r):
             os.close(f)
         child, pid1 = _sandbox_pid1(bwrap, info_r)
         _enter_sandbox(child)
@@ -238,10 +248,13 @@ def _supervise(sock_fd: int, stdin_fd: int, out_fd: int, err_fd: int) -> None:
             _kernel(kenv, kcwd, cmd[at:], alive_r)
         os.close(alive_r)
         kfd = os.pidfd_open(kpid)
-        os.write(block_w, b"x")  # bwrap's PID 1 now runs `sleep infinity` and reaps
+        os.write(block_w, b"x")  # bwrap's PID 1 now runs LIFELINE and reaps
         os.close(block_w)
         _send(sock, started=kpid)
     except BaseException as e:  # noqa: BLE001 - the worker starts a fresh kernel instead
+        if pid1 is not None:  # the sandbox's PID 1 first: it outlives bubblewrap's own process
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(pid1, signal.SIGKILL)
         if bwrap is not None:
             bwrap.kill()
             bwrap.wait()
@@ -302,11 +315,26 @@ def _sandbox_pid1(bwrap: subprocess.Popen, info_r: int) -> tuple[int, int]:
 
 def _enter_sandbox(child: int) -> None:
     """Join ``child``'s namespaces (those that differ from this process's) and root, then drop
-    every privilege."""
+    every privilege.
+
+    bubblewrap makes two user namespaces: the first owns the sandbox's mount, PID and other
+    namespaces (made with it), the second, nested in it, maps the sandbox's uid 65534. Joining a
+    mount namespace takes CAP_SYS_ADMIN where one is, which a grader that is not root has only
+    inside the user namespace it made: so the first user namespace is joined first (its owner's
+    process gets every capability there, root or not), then the others, then the second."""
+    import fcntl
+
     last_cap = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
     ns = [(os.open(f"/proc/{child}/ns/{name}", os.O_RDONLY), flag) for name, flag in NAMESPACES
           if os.readlink(f"/proc/{child}/ns/{name}") != os.readlink(f"/proc/self/ns/{name}")]
     root = os.open(f"/proc/{child}/root", os.O_RDONLY | os.O_DIRECTORY)
+    if ns and ns[0][1] != CLONE_NEWUSER:
+        owner = fcntl.ioctl(ns[0][0], NS_GET_USERNS)  # a new descriptor of the owning user namespace
+        if os.fstat(owner).st_ino != os.stat("/proc/self/ns/user").st_ino:
+            _check(_libc.setns(owner, CLONE_NEWUSER), "setns(the sandbox's first user namespace)")
+            if os.fstat(ns[-1][0]).st_ino == os.fstat(owner).st_ino:  # one user namespace only: joined
+                os.close(ns.pop()[0])
+        os.close(owner)
     for fd, flag in ns:
         _check(_libc.setns(fd, flag), f"setns({flag:#x})")
         os.close(fd)

@@ -9,6 +9,9 @@ a tiny model, on a laptop CPU, several seeds each.
   whether one beats the other on every seed.
 - :func:`ln_tanh_fit`: LayerNorm's input-output map in a trained model against ``lam * tanh(alpha x)``
   and against a straight line (Zhu et al. 2025's motivation for DyT, reproduced small).
+- :func:`lesson_runs`: every run the lesson draws, on :data:`SEEDS`, read from the file shipped
+  with the package (``normref/data/modern_runs.json``, written by ``tools/modern_runs.py``), or
+  trained again with ``recompute=True`` (about 20 s of one core).
 
 Everything is seeded, runs on one CPU thread (:func:`normref.experiments.one_thread`) and uses the
 data of lesson 03: a Markov chain in which every token has two equally likely successors (best
@@ -16,14 +19,17 @@ possible loss ln 2 = 0.693 nats).
 """
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 
 from .experiments import XIONG_PARAM, _bigram_data, one_thread
 
 __all__ = ["PLACEMENT_ORDER", "TINY", "LN_FIT_ALPHAS", "LOW_LR", "HIGH_LR", "LOW_RUNS", "HIGH_RUNS", "QK_RUNS",
-           "DYT_RUNS", "init_profiles", "train_tiny", "train_runs",
+           "DYT_RUNS", "SEEDS", "GROUPS", "RUNS_FILE", "init_profiles", "train_tiny", "train_runs", "lesson_runs",
+           "write_lesson_runs", "loss_levels", "stalled", "spike_words",
            "final_loss", "lr_contrast", "contrast_words", "ln_tanh_fit", "layer_norm_maps", "tanh_gain", "summary_row"]
 
 #: The placements in the order the lesson draws them.
@@ -47,6 +53,16 @@ QK_RUNS = {"pre + QK-norm": {"placement": "pre", "qk_norm": "rms"},
            "output + QK-norm": {"placement": "output", "qk_norm": "rms"}}
 DYT_RUNS = {"LayerNorm": {"placement": "pre", "norm": "layer", "record_norm_io": True, "record_logits": False},
             "DyT": {"placement": "pre", "norm": "dyt", "record_logits": False}}
+
+#: The seeds of every claim lesson 04 makes (it draws them all; tests/test_modern.py asserts on them).
+SEEDS = (0, 1, 2, 3, 4)
+#: The lesson's groups of runs: ``{group: (configurations, learning rate)}``.
+GROUPS = {"low": (LOW_RUNS, LOW_LR), "high": (HIGH_RUNS, HIGH_LR), "qk": (QK_RUNS, HIGH_LR), "dyt": (DYT_RUNS, LOW_LR)}
+#: The lesson's runs as trained by :func:`lesson_runs` (``recompute=True``), shipped with the package
+#: so that the lesson's Run All takes seconds; ``tools/modern_runs.py`` writes it.
+RUNS_FILE = Path(__file__).resolve().parent / "data" / "modern_runs.json"
+_STEPS = 40
+_RUN_KEYS = ("loss", "max_logit", "rms_init", "rms_final")
 
 _DATA: dict = {}
 
@@ -271,6 +287,133 @@ def train_runs(configs, *, seeds=(0, 1, 2), **kwargs) -> dict:
     return {label: [train_tiny(**{**kwargs, **cfg}, seed=s) for s in seeds] for label, cfg in configs.items()}
 
 
+def _settings(seeds) -> dict:
+    """What the stored runs depend on; :func:`lesson_runs` refuses a file made with other settings."""
+    return {"tiny": TINY, "groups": {g: {"lr": lr, "configs": c} for g, (c, lr) in GROUPS.items()},
+            "steps": _STEPS, "seeds": list(seeds), "data_seed": 123}
+
+
+def _ln_fits(run: dict) -> list[dict]:
+    """Each LayerNorm's :func:`ln_tanh_fit` of a ``record_norm_io`` run (the points themselves dropped)."""
+    return [{k: m[k] for k in ("name", "alpha", "lam", "r2_tanh", "r2_line", "slope")} for m in layer_norm_maps(run)]
+
+
+def _train_groups(seeds, progress: bool) -> dict:
+    jobs = [(g, label, cfg, lr, s) for g, (configs, lr) in GROUPS.items() for label, cfg in configs.items()
+            for s in seeds]
+    if progress:
+        from tqdm.auto import tqdm
+
+        jobs = tqdm(jobs, desc="training lesson 04's runs", unit="run")
+    runs: dict = {g: {label: [] for label in configs} for g, (configs, _) in GROUPS.items()}
+    for g, label, cfg, lr, s in jobs:
+        run = train_tiny(**cfg, lr=lr, steps=_STEPS, seed=s)
+        if run.get("norm_inputs") is not None:
+            run["ln_fits"] = _ln_fits(run)
+            for k in ("norm_inputs", "norm_names", "norm_eps"):
+                run.pop(k)
+        runs[g][label].append(run)
+    return runs
+
+
+def lesson_runs(*, recompute: bool = False, seeds=SEEDS, progress: bool = True, path=None) -> dict:
+    """Every run lesson 04 draws: each group of :data:`GROUPS` on every seed.
+
+    Read from :data:`RUNS_FILE` (trained once by ``tools/modern_runs.py`` with this function's
+    ``recompute=True``), so the lesson runs in seconds; ``recompute=True`` trains them again here
+    (60 runs of :func:`train_tiny`, about 20 s of one CPU core, with a progress bar).
+
+    Args:
+        recompute: train instead of reading the file.
+        seeds: the seeds (reading: must be the file's, :data:`SEEDS`).
+        progress: a progress bar while training.
+        path: the file to read (default :data:`RUNS_FILE`).
+
+    Returns:
+        ``{"low": {label: [run per seed]}, "high": ..., "qk": ..., "dyt": ...}``, each run as
+        :func:`train_tiny` returns it (float64 arrays); the ``"dyt"`` group's LayerNorm runs carry
+        ``"ln_fits"`` (:func:`ln_tanh_fit` of every norm) instead of the norms' inputs.
+
+    Raises:
+        FileNotFoundError: the file is missing (``recompute=True`` needs none).
+        ValueError: the file was made with other settings or seeds than these.
+    """
+    if recompute:
+        return _train_groups(seeds, progress)
+    path = Path(path or RUNS_FILE)
+    stored = json.loads(path.read_text())
+    if stored["settings"] != json.loads(json.dumps(_settings(seeds))):
+        raise ValueError(f"{path} holds runs made with other settings or seeds than these ({list(seeds)}): "
+                         "call lesson_runs(recompute=True), or rewrite it with tools/modern_runs.py")
+    for group in stored["runs"].values():
+        for rs in group.values():
+            for r in rs:
+                for k in _RUN_KEYS:
+                    r[k] = np.array(r[k], dtype=np.float64)
+    return stored["runs"]
+
+
+def write_lesson_runs(path=None, *, seeds=SEEDS, progress: bool = True) -> Path:
+    """Train :func:`lesson_runs` (``recompute=True``) and write them to ``path`` (default
+    :data:`RUNS_FILE`) as JSON: every number to 7 significant digits. Returns the path."""
+    runs = lesson_runs(recompute=True, seeds=seeds, progress=progress)
+
+    def num(v):
+        return float(f"{float(v):.7g}")
+
+    for group in runs.values():
+        for rs in group.values():
+            for r in rs:
+                for k in _RUN_KEYS:
+                    r[k] = [num(v) for v in np.asarray(r[k]).ravel()]
+                for f in r.get("ln_fits", []):
+                    f.update({k: num(v) for k, v in f.items() if k != "name"})
+    path = Path(path or RUNS_FILE)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    import torch
+
+    path.write_text(json.dumps({"settings": _settings(seeds), "torch": torch.__version__, "runs": runs},
+                               separators=(",", ":")) + "\n")
+    return path
+
+
+def loss_levels(vocab: int = TINY["vocab"], seq: int = TINY["seq"]) -> dict:
+    """The three loss levels of lesson 03's chain (nats): ``"uniform"`` (ln vocab), ``"unigram"``
+    (the entropy of the next token's frequencies: a model that learned nothing of the chain),
+    ``"optimal"`` (ln 2)."""
+    data = np.asarray(_data(vocab, seq)[:, 1:]).ravel()
+    freq = np.bincount(data, minlength=vocab) / data.size
+    freq = freq[freq > 0]
+    return {"uniform": float(np.log(vocab)), "unigram": float(-(freq * np.log(freq)).sum()),
+            "optimal": float(np.log(2.0))}
+
+
+def stalled(runs: list[dict], level: float, *, within: float = 0.1) -> list[int]:
+    """The seeds whose run ends within ``within`` nats of ``level`` (e.g. the token-frequency
+    entropy, where a model that learned nothing of the chain sits) or above it."""
+    return [r["seed"] for r in runs if final_loss(r) >= level - within]
+
+
+def spike_words(runs: dict, labels=("pre", "peri", "output"), *, first: int = 10, at: int = 20) -> str:
+    """The early loss spike and the recovery of each configuration in words, from the runs: the
+    largest loss of the first ``first`` steps and the loss at step ``at``, min-max over seeds, e.g.
+    "largest loss of steps 1-10: Pre-LN 3.56-5.82, Peri-LN 3.01-5.27; at step 20: Pre-LN 1.43-1.88,
+    Peri-LN 0.85-0.98 nats (seeds 0, 1, 2, 3, 4)"."""
+    from .placements import PLACEMENTS
+
+    def span(v):
+        lo, hi = f"{min(v):.2f}", f"{max(v):.2f}"
+        return lo if lo == hi else f"{lo}-{hi}"
+
+    name = {k: (PLACEMENTS[k][0] if k in PLACEMENTS else k) for k in labels}
+    peaks = {k: [float(np.max(r["loss"][:first])) for r in runs[k]] for k in labels}
+    later = {k: [float(r["loss"][at - 1]) for r in runs[k]] for k in labels}
+    seeds = ", ".join(str(r["seed"]) for r in runs[labels[0]])
+    return (f"largest loss of steps 1-{first}: " + ", ".join(f"{name[k]} {span(peaks[k])}" for k in labels)
+            + f"; at step {at}: " + ", ".join(f"{name[k]} {span(later[k])}" for k in labels)
+            + f" nats (seeds {seeds})")
+
+
 def final_loss(run: dict, last: int = 10) -> float:
     """Mean training loss of the last ``last`` steps of one run (inf if any of them is not finite)."""
     tail = np.asarray(run["loss"][-last:], dtype=np.float64)
@@ -320,16 +463,20 @@ def ln_tanh_fit(x, y, alphas=LN_FIT_ALPHAS) -> dict:
     if x.size != y.size or x.size == 0:
         raise ValueError(f"ln_tanh_fit: x and y must have the same, nonzero size, got {x.size} and {y.size}")
     var = float(np.mean((y - y.mean()) ** 2)) or 1.0
+    alphas = np.asarray(alphas, dtype=np.float64)
     best = None
-    for a in alphas:
-        t = np.tanh(a * x)
-        tt = float(t @ t)
-        if tt == 0:
-            continue
-        lam = float(t @ y) / tt
-        err = float(np.mean((y - lam * t) ** 2))
-        if best is None or err < best[0]:
-            best = (err, float(a), lam)
+    for chunk in np.array_split(alphas, max(1, alphas.size // 16)):  # [16, N] at a time
+        t = np.tanh(np.outer(chunk, x))  # [a, N]
+        tt = np.einsum("an,an->a", t, t)
+        ty = t @ y
+        ok = tt > 0
+        lam = np.where(ok, ty / np.where(ok, tt, 1.0), 0.0)
+        # mean((y - lam t)^2) = (y.y - 2 lam t.y + lam^2 t.t) / N
+        err = (float(y @ y) - 2 * lam * ty + lam ** 2 * tt) / x.size
+        err = np.where(ok, err, np.inf)
+        i = int(np.argmin(err))
+        if best is None or err[i] < best[0]:
+            best = (float(err[i]), float(chunk[i]), float(lam[i]))
     slope = float(x @ y) / float(x @ x) if float(x @ x) else 0.0
     err_line = float(np.mean((y - slope * x) ** 2))
     return {"alpha": best[1], "lam": best[2], "r2_tanh": 1 - best[0] / var, "r2_line": 1 - err_line / var,

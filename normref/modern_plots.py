@@ -144,9 +144,11 @@ def plot_hidden_rms(runs_by_lr: dict) -> Plot:
         parts.append(f"{_name(label)} {before} -> {span(v, '.3g')} at lr {lr:g}")
     take = "last layer's hidden-state RMS, init -> trained (min-max over seeds): " + "; ".join(parts) + "."
     _takeaway(fig, take)
+    panels = (f"at lr {items[0][0]:g}" if len(items) == 1 else
+              "one panel per learning rate (" + ", ".join(f"{lr:g}" for lr, _ in items) + ")")
     alt = ("Line charts, log scale, of the hidden-state RMS after each layer of the tiny language model, "
            "one line per placement after training (band: min to max over seeds) and dotted at "
-           "initialisation; one panel per learning rate.")
+           f"initialisation, {panels}.")
     return Plot(fig, alt, take, data)
 
 
@@ -187,8 +189,10 @@ def plot_training_curves(runs_by_lr: dict) -> Plot:
     take = "final loss (mean of the last 10 steps, min-max over seeds): " + "; ".join(
         f"{_name(label)} {span(v)} at lr {lr:g}" for (lr, label), v in data["final"].items()) + "."
     _takeaway(fig, take)
-    alt = ("Line charts of training loss against step for each placement, one line per seed, one panel "
-           "per learning rate; the dash-dotted line is the best possible loss, ln 2.")
+    panels = (f"at lr {items[0][0]:g}" if len(items) == 1 else
+              "one panel per learning rate (" + ", ".join(f"{lr:g}" for lr, _ in items) + ")")
+    alt = (f"Line charts of training loss against step for each placement, one line per seed, {panels}; "
+           "the dash-dotted line is the best possible loss, ln 2.")
     return Plot(fig, alt, take, data)
 
 

@@ -70,7 +70,9 @@ class Plot:
     def to_html(self) -> str:
         """``<figure>`` with the PNG inlined, ``alt`` on the image and a ``<figcaption>``."""
         b64 = base64.b64encode(self.png()).decode("ascii")
-        alt = html.escape(self.alt, quote=True)  # the takeaway is the caption's, said once
+        # the alt text says what is plotted and what it shows (a reader who cannot see the image
+        # gets the takeaway from it); the caption says both to everyone
+        alt = html.escape(f"{self.alt} Takeaway: {self.takeaway}", quote=True)
         return (
             f'<figure style="margin:0">'
             f'<img src="data:image/png;base64,{b64}" alt="{alt}" style="max-width:100%"/>'

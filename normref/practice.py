@@ -370,8 +370,10 @@ class _Quiz:
         self.feedback.value += f"<div><i>{html.escape(text)}</i></div>"
         return text
 
-    def _repr_mimebundle_(self, **kwargs):
-        return self.widget._repr_mimebundle_(**kwargs)
+    def _repr_mimebundle_(self, **kwargs):  # the widget, and its static form (normref.static_widgets)
+        from .static_widgets import mimebundle
+
+        return mimebundle(self.widget, title="Practice question", **kwargs)
 
 
 def quiz(qid: str) -> _Quiz:

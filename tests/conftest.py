@@ -77,16 +77,26 @@ def postgres():
 
 
 @pytest.fixture(scope="session")
-def graded_class(tmp_path_factory, bubblewrap):
-    """The embedded demo class (every answer-bank variant), graded once for the session through
-    ``grade_class`` with the sandbox (tests/graded_class.py): test_grading's and
-    test_assignments' assertions read it."""
+def instructor_course(bubblewrap):
+    """A normal unix user made for the session and their copy of this course
+    (tests/graded_class.py): ``(user, course folder)``; removed after the session."""
+    from graded_class import instructor_course as make
+
+    with make() as made:
+        yield made
+
+
+@pytest.fixture(scope="session")
+def graded_class(instructor_course, bubblewrap):
+    """The embedded demo class (every answer-bank variant), graded once for the session by
+    README.md's ``make grade`` as written, run by a normal user with the sandbox and warm kernels
+    (tests/graded_class.py): test_grading's and test_assignments' assertions read it."""
     from grader.sandbox import available
     from graded_class import grade_demo_class
 
     if not available():
         pytest.fail(f"{bubblewrap} is installed but cannot create namespaces on this machine")
-    return grade_demo_class(tmp_path_factory.mktemp("graded-class"))
+    return grade_demo_class(*instructor_course)
 
 
 @pytest.fixture(scope="session")
@@ -133,8 +143,9 @@ def dask_cluster():
 #: The test files that read the session's costly fixtures (graded_class, recording): under
 #: pytest-xdist (``-n 2 --dist loadfile``, pyproject's addopts) they run on one worker, as one unit,
 #: so the demo class and the recording are each graded once in a session.
-SHARED_SESSION_FILES = ("test_assignments.py", "test_cluster.py", "test_course_state.py", "test_grading.py")
-COSTLY_SESSION_FIXTURES = ("graded_class", "recording")
+SHARED_SESSION_FILES = ("test_assignments.py", "test_cluster.py", "test_course_state.py", "test_grading.py",
+                        "test_docs_grade.py", "test_verdicts.py")
+COSTLY_SESSION_FIXTURES = ("graded_class", "recording", "instructor_course")
 
 
 def pytest_xdist_make_scheduler(config, log):

@@ -2,28 +2,56 @@
 
 ``make grade`` on a fresh clone grades the embedded demo class: 30 students, every variant of
 every assignment's answer bank (:mod:`grader.demo.answer_bank`) at least once, two of them late,
-one assignment missing. :func:`grade_demo_class` grades it as that command does
-(:func:`grader.grade_class` with no submissions: the embedded class, its due dates, the Dask
-engine with two workers), with the bubblewrap sandbox required, and test_grading's and
-test_assignments' assertions read the one result (:class:`GradedClass`): each variant's points
-per cell, the manual-grading flags, the autograded notebooks, the feedback pages, the class
-report. One change to the class: ``ada`` (correct everywhere) hands in notebooks that claim a
-kernel this machine does not have (:data:`FOREIGN_KERNEL`); the course's configuration must run
-them in ``python3`` regardless.
+one assignment missing, and ``ada`` (correct everywhere) handing in notebooks that claim a kernel
+this machine does not have (:data:`grader.demo.FOREIGN_KERNEL`; the course's configuration runs
+them in ``python3`` regardless). :func:`grade_demo_class` runs README.md's ``make grade`` as
+written (tests/docrun.py), as a normal user made for the session (:func:`instructor_course`:
+not root, warm kernels, the bubblewrap sandbox required), in their copy of this course, and reads
+the run back (``NORMREF_RUN_PICKLE``); test_grading's and test_assignments' assertions read the
+one result (:class:`GradedClass`): each variant's points per cell, the manual-grading flags, the
+autograded notebooks, the feedback pages, the class report.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import pickle
+import pwd
 import shutil
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import docrun
 import nbformat
 
+from grader.demo import FOREIGN_KERNEL, FOREIGN_STUDENT  # noqa: F401 - test_assignments reads them here
+
 REPO = Path(__file__).resolve().parents[1]
-#: What ada's submissions claim to have been run with; nbgrader_config.py overrides it.
-FOREIGN_KERNEL = {"display_name": "Julia 1.10", "language": "julia", "name": "no-such-kernel"}
-FOREIGN_STUDENT = "ada"
+#: The session's instructor, a normal unix user (one per pytest-xdist worker).
+INSTRUCTOR = "nrgrade-" + os.environ.get("PYTEST_XDIST_WORKER", "main")
+COURSE = "lesson16-normalization"
+
+
+@contextlib.contextmanager
+def instructor_course(user: str = INSTRUCTOR):
+    """A normal unix user (made here, removed afterwards with every process they run) and their
+    course folder ``~/lesson16-normalization`` (mode 700): this working tree's files, ``.venv``
+    linked (:func:`docrun.link_venv`). Yields ``(user, course folder)``."""
+    from hubkit import unix_users
+
+    with unix_users([user]), docrun.reachable(user, [REPO / ".venv" / "bin" / "python"]):
+        course = Path(pwd.getpwnam(user).pw_dir) / COURSE
+        files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                               capture_output=True, check=True).stdout.decode().split("\0")
+        for rel in filter(None, files):
+            if (REPO / rel).is_file():
+                (course / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(REPO / rel, course / rel)
+        subprocess.run(["chown", "-R", f"{user}:{user}", str(course)], check=True)
+        course.chmod(0o700)
+        docrun.link_venv(course)
+        yield user, course
 
 
 @dataclass
@@ -89,42 +117,18 @@ class GradedClass:
         return "\n".join(texts)
 
 
-def grade_demo_class(base: Path) -> GradedClass:
-    """Grade the embedded demo class in a course copy under ``base`` (see the module docstring).
+def grade_demo_class(user: str, course: Path) -> GradedClass:
+    """README.md's ``make grade``, as written, by ``user`` in ``course`` (see the module docstring).
 
     Raises:
-        AssertionError: the sandbox was not used.
+        AssertionError: the sandbox was not used, or the run left a process of ``user`` running.
     """
-    from unittest import mock
-
-    import grader.demo as demo
-    from grader import grade_class
-    from normref.handback_files import HANDBACK_ENV as ENV
-
-    root = base / "course"
-    root.mkdir()
-    shutil.copy(REPO / "nbgrader_config.py", root)
-    shutil.copytree(REPO / "source", root / "source")
-    shutil.copytree(REPO / "release", root / "release")
-    write = demo.write_demo_submissions
-
-    def with_a_foreign_kernel(course_root, dest, limit=None):
-        students = write(course_root, dest, limit)
-        for path in sorted((Path(dest) / FOREIGN_STUDENT).glob("*/*.ipynb")):
-            nb = nbformat.read(path, as_version=4)
-            nb.metadata["kernelspec"] = FOREIGN_KERNEL
-            nbformat.write(nb, path)
-        return students
-
-    lines: list[str] = []
-    saved = os.environ.get(ENV)
-    try:
-        with mock.patch.object(demo, "write_demo_submissions", with_a_foreign_kernel):
-            run = grade_class(course_root=root, jobs=2, use_sandbox=True, log=lines.append)
-    finally:  # the run points this process at its graded inputs: not for the tests after it
-        if saved is None:
-            os.environ.pop(ENV, None)
-        else:
-            os.environ[ENV] = saved
+    (cmd,) = [c for c in docrun.section_commands("README.md", "For instructors")
+              if c.text.split("#")[0].strip() == "make grade"]
+    kept = course / "build" / "demo-run.pickle"
+    out = docrun.run(cmd, user, course, {}, extra_env={"NORMREF_RUN_PICKLE": str(kept)}, timeout=3600)
+    run = pickle.loads(kept.read_bytes())
     assert run.sandboxed
-    return GradedClass(run, root, lines)
+    left = docrun.processes_of(user)
+    assert not left, f"make grade left processes of {user} running: {left}"
+    return GradedClass(run, run.course_root, out.stdout.splitlines())

@@ -4,8 +4,8 @@ removed, processes stopped by their id, folders deleted) when its ``with`` block
 failure.
 
 What is missing is installed, as conftest.py does with apt: configurable-http-proxy with ``npm
-install -g`` (npm from Debian's package), the shared environment with ``make hub-env`` (kept in
-build/hub-env/ for the next run: ``make hub-env`` there only brings it up to date).
+install -g`` (npm from Debian's package). The shared environment is docs/HUB.md's ``make hub-env``
+into :data:`HUB_ENV` (kept for the next run: ``make hub-env`` there only brings it up to date).
 """
 from __future__ import annotations
 
@@ -82,13 +82,6 @@ def ensure_chp() -> Path:
     return Path(found)
 
 
-def ensure_hub_env(exchange: Path) -> Path:
-    """The shared student environment, by ``make hub-env PREFIX=build/hub-env EXCHANGE=...``
-    (the first run installs everything; later ones bring it up to date and reconfigure it)."""
-    run(["make", "-s", "hub-env", f"PREFIX={HUB_ENV}", f"EXCHANGE={exchange}"], cwd=REPO, timeout=1800)
-    return HUB_ENV
-
-
 @contextlib.contextmanager
 def unix_users(names: list[str]):
     """New unix users (``useradd -m``, homes mode 700, a random password each by ``chpasswd``); yields
@@ -143,32 +136,19 @@ def scratch(prefix: str):
 
 @contextlib.contextmanager
 def git_server(base: Path, log: Path):
-    """``git daemon`` on 127.0.0.1 serving the bare repositories under ``base``; yields its
-    ``git://`` URL prefix."""
+    """``git daemon`` on 127.0.0.1 serving the bare repositories under ``base`` (push included:
+    the instructor publishes the lessons to it); yields its ``git://`` URL prefix."""
     port = free_port()
     with open(log, "w") as out:
-        proc = subprocess.Popen(["git", "daemon", "--export-all", "--reuseaddr", f"--base-path={base}",
+        proc = subprocess.Popen(["git", "daemon", "--export-all", "--enable=receive-pack", "--reuseaddr",
+                                 f"--base-path={base}",
                                  "--listen=127.0.0.1", f"--port={port}", str(base)],
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         _wait_port(port, proc, "git daemon", log)
         yield f"git://127.0.0.1:{port}"
     finally:
-        _stop(proc)
-
-
-def lessons_repository(dest: Path, export) -> Path:
-    """A bare git repository (``dest``) of the student tree ``export(tree)`` writes (``make
-    student-repo``), one commit on ``main``."""
-    tree = dest.parent / (dest.name + "-tree")
-    export(tree)
-    env = {**os.environ, "GIT_AUTHOR_NAME": "course", "GIT_AUTHOR_EMAIL": "course@localhost",
-           "GIT_COMMITTER_NAME": "course", "GIT_COMMITTER_EMAIL": "course@localhost"}
-    for cmd in (["git", "init", "-q", "-b", "main"], ["git", "add", "-A"], ["git", "commit", "-q", "-m", "lessons"]):
-        run(cmd, cwd=tree, env=env)
-    run(["git", "clone", "-q", "--bare", str(tree), str(dest)])
-    shutil.rmtree(tree)
-    return dest
+        stop(proc)
 
 
 @dataclass
@@ -183,44 +163,26 @@ class Hub:
         return self.log.read_text(errors="replace")[-4000:]
 
 
-@contextlib.contextmanager
-def jupyterhub(env_prefix: Path, workdir: Path, log: Path, settings: dict[str, str]):
-    """JupyterHub (tools/hub/jupyterhub_config.py as ``make hub-env`` installed it) on a free
-    port of 127.0.0.1, run as root from ``workdir`` (its database, cookie secret, proxy token);
-    ``settings``: the ``NORMREF_*`` variables. Stopped (SIGTERM: it stops the users' servers and
-    the proxy) afterwards."""
-    ensure_chp()
-    port = free_port()
-    env = {**os.environ, **settings, "NORMREF_HUB_PREFIX": str(env_prefix),
-           "NORMREF_HUB_BIND": f"http://127.0.0.1:{port}",
-           "PATH": os.pathsep.join([str(env_prefix / "bin"), os.environ["PATH"]]),
-           "CONFIGPROXY_AUTH_TOKEN": secrets.token_hex(16)}
-    env.pop("JUPYTER_CONFIG_PATH", None)
-    config = env_prefix / "etc" / "jupyterhub" / "jupyterhub_config.py"
-    cmd = [str(env_prefix / "bin" / "jupyterhub"), "-f", str(config),
-           f"--ConfigurableHTTPProxy.api_url=http://127.0.0.1:{free_port()}",
-           f"--JupyterHub.hub_port={free_port()}"]
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    hub = Hub(f"http://127.0.0.1:{port}", proc, log)
-    try:
-        deadline = time.monotonic() + START_S
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"jupyterhub exited with {proc.returncode}:\n{hub.log_tail()}", pytrace=False)
-            try:
-                with urllib.request.urlopen(f"{hub.url}/hub/api/", timeout=10) as r:
-                    if "version" in json.loads(r.read()):
-                        break
-            except (urllib.error.URLError, ConnectionError, OSError):
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"jupyterhub did not answer within {START_S} s:\n{hub.log_tail()}", pytrace=False)
-            time.sleep(0.5)
-        yield hub
-    finally:
-        _stop(proc, grace_s=60)
+def wait_for_hub(proc: subprocess.Popen, url: str, log: Path, cafile: Path | None = None) -> Hub:
+    """The hub ``proc`` (started from docs/HUB.md's line, tests/docrun.py) once its API answers at
+    ``url`` (over TLS verified against ``cafile``)."""
+    import ssl
+
+    context = ssl.create_default_context(cafile=str(cafile)) if cafile else None
+    hub = Hub(url, proc, log)
+    deadline = time.monotonic() + START_S
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"jupyterhub exited with {proc.returncode}:\n{hub.log_tail()}", pytrace=False)
+        try:
+            with urllib.request.urlopen(f"{url}/hub/api/", timeout=10, context=context) as r:
+                if "version" in json.loads(r.read()):
+                    return hub
+        except (urllib.error.URLError, ConnectionError, OSError):
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"jupyterhub did not answer within {START_S} s:\n{hub.log_tail()}", pytrace=False)
+        time.sleep(0.5)
 
 
 def _wait_port(port: int, proc: subprocess.Popen, what: str, log: Path) -> None:
@@ -238,7 +200,7 @@ def _wait_port(port: int, proc: subprocess.Popen, what: str, log: Path) -> None:
         time.sleep(0.2)
 
 
-def _stop(proc: subprocess.Popen, grace_s: float = 15) -> None:
+def stop(proc: subprocess.Popen, grace_s: float = 15) -> None:
     """SIGTERM to the process group started with ``proc`` (its own session), SIGKILL if needed."""
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):

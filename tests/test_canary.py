@@ -18,6 +18,7 @@ import shutil
 import time
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from grader import canary, sandbox, warm
@@ -42,11 +43,11 @@ def test_a_run_whose_kernels_cannot_import_torch_stops_at_the_canary_and_writes_
                  env={**os.environ, **NO_TORCH, "NORMREF_CANARY_CACHE": str(tmp_path / "cache")})
     assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
     (line,) = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
-    assert line.startswith("error: canary: the instructor's own solutions did not score full"), line
-    assert "rmsnorm, question rms_norm_shape: 0/1" in line  # the assignment and its first question
-    # the kernel's own error (which of torch's libraries fails to map first varies)
-    assert re.search(r"the sandboxed kernel could not import torch: (OSError|ImportError): \S+\.so[.\d]*: "
-                     r"failed to map segment from shared object; see README: Install$", line), line
+    # first the kernel's own error (which of torch's libraries fails to map first varies), then what it cost
+    assert re.match(r"error: canary: the sandboxed kernel could not import torch: (OSError|ImportError): "
+                    r"\S+\.so[.\d]*: failed to map segment from shared object; see README: Install; so the "
+                    r"instructor's own solutions did not score full, nothing was graded: rmsnorm, question "
+                    r"rms_norm_shape: 0/1", line), line
     after = snapshot(course_copy)
     assert after.pop("logs/runs.jsonl") and after == before  # gradebook.db, submitted/: not one byte
     assert not (course_copy / "grades.csv").exists() and not (course_copy / "autograded").exists()
@@ -54,6 +55,27 @@ def test_a_run_whose_kernels_cannot_import_torch_stops_at_the_canary_and_writes_
     assert run["status"] == "failed" and run["error"].startswith("CanaryFailed: canary:"), run
     assert "could not import torch" in run["error"] and run["batch"] == []
     assert not (course_copy / "logs" / canary.CACHE).exists()  # a failure is not remembered as a pass
+
+
+def test_an_error_each_case_raised_inside_the_kernel_is_named_first(course_copy, tmp_path):
+    """The instructor's solution imports, inside its function, a module the kernel cannot import:
+    no cell raises (the cell only defines the function), each hidden test's case raises, and the
+    hand-back keeps each case's error; the canary's line starts with that error, then what it cost."""
+    only_assignments(course_copy, {"rmsnorm"})
+    path = course_copy / "source" / "rmsnorm" / "rmsnorm.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    (cell,) = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "rms_norm_impl"]
+    cell.source = cell.source.replace("### BEGIN SOLUTION\n", "### BEGIN SOLUTION\n    import no_such_module_here\n")
+    nbformat.write(nb, path)
+    out = grader("--submissions", submitted_tree(tmp_path / "in", {"ada": "correct"}), course=course_copy,
+                 env={**os.environ, "NORMREF_CANARY_CACHE": str(tmp_path / "cache")})
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
+    (line,) = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
+    assert line.startswith("error: canary: the sandboxed kernel could not import no_such_module_here: "
+                           "ModuleNotFoundError: No module named 'no_such_module_here'; see README: Install; so the "
+                           "instructor's own solutions did not score full, nothing was graded: rmsnorm, question "
+                           "rms_norm_"), line
+    assert runs(course_copy)[-1]["status"] == "failed" and not (course_copy / "grades.csv").exists()
 
 
 def _grades(course: Path) -> dict[tuple[str, str], float]:

@@ -741,7 +741,8 @@ def test_a_quick_check_already_names_a_wiring_fault():
 def test_show_outside_ipython_prints_the_report(capsys):
     r = check_rms_norm(seed_rms_norm, quick=True)
     r.show()
-    assert capsys.readouterr().out == r.report() + "\n"
+    assert capsys.readouterr().out == r.displayed() + "\n"  # the report, wrapped at spaces
+    assert " ".join(r.displayed().split()) == " ".join(r.report().split())
 
 
 def test_problem_is_the_first_breach_or_diagnosis_without_the_raw_error():

@@ -723,3 +723,27 @@ def test_a_run_after_an_interrupted_one_names_what_it_finishes_grading(course_co
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "collect: ada (rmsnorm) is unchanged since it was last received: not a resubmission" in out.stdout
     assert "carried over" not in out.stdout and "autograde: 0 notebooks" in out.stdout, out.stdout[-3000:]
+
+
+def test_only_assignments_students_could_have_done_are_exported_and_reported(course_copy, tmp_path, replayed):
+    """practice handed in, rmsnorm in source/ and release/ but given to nobody: grades.csv has no
+    rmsnorm row, the report no rmsnorm column. Once rmsnorm is released through nbgrader's exchange
+    (its outbound folder), the next run has its 0 (a student could have done it)."""
+    only_assignments(course_copy, {"practice", "rmsnorm"})
+    exchange = tmp_path / "exchange"
+    config = course_copy / "nbgrader_config.py"
+    config.write_text(config.read_text() + f"\nc.Exchange.root = {str(exchange)!r}\n")
+
+    def graded(*args) -> tuple[dict, dict]:
+        out = run_grader(*args, course=course_copy)
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        with (course_copy / "grades.csv").open() as f:
+            rows = {r["assignment"]: float(r["score"]) for r in csv.DictReader(f)}
+        return rows, json.loads((course_copy / "reports" / "report.json").read_text())["max_total"]
+
+    submissions = submitted_tree(tmp_path / "in", {"ada": "correct"}, "practice")
+    rows, max_total = graded("--submissions", submissions)
+    assert rows == {"practice": 8.0} and max_total == {"practice": 9.0}, (rows, max_total)
+    (exchange / "lesson16-normalization" / "outbound" / "rmsnorm").mkdir(parents=True)
+    rows, max_total = graded("--submissions", submissions)
+    assert rows == {"practice": 8.0, "rmsnorm": 0.0} and max_total == {"practice": 9.0, "rmsnorm": 5.0}, rows

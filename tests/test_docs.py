@@ -146,3 +146,38 @@ def test_architecture_table_names_the_modules_that_do_the_work():
     from grader.pipeline import DEFAULT_ENGINE
 
     assert DEFAULT_ENGINE == "dask"
+
+
+# -- every documented command is run as written (tests/docrun.py) -----------------------------------
+
+def test_every_command_block_of_the_docs_has_its_test_or_the_reason_it_cannot_run_here():
+    """tests/docrun.py's WHERE names each section of README.md, docs/HUB.md, docs/SCALE.md and
+    docs/INSTALL.md that holds a command block, and no other; each with the test that runs its
+    commands as written (a test file that reads them from the doc) or why none can here."""
+    import docrun
+
+    sections = {(c.doc, c.section) for c in docrun.commands()}
+    assert sorted(sections) == sorted(docrun.WHERE), "tests/docrun.py WHERE is out of date"
+    for key, where in docrun.WHERE.items():
+        assert bool(where.test) != bool(where.skip), key
+        if where.test:
+            text = (REPO / where.test).read_text(encoding="utf-8")
+            assert "docrun.section_commands(" in text, (key, where.test)
+
+
+def _documented_commands():
+    import docrun
+
+    return docrun.commands()
+
+
+@pytest.mark.parametrize("command", _documented_commands(), ids=lambda c: f"{c.doc}:{c.line}")
+def test_documented_command(command):
+    """One case per documented command: run by the test WHERE names (a pass here says which), or
+    skipped with the reason it cannot run on this machine."""
+    import docrun
+
+    where = docrun.WHERE[(command.doc, command.section)]
+    if where.skip:
+        pytest.skip(f"{command.text.split('#')[0].strip()}: {where.why_not(command)}")
+    assert where.test and (REPO / where.test).is_file(), command

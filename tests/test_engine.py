@@ -204,6 +204,10 @@ def test_a_dead_kernel_is_reported_from_its_exception_and_regraded_through_the_s
     stubbed = nbformat.read(next((root / "autograded" / "dee" / "rmsnorm").glob("*.ipynb")), 4)
     impl = [c for c in stubbed.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "rms_norm_impl"]
     assert impl and "removed by the grader" in impl[0].source
+    # submitted/ keeps what dee handed in: the stub was for grading only
+    handed_in = nbformat.read(next((root / "submitted" / "dee" / "rmsnorm").glob("*.ipynb")), 4)
+    own = [c for c in handed_in.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "rms_norm_impl"]
+    assert own and "removed by the grader" not in own[0].source
 
 
 def _descendants(pid: int) -> dict[int, str]:

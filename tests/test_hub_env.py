@@ -70,3 +70,40 @@ def test_refuses_an_exchange_students_cannot_write(open_dir):
     os.chmod(exchange, 0o755)
     with pytest.raises(SystemExit, match="cannot write to the exchange"):
         hub_env.configure(_venv(open_dir), exchange, "x")
+
+
+# -- the hub's configuration (tools/hub/jupyterhub_config.py): safe by default ------------------------
+
+def _load_hub_config(tmp_path: Path, **env: str):
+    """Run the hub's config file as JupyterHub loads it (traitlets' loader), in ``tmp_path``, with
+    only the ``NORMREF_*`` variables given; returns ``(exit status or None, stderr, config)``."""
+    import subprocess
+
+    script = ("import sys; from traitlets.config.loader import PyFileConfigLoader as L\n"
+              f"c = L('jupyterhub_config.py', path={str(REPO / 'tools' / 'hub')!r}).load_config()\n"
+              "print(repr(dict(c.JupyterHub)), repr(dict(c.Authenticator)))\n")
+    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), **env})
+    return out.returncode, out.stderr, out.stdout
+
+
+def test_the_hub_does_not_start_without_its_users_or_with_passwords_in_clear(tmp_path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.write_text("x")
+    key.write_text("x")
+    users = {"NORMREF_HUB_USERS": "ada,bob", "NORMREF_INSTRUCTORS": "ines"}
+    code, err, _ = _load_hub_config(tmp_path, NORMREF_HUB_BIND="http://127.0.0.1:8000")
+    assert code == 1 and "set NORMREF_HUB_USERS" in err, err
+    code, err, _ = _load_hub_config(tmp_path, NORMREF_HUB_BIND="http://0.0.0.0:8000", **users)
+    assert code == 1 and "would send passwords in clear" in err, err
+    code, err, _ = _load_hub_config(tmp_path, **users)  # the default bind is https://: it needs the certificate
+    assert code == 1 and "needs NORMREF_HUB_SSL_CERT and NORMREF_HUB_SSL_KEY" in err, err
+    assert not (tmp_path / "jupyterhub.sqlite").exists()  # a refusal writes nothing
+    code, err, out = _load_hub_config(tmp_path, NORMREF_HUB_BIND="https://0.0.0.0:443", NORMREF_HUB_SSL_CERT=str(cert),
+                                      NORMREF_HUB_SSL_KEY=str(key), **users)
+    assert code == 0, err
+    assert f"'ssl_cert': '{cert}'" in out and f"'ssl_key': '{key}'" in out and "'allowed_users': {" in out
+    assert "'ada'" in out and "'ines'" in out
+    assert stat.S_IMODE((tmp_path / "jupyterhub.sqlite").stat().st_mode) == 0o600
+    code, err, _ = _load_hub_config(tmp_path, NORMREF_HUB_BIND="http://127.0.0.1:8000", **users)  # behind a proxy
+    assert code == 0, err

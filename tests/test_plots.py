@@ -25,15 +25,18 @@ def assert_readable(p: plots.Plot):
             assert colourbars and "(" in colourbars[0].get_ylabel(), ax
         else:
             assert ax.get_legend() is not None, ax
-    # the takeaway is said once: in the caption, not drawn in the image nor repeated in the alt
+    # the takeaway is not drawn in the image: the caption says it, and the image's alt text (a
+    # reader who cannot see the image hears what it shows)
     drawn = [t.get_text() for t in [*p.fig.texts, p.fig._supxlabel, p.fig._suptitle] if t is not None]
     assert not any("Takeaway" in t for t in drawn), drawn
     assert_text_inside_figure(p.fig)
     assert len(p.alt) > 40
     assert p.png()[:8] == b"\x89PNG\r\n\x1a\n"
     h = p.to_html()
-    assert "<figure" in h and "<figcaption>" in h and 'alt="' in h and h.count(html.escape(p.takeaway)) == 1
-    assert h.count("Takeaway") == 1 and p._repr_mimebundle_()["text/plain"].count("Takeaway") == 1
+    assert "<figure" in h and "<figcaption>" in h
+    assert f'alt="{html.escape(p.alt + " Takeaway: " + p.takeaway, quote=True)}"' in h
+    assert h.count(html.escape(p.takeaway, quote=True)) == 2  # the alt text and the caption
+    assert h.count("Takeaway") == 2 and p._repr_mimebundle_()["text/plain"].count("Takeaway") == 1
     assert "text/html" in p._repr_mimebundle_()
 
 

@@ -38,6 +38,7 @@ def wheel_files(wheel) -> list[str]:
 def test_the_student_wheel_holds_normref_only(wheel_files):
     code = [n for n in wheel_files if not n.startswith("normref-")]  # the .dist-info is metadata
     assert "normref/__init__.py" in code and "normref/functional.py" in code
+    assert "normref/data/modern_runs.json" in code  # lesson 04's runs (lesson_runs reads them)
     assert {n.split("/")[0] for n in code} == {"normref"}, sorted({n.split("/")[0] for n in code})
 
 

@@ -270,3 +270,25 @@ def test_no_widget_has_a_tooltip_without_a_description():
         for w in _all_widgets(root):
             if getattr(w, "tooltip", None):
                 assert w.has_trait("description") and w.description, type(w).__name__
+
+
+def test_an_explorer_and_a_question_carry_their_static_form_for_a_page_without_a_kernel():
+    """Beside the widget view (JupyterLab), text/html shows the widget as it starts (the course
+    website, nbconvert): the chart with its caption as alt text, the readout, the controls in words."""
+    import html as html_lib
+    import re
+
+    from normref import practice
+
+    w = NormExplorer()
+    bundle = w._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    page = bundle["text/html"]
+    alt = re.search(r'<img src="data:image/png;base64,[^"]+" alt="([^"]+)"', page).group(1)
+    assert html_lib.unescape(alt) == " ".join(re.sub(r"<[^>]+>", " ", html_lib.unescape(w.caption.value)).split())
+    assert "y = [-1.225, 0.000, 1.225]" in html_lib.unescape(page)  # the readout, as it starts
+    assert "<li>gamma: 1.00 (from -2.00 to 3.00)</li>" in page and "<li>eps: 1.0e-05" in page
+    assert "Token x (drag a feature)" not in page  # a group's label names controls listed in words
+    q = practice.quiz("retrieval_axis")._repr_mimebundle_()["text/html"]
+    assert "Which axis supplies the mean and variance" in q  # the prompt
+    assert "answer: none chosen (choices: the batch axis B" in q and "the <b>Check</b> button" in q

@@ -4,8 +4,12 @@ For instructors who publish a separate student repository (and point its Binder 
 
     make student-repo                                   # -> build/student-repo/
     make student-repo STUDENT_REPO=../lesson16-students BINDER_REPO=my-org/lesson16-students
+    make student-repo HUB=1                             # for a JupyterHub's nbgitpuller: no release/
 
-or ``python tools/student_repo.py DEST [--binder-repo OWNER/NAME] [--replace]``.
+or ``python tools/student_repo.py DEST [--binder-repo OWNER/NAME] [--replace] [--hub]``.
+``--hub`` leaves ``release/`` out: on a JupyterHub students fetch each assignment from nbgrader's
+exchange (the Assignment List) and submit that copy; a ``release/`` beside the lessons invited
+work there, after which Submit sent the empty fetched copy (docs/HUB.md).
 
 What goes in (:data:`STUDENT_PATHS`): the README, ``environment.yml``, ``postBuild``,
 ``start`` and ``jupyter-student/`` (Binder), ``pyproject.toml`` and ``Makefile`` (``make lab``),
@@ -102,11 +106,12 @@ class Export:
     notes: list[Leak] = field(default_factory=list)
 
 
-def student_files(*, repo: Path = REPO) -> list[Path]:
+def student_files(*, repo: Path = REPO, hub: bool = False) -> list[Path]:
     """The student tree's files, relative to ``repo``, sorted.
 
     Args:
         repo: the course repository (a git work tree).
+        hub: for a JupyterHub (nbgitpuller): without ``release/`` (assignments come from the exchange).
 
     Returns:
         Paths under :data:`STUDENT_PATHS` that git tracks or would
@@ -117,7 +122,8 @@ def student_files(*, repo: Path = REPO) -> list[Path]:
     """
     try:
         out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--",
-                              *STUDENT_PATHS], cwd=repo, check=True, capture_output=True, text=True).stdout
+                              *[p for p in STUDENT_PATHS if not (hub and p == "release")]], cwd=repo, check=True,
+                             capture_output=True, text=True).stdout
     except (OSError, subprocess.CalledProcessError) as e:
         raise ExportError(f"{repo} is not a git work tree (git ls-files failed: {e})") from e
     files = set()
@@ -241,7 +247,7 @@ def _clear_previous_export(dest: Path, names: set[str]) -> None:
 
 
 def export_student_repo(dest: Path, *, repo: Path = REPO, binder_repo: str | None = None,
-                        replace: bool = False) -> Export:
+                        replace: bool = False, hub: bool = False) -> Export:
     """Copy the student tree of ``repo`` into ``dest`` and check that no solution leaked.
 
     Args:
@@ -252,6 +258,7 @@ def export_student_repo(dest: Path, *, repo: Path = REPO, binder_repo: str | Non
             badge is pointed at it. None keeps the badge as it is.
         replace: allow a non-empty ``dest`` that holds only what an export writes (plus
             ``.git``), and empty it first.
+        hub: leave ``release/`` out (a JupyterHub's students fetch assignments from the exchange).
 
     Returns:
         An :class:`Export`: the files written and, as ``notes``, the solution lines that the
@@ -271,8 +278,8 @@ def export_student_repo(dest: Path, *, repo: Path = REPO, binder_repo: str | Non
     if any(dest == repo / p or (repo / p) in dest.parents for p in STUDENT_PATHS) or dest == repo:
         raise ExportError(f"{dest} is inside the course's own student tree; export somewhere else "
                           "(the default is build/student-repo)")
-    files = student_files(repo=repo)
-    top = {f.parts[0] for f in files}
+    files = student_files(repo=repo, hub=hub)
+    top = {f.parts[0] for f in files} | ({"release"} if hub else set())
     _refuse_written_release(repo / "release", repo / "source", "exporting it would hand that work to every student",
                             "Run `make release` (it refuses too, or keeps a copy with KEEP=1) so that release/ is "
                             "what nbgrader generates, then export again.")
@@ -305,13 +312,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="GitHub repository the student tree will be published as (the Binder badge)")
     p.add_argument("--replace", action="store_true",
                    help="overwrite a previous export in DEST (its .git is kept)")
+    p.add_argument("--hub", action="store_true",
+                   help="for a JupyterHub's nbgitpuller: no release/ (students fetch assignments from the exchange)")
     args = p.parse_args(argv)
     try:
-        export = export_student_repo(args.dest, binder_repo=args.binder_repo, replace=args.replace)
+        export = export_student_repo(args.dest, binder_repo=args.binder_repo, replace=args.replace, hub=args.hub)
     except ExportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(f"exported {len(export.files)} files to {args.dest}: no source/, no hidden tests (checked)")
+    print(f"exported {len(export.files)} files to {args.dest}: no source/, no hidden tests (checked)"
+          + ("; no release/ (for a JupyterHub: assignments come from the Assignment List)" if args.hub else ""))
     if export.notes:
         print(f"note: students can read {len(export.notes)} lines of the solutions in source/ elsewhere "
               "in the course (the seed's code in a lesson, normref's reference):\n  "

@@ -81,10 +81,17 @@ def fill_answers(release_nb: Path, answers: dict[str, str]) -> nbformat.Notebook
     return nb
 
 
+#: The demo student whose notebooks were saved with a kernel the grading machine does not have
+#: (as a notebook downloaded from another course's hub is): graded in the course's kernel regardless.
+FOREIGN_STUDENT = "ada"
+FOREIGN_KERNEL = {"display_name": "Julia 1.10", "language": "julia", "name": "no-such-kernel"}
+
+
 def write_demo_submissions(course_root: Path, dest: Path, limit: int | None = None) -> list[str]:
     """Write the demo class as an nbgrader ``submitted/`` tree under ``dest`` for every
     assignment that has a ``release/`` folder here (the first ``limit`` students only, if
-    given). Returns the student ids written."""
+    given); :data:`FOREIGN_STUDENT`'s notebooks claim :data:`FOREIGN_KERNEL`. Returns the student
+    ids written."""
     present = [a for a in sorted(ANSWERS) if (course_root / "release" / a).is_dir()]
     students = []
     for st in demo_class(present)[:limit]:
@@ -92,7 +99,10 @@ def write_demo_submissions(course_root: Path, dest: Path, limit: int | None = No
             out_dir = dest / st.student_id / a
             out_dir.mkdir(parents=True, exist_ok=True)
             for nb_path in sorted((course_root / "release" / a).glob("*.ipynb")):
-                nbformat.write(fill_answers(nb_path, ANSWERS[a][variant]), out_dir / nb_path.name)
+                nb = fill_answers(nb_path, ANSWERS[a][variant])
+                if st.student_id == FOREIGN_STUDENT:
+                    nb.metadata["kernelspec"] = dict(FOREIGN_KERNEL)
+                nbformat.write(nb, out_dir / nb_path.name)
             (out_dir / "timestamp.txt").write_text((LATE if st.late else ON_TIME) + "\n")
         students.append(st.student_id)
     return students

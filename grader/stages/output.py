@@ -24,14 +24,32 @@ def feedback(b: Batch) -> None:
     b.run.feedback_dir = b.services.tree.feedback()
 
 
+def taken(b: Batch) -> list[str]:
+    """The assignments of the run a student could have done: handed in by at least one student
+    (this batch or an earlier one), or released to students through nbgrader's exchange (its
+    ``outbound/<assignment>``, where this course's nbgrader config puts the exchange). An
+    assignment still only in ``source/`` gets no ``grades.csv`` row and no report column: no
+    0.0 a student could not have earned, no "missing" for work nobody was given."""
+    from nbgrader.api import Gradebook
+
+    config = b.services.course.config
+    exchange = Path(config.Exchange.root if "root" in config.Exchange else "/srv/nbgrader/exchange")
+    course_id = config.CourseDirectory.course_id if "course_id" in config.CourseDirectory else ""
+    with Gradebook(b.services.tree.gradebook_url) as gb:
+        handed_in = {a.name for a in gb.assignments if a.submissions}
+    return [a for a in b.run.assignments
+            if a in handed_in or (course_id and (exchange / course_id / "outbound" / a).is_dir())]
+
+
 def export(b: Batch) -> None:
-    """``nbgrader export``: ``grades.csv``, one row per (assignment, student), with a ``late``
-    column (after the due date, or marked late by the LMS); ``roster.csv`` beside it
-    (``student_id,lms_id,name``); the LMS's gradebook filled in when given; the feedback HTML zipped
-    for the LMS's bulk feedback upload (``feedback-<lms>-<assignment>.zip``, :mod:`grader.lms`)."""
+    """``nbgrader export``: ``grades.csv``, one row per (assignment, student) of the assignments
+    students could have done (:func:`taken`), with a ``late`` column (after the due date, or marked
+    late by the LMS); ``roster.csv`` beside it (``student_id,lms_id,name``); the LMS's gradebook
+    filled in when given; the feedback HTML zipped for the LMS's bulk feedback upload
+    (``feedback-<lms>-<assignment>.zip``, :mod:`grader.lms`)."""
     tree, log, lms_gradebook = b.services.tree, b.services.log, b.options.lms_gradebook
     try:
-        b.run.grades_csv = b.services.course.export_csv(tree.grades_csv)
+        b.run.grades_csv = b.services.course.export_csv(tree.grades_csv, taken(b))
     except AppError as e:
         raise GradingError(str(e)) from e
     _add_late_column(b.run.grades_csv, lms_late(tree))
@@ -109,7 +127,7 @@ def report(b: Batch) -> None:
     flags = {st: [f"{a}: {n}" if a else n for a, notes in sorted(per.items()) for n in notes]
              for st, per in sorted(_flag_history(b, this_run).items())}
     flags = {st: notes for st, notes in flags.items() if notes}
-    run.report = build_report(b.services.tree.root, run.assignments, run.scores, run.max_points,
+    run.report = build_report(b.services.tree.root, taken(b), run.scores, run.max_points,
                               ungraded=ungraded, flags=flags, gradebook_url=b.services.tree.gradebook_url,
                               groups=b.options.groups)
     # the batch history includes this run (its line in logs/runs.jsonl is written when it ends)

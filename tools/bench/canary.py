@@ -36,8 +36,8 @@ def main() -> None:
     with CpuAccount() as cpu:
         def timed(b):
             c0, t0 = cpu.seconds(), time.perf_counter()
-            if b.engine is not None:  # the engine's start (workers, zygotes), which autograde reuses
-                b.engine.executor(use_sandbox=b.use_sandbox is not False)
+            if b.services.engine is not None:  # the engine's start (workers, zygotes), which autograde reuses
+                b.services.engine.executor(use_sandbox=b.options.use_sandbox is not False)
             c1 = cpu.seconds()
             inner(b)
             seen.append((cpu.seconds() - c1, time.perf_counter() - t0, c1 - c0))
