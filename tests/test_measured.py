@@ -295,6 +295,12 @@ def test_an_answer_of_several_outputs_is_measured_output_by_output():
             c.message
     r = _toy_check(wrong_y, named=False)
     assert all(c.message.endswith("the values differ from the reference.") for c in r.cases), r.report()
+    # a checker comparing one output at a time names it (BatchNorm's checker compares each of the three)
+    from normref.checks.compare import compare_array
+
+    m = np.arange(4.0)
+    one = compare_array("c", m, m + 1, m, lambda g, rtol, atol: ("wrong_values", "differs"), output="new_running_mean")
+    assert one.observed.parts == (("new_running_mean", (4,)),)
 
 
 _BACKWARD_TERMS = ("mean(g * xhat)", "g - mean(g)", "dy * xhat", "sum(dy)")
