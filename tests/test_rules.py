@@ -246,11 +246,11 @@ RULE_CASES = {
     "honest_block": ("block", HONEST_BLOCK, {}, None),
     # the course's other code holds full references: a diagnosis helper, a checker's model
     "normref_diagnosis_helper": ("rmsnorm", {"rms_norm_impl": (
-        "from normref.diagnosis.coverage import student_from_variant\n"
-        "_ref = student_from_variant('rms_norm', ())\n\n"
-        "def rms_norm(x, weight, eps=1e-6):\n    return _ref(x, weight, eps=eps)\n")},
+        "import torch\nfrom normref.diagnosis.norms import evaluate_norm, norm_case\n\n"
+        "def rms_norm(x, weight, eps=1e-6):\n"
+        "    return torch.from_numpy(evaluate_norm('rms', {}, norm_case(x, weight, None, eps))).to(x.dtype)\n")},
         {"rms_norm_shape": 0.0, "rms_norm_battery": 0.0},
-        "calls the course's own normref.diagnosis.coverage._norm_student.<locals>.norm_fn"),
+        "calls the course's own normref.diagnosis.norms.norm_case"),
     "normref_checker_model": ("rmsnorm", {"rms_norm_impl": (
         "from normref.checks.norms import model_t\n\n"
         "def rms_norm(x, weight, eps=1e-6):\n    return model_t('rms', x, weight, None, eps)\n")},

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from ..diagnosis.questions import Question, declare
+from ..diagnosis.questions import Output, Question, declare
 from ..rules import DYT_REFERENCE, PERI_REFERENCE, QK_REFERENCE
 from .compare import compare_array, diagnose_by_models, to_f64
 from .core import CaseResult, CheckResult, quick_cut, run, seeded_randn, single_threaded, student_call
@@ -370,7 +370,7 @@ declare(Question("peri_ln", "peri_ln(x, sublayer, norm, out_norm)", _peri_refere
                  models=peri_models, probes=()))
 declare(Question("qk_norm_logits", "qk_norm_logits(q, k, q_norm, k_norm)", _qk_reference, "QK-norm",
                  lambda c: ((c.q, c.k, c.q_norm, c.k_norm), {}), products=("matmul_t",), models=qk_models,
-                 probes=()))
+                 probes=(), outputs=(Output("logits", rows="query", plural=True),)))
 declare(Question("dyt", "dyt(x, alpha, weight, bias)", _dyt_reference, "DyT",
                  lambda c: ((c.x, c.alpha, c.weight, c.bias), {}), formula=_dyt_formula, models=dyt_models,
                  identify=False))
