@@ -156,6 +156,8 @@ def bwd_model(dy, x, w, eps, *, axis=-1, ddof=0, eps_out=False, centered=True,
 
 
 # ------------------------------------------------------------ the grammar of the search
+# Its phrases say what the student's gradient does, never a term of the answer (the question's
+# formula is its answer: normref.diagnosis says a found variant without the grammar's reference).
 def evaluate_backward(ch: dict, c: BackwardCase) -> np.ndarray | None:
     """``(dx, dweight, dbias)`` of variant ``ch``, flattened into one float64 vector."""
     dy, x, w = c.dy, c.x, c.weight
@@ -197,11 +199,9 @@ def evaluate_backward(ch: dict, c: BackwardCase) -> np.ndarray | None:
 
 
 _DIMS = [
-    ("mean_term", "dropped", "left out the gradient through the mean (subtract mean(dxhat))",
-     "bwd_no_mean_term"),
+    ("mean_term", "dropped", "left out the gradient through the mean", "bwd_no_mean_term"),
     ("mean_term", "doubled", "subtracted the mean term twice", None),
-    ("var_term", "dropped", "left out the gradient through the variance "
-     "(the xhat * mean(g * xhat) term)", "bwd_no_variance_term"),
+    ("var_term", "dropped", "left out the gradient through the variance", "bwd_no_variance_term"),
     ("var_term", "doubled", "doubled the variance term (the factor 2 of d(xc**2) taken twice)", None),
     ("var_term", "halved", "halved the variance term (the factor 2 of d(xc**2) forgotten)", None),
     ("var_term", "n-1", "scaled the variance term by 1/(n-1) instead of 1/n", None),
@@ -215,10 +215,12 @@ _DIMS = [
     ("axis", 1, "took the statistics over axis 1 instead of the last axis", "wrong_axis"),
     ("dx_scale", "no_f", "forgot the factor 1/sqrt(var + eps) on dx", None),
     ("g", "dy", "used dy where the chain rule through gamma gives g = dy * weight", "ignores_weight"),
-    ("dweight", "x", "summed dy * x for dweight instead of dy * xhat", None),
-    ("dweight", "xc", "summed dy * (x - mean) for dweight instead of dy * xhat", None),
-    ("dweight", "g", "summed dy * weight * xhat for dweight instead of dy * xhat", None),
-    ("dbias", "g", "summed dy * weight for dbias instead of dy", None),
+    ("dweight", "x", "summed dy * x for dweight: x is the raw input, and the weight multiplies the "
+     "normalized input", None),
+    ("dweight", "xc", "summed dy * (x - mean) for dweight: centred, but not divided by sqrt(var + eps)", None),
+    ("dweight", "g", "summed dy * weight * xhat for dweight: the weight does not enter its own gradient", None),
+    ("dbias", "g", "summed dy * weight for dbias: the bias is added after the weight, so the weight does not "
+     "enter its gradient", None),
     ("reduce", "mean", "averaged dweight and dbias over the batch and sequence instead of summing",
      None),
     ("swap", True, "swapped dweight and dbias", "bwd_dweight_dbias_swapped"),

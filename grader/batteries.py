@@ -14,8 +14,15 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["question_generator", "draw_token", "pick", "draw_norm_battery", "draw_backward_battery",
+__all__ = ["FLOAT16_OVERFLOW_VALUES", "question_generator", "draw_token", "pick", "draw_norm_battery",
+           "draw_backward_battery",
            "draw_placement_battery", "draw_module_battery", "draw_block_battery"]
+
+
+#: The float16 overflow row's values a drawn battery takes (``[v, -v, v, -v]``): every square is
+#: above float16's largest 65504 (from 256 up), and none is above the public battery's 300, so an
+#: answer the public float16 case passes meets no larger value when it is graded.
+FLOAT16_OVERFLOW_VALUES = (264, 272, 280, 288, 296, 300)
 
 
 def question_generator(seed: int, grade_id: str):
@@ -115,6 +122,48 @@ def _token_spreads(kind: str, btd, nnn, tiny, g) -> tuple:
     return btd, nnn, tiny
 
 
+def _eps_errors(row, w, b, eps: float) -> tuple[float, float]:
+    """How far LayerNorm without eps and with eps outside the square root land from the reference on
+    one token (float32 ``row``, weight ``w``, bias ``b``), each as the largest multiple of the
+    float32 tolerance."""
+    from normref.checks.compare import tolerance
+
+    x, w, b = (np.asarray(v, dtype=np.float64) for v in (row, w, b))
+    c = x - x.mean()
+    var = (c * c).mean()
+    ref = c / np.sqrt(var + eps) * w + b
+    rtol, atol = tolerance("float32")
+    tol = atol + rtol * np.abs(ref)
+    no_eps = c / np.sqrt(var) * w + b
+    outside = c / (np.sqrt(var) + eps) * w + b
+    return float((np.abs(no_eps - ref) / tol).max()), float((np.abs(outside - ref) / tol).max())
+
+
+def _show_eps(case, std: float, outside_shows: bool) -> None:
+    """Make the small-spread token ``case.x[0, 0]`` (LayerNorm's ``[B, T, D]`` or ``B = T = D``
+    case, drawn with spread ``std``) show where eps sits, whatever the draw: leaving eps out must
+    land at least 1.25 x the float32 tolerance away from the reference, and eps outside the square
+    root at least 1.25 x too (``outside_shows``) or at most 0.75 x (the B = T = D case: only leaving
+    eps out shows there; float32's own rounding is 1% of that tolerance). The token as drawn is
+    kept when it does (nearly every draw: 1 in 300 did not for B = T = D, and an answer without
+    eps then passed it); else, with its largest values
+    moved onto the features of largest ``|weight|`` or not, its spread is narrowed or widened in
+    5% steps until it does. No draw is made."""
+    import torch
+
+    row = case.x[0, 0].clone()
+    centred = row - row.mean()
+    placed = torch.empty_like(centred)
+    placed[torch.argsort(case.weight.abs())] = centred[torch.argsort(centred.abs())]  # largest on largest |w|
+    for k in (0, -1, 1, -2, 2, -3, 3, -4, 4, -5, 5, -6, 6, -8, 8, -10, 10):
+        for shape in (centred, placed):
+            token = row if k == 0 and shape is centred else _with_std(shape + row.mean(), std * 1.05 ** k)
+            no_eps, outside = _eps_errors(token, case.weight, case.bias, case.eps)
+            if no_eps >= 1.25 and (outside >= 1.25 if outside_shows else outside <= 0.75):
+                case.x[0, 0] = token
+                return
+
+
 def draw_norm_battery(kind: str, backend: str, g) -> list:
     """A drawn RMSNorm (``kind="rms"``) or LayerNorm (``"layer"``) battery for ``backend``
     (``"torch"``: six cases for rms, seven for layer; ``"numpy"``: without bfloat16), the
@@ -133,7 +182,7 @@ def draw_norm_battery(kind: str, backend: str, g) -> list:
     b_, t_, d = pick(g, [2, 3]), pick(g, [3, 4, 5]), pick(g, [6, 8, 10])
     n = pick(g, [3, 4, 5])
     d2 = pick(g, [4, 5, 6, 7])
-    big = float(pick(g, [264, 300, 384, 500, 640, 1000]))
+    big = float(pick(g, FLOAT16_OVERFLOW_VALUES))
     tok = draw_token(g)
     w, b = 1 + 0.5 * rnd(d), 0.1 * rnd(d)
     btd, nnn, tiny = rnd(b_, t_, d, shift=0.5), rnd(n, n, n, scale=2.0, shift=1.0), rnd(2, d2)
@@ -150,6 +199,8 @@ def draw_norm_battery(kind: str, backend: str, g) -> list:
                  bias(0.1 * rnd(8)), eps),
     ]
     if kind == "layer":
+        _show_eps(cases[1], 0.2, outside_shows=True)
+        _show_eps(cases[2], 0.4, outside_shows=False)
         c = float(pick(g, [-3, 2, 5, 7]))
         cases.append(NormCase(f"constant row [{c:g}] * 4 (variance 0: output must be beta)",
                               torch.stack([torch.full((4,), c), _with_std(rnd(4), 1.0)]), torch.ones(4),
@@ -263,7 +314,7 @@ def draw_module_battery(g) -> list:
 
     b_, t_, d = pick(g, [2, 3]), pick(g, [3, 4, 5]), pick(g, [6, 8, 10])
     n, d5, d4 = pick(g, [3, 4, 5]), pick(g, [4, 5, 6, 7]), pick(g, [3, 4, 5, 6])
-    big = float(pick(g, [264, 300, 384, 500, 640, 1000]))
+    big = float(pick(g, FLOAT16_OVERFLOW_VALUES))
     return [
         _ModuleCase("RMSNorm(8): weight is an nn.Parameter of ones, shape [8], the only parameter", 8),
         _ModuleCase(f"[{b_}, {t_}, {d}] float32 with a trained weight", d,

@@ -72,11 +72,11 @@ def unrecorded_questions(nb) -> list[str]:
     """Grade ids of the test cells that call a course checker on the student's code (not a
     quick self-check: no keyword arguments) and are not scored from handed-back outputs: their
     outputs are not kept, so they cannot be grouped."""
-    from normref.diagnosis.coverage import CHECKERS
+    from normref import checks
 
     from .scoring import QUESTIONS
 
-    known = {fn for fn, _ in CHECKERS.values()}
+    known = {fn for fn in checks.__all__ if fn.startswith("check_")}
     out = []
     for cell in nb.cells:
         meta = _nbg(cell)

@@ -18,9 +18,12 @@ work as possible. The original files are kept under ``logs/originals/``. What is
   lost its metadata is recognised by the function or class it defines and re-attached;
   edited locked cells are reported (nbgrader restores them; nbgrader's ``OverwriteKernelspec``
   and ``Execute.kernel_name`` also give every notebook the course's kernel);
-* tampering (:mod:`grader.tamper`): a cell that tampers with the grader, or an
-  answer that calls the reference instead of implementing it, is replaced by a stub that
-  raises, so its question earns what a blank answer earns and later tests run honestly.
+* nothing the student wrote is removed for what the tamper scan finds in it: grading runs
+  every cell as handed in, scores each question on its outputs, and flags what the scan finds
+  for the instructor's review (:mod:`grader.scores`, with the self-check's reading of the same
+  cells); only a reference seen running inside the student's call takes points. (No removal is
+  needed to keep the kernel alive: a cell that kills or hangs it is stubbed by the dead-kernel
+  regrade, ``grader.engine.regrade_dead_kernels``, with the reason.)
 """
 from __future__ import annotations
 
@@ -39,14 +42,9 @@ from .course import CourseTree
 from .lms_names import notebook_key
 from .store import UNREADABLE
 from .notebooks import read_notebook_leniently
-from .tamper import protected_bindings, scan
 
-#: Why the scan removed an answer cell that calls the reference (grader.scoring reads it back and
-#: counts the question under the ``reference_call`` fault).
-REFERENCE_REASON = "it calls the reference implementation instead of implementing it"
-#: Why the scan removed an answer cell that changes how grading works.
-TAMPER_REASON = "it tried to change how grading works"
-#: How a cell the grader removed starts, followed by the reason (read back by :mod:`grader.scores`).
+#: How a cell the grader replaced starts, followed by the reason (``grader.engine.STUB``, a cell
+#: whose kernel died; read back by :mod:`grader.scores`).
 REMOVED_PREFIX = "# The grader removed this cell: "
 
 
@@ -78,11 +76,6 @@ def _defined_names(src: str) -> set[str]:
     return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))}
 
 
-def _stub(reason: str) -> str:
-    return (f"{REMOVED_PREFIX}{reason}\n"
-            f"raise RuntimeError({('removed by the grader: ' + reason)!r})")
-
-
 def repair_notebook(nb, release_nb, rep: Repair) -> nbformat.NotebookNode:
     """Repair one notebook against its released version (see the module docstring)."""
     rel_cells = [c for c in release_nb.cells if _nbg(c).get("grade_id")]
@@ -91,7 +84,6 @@ def repair_notebook(nb, release_nb, rep: Repair) -> nbformat.NotebookNode:
     out = _restore_metadata(nb.cells, rel_by_id, rep)
     _restore_missing(out, order, rel_by_id, rep)
     nb.cells = out
-    _remove_tampering(nb.cells, rep)
     return nb
 
 
@@ -174,30 +166,6 @@ def _adopt_orphan(out: list, gid: str, rel, rep: Repair) -> bool:
             rep.notes.append(f"answer cell {gid!r} had lost its nbgrader metadata: re-attached")
             return True
     return False
-
-
-def _remove_tampering(cells: list, rep: Repair) -> None:
-    """Step 3, tampering and reference calls in every cell the student could edit: the cell
-    replaced by a stub that raises, flagged."""
-    locked_sources = [c.source for c in cells if c.cell_type == "code" and _nbg(c).get("locked")]
-    protected = protected_bindings(locked_sources)
-    for cell in cells:
-        if cell.cell_type != "code" or _nbg(cell).get("locked"):
-            continue
-        findings = scan(cell.source, protected)
-        if not findings:
-            continue
-        where = f"answer cell {_nbg(cell)['grade_id']!r}" if _nbg(cell).get("grade_id") else "a cell the student added"
-        kinds = {f.kind for f in findings}
-        what = "; ".join(f"line {f.line}: {f.what}" for f in findings)
-        if "tamper" in kinds:
-            rep.flags.append(f"tampering in {where} ({what}): cell removed, its question earns 0")
-            cell.source = _stub(TAMPER_REASON)
-        else:
-            rep.flags.append(f"{where} calls the reference instead of implementing it ({what}): "
-                             "cell removed, its question earns 0")
-            cell.source = _stub(REFERENCE_REASON)
-        cell.outputs = []
 
 
 def unreadable_note(reason: str) -> str:

@@ -29,6 +29,7 @@ from normref.faults import ALIASES, FAULTS, parse_tags
 from . import store
 from .course import GRADEBOOK, GRADES_CSV, QUESTIONS_CSV, CourseTree
 from .report_plots import plot_scores
+from .review import for_review, review_summary
 
 #: Every fault kind the checkers name, with its description (normref.faults is the registry).
 KNOWN_FAULTS = {k: f.message for k, f in FAULTS.items()}
@@ -450,6 +451,7 @@ def summary_text(rep: ClassReport) -> str:
         if rep.similar.get(a):
             lines.append(f"    {len(rep.similar[a])} pair{'s' if len(rep.similar[a]) != 1 else ''} of "
                          "near-identical answer code (see the report)")
+    lines += review_summary(for_review(rep.flags))
     if rep.ungraded:
         lines.append(f"  could not be graded ({len(rep.ungraded)}):")
         for who, why in sorted(rep.ungraded.items()):
@@ -561,7 +563,7 @@ def render_html(rep: ClassReport, out_dir: Path, figures: list[tuple[str, str]])
         rep=rep, css="".join((TEMPLATES / "report.css").read_text(encoding="utf-8").splitlines()),
         js=(TEMPLATES / "report.js").read_text(encoding="utf-8"), summary=summary_text(rep),
         manual=[(a, mg) for a, mg in rep.manual.items() if mg.submissions_waiting or mg.graded],
-        table=_student_table(rep, out_dir), figures=figures, similar=_similar(rep),
+        table=_student_table(rep, out_dir), figures=figures, similar=_similar(rep), review=for_review(rep.flags),
         groups_missing="; ".join(f"{s}: {w}" for s, w in sorted(rep.groups_missing.items())),
         fault_label=fault_label, fault_description=fault_description, **_history(rep, out_dir))
 

@@ -8,8 +8,15 @@ code). The questions, their batteries and the drawing of a run's inputs are
 :mod:`grader.scoring`'s.
 
 A cell that hands back no outputs, or more than one set, scores 0 (flagged when it is more
-than one); so does a hand-back that says the grader's hand-back code was changed in the kernel,
-or a call that ran a reference normalization.
+than one); so does a hand-back that says the grader's hand-back code was changed in the kernel
+(its outputs may not be the grader's), and a call in which a reference normalization was seen
+running (:func:`normref.rules.observed_reference`: the one rule finding that takes points).
+Everything else the rules find is scored on the outputs and flagged for the instructor's review
+(:func:`normref.rules.review_message`), in the feedback and the class report: what the tamper scan
+finds in the cells the question's code comes from (:func:`normref.checks.cells.question_findings`,
+the self-check's own reading of the same cells), and what else the recorder saw (another thread
+of the student's, the recorder switched off). The words are the self-check's and Validate's:
+:func:`normref.checks.core.rule_lines` says both.
 """
 from __future__ import annotations
 
@@ -21,7 +28,7 @@ import nbformat
 from normref.faults import METADATA_KEY, output_metadata
 from normref.wire import MIME, Shown, decode_answer, opaque
 
-from .repair import REFERENCE_REASON, REMOVED_PREFIX, TAMPER_REASON
+from .repair import REMOVED_PREFIX
 from .replay import Replay, ReplayClass
 from .scoring import QUESTIONS, plan_cases, run_check
 
@@ -75,21 +82,26 @@ def _not_handed_back(nb, cell, gid: str, found: list) -> Scored:
              if len(found) > 1 else [])
     removed = _removed_answer(nb, cell)
     if removed:
-        # the scan's reference-call removal is the reference_call fault the report counts
-        kinds = ["reference_call"] if REFERENCE_REASON in removed else []
-        return Scored(gid, 0.0, f"{gid}: 0 points: {removed}", flags, kinds)
+        return Scored(gid, 0.0, f"{gid}: 0 points: {removed}", flags, [])
     errors = [f"{o.get('ename')}: {o.get('evalue')}" for o in cell.get("outputs", [])
               if o.get("output_type") == "error"]
     why = errors[-1] if errors else "no outputs were handed back"
     return Scored(gid, 0.0, f"{gid}: not graded ({why}): 0 points", flags)
 
 
-def _changed_hand_back(gid: str, changed) -> Scored:
-    """A hand-back that says the grader's hand-back code was changed in the kernel: 0 points, flagged."""
+def _changed_hand_back(gid: str, changed, findings: list | None = None) -> Scored:
+    """A hand-back that says the grader's hand-back code was changed in the kernel: 0 points (its
+    outputs may not be the grader's: there is nothing to score), flagged; with what the scan found
+    in the question's cells, for review."""
+    from normref.checks.core import rule_lines
+
     names = ", ".join(str(c)[:120] for c in list(changed)[:8]) if isinstance(changed, list) else "?"
-    return Scored(gid, 0.0, f"{gid}: 0 points: the grader's hand-back code was changed in the kernel "
-                  f"before it ran ({names}); a hand-back that may not be the grader's is not scored",
-                  [f"{gid}: changed the grader's hand-back in the kernel ({names}): scored 0"], [])
+    _, reviews = rule_lines(findings or [], [], QUESTIONS[gid].backend)
+    return Scored(gid, 0.0, "\n".join([f"{gid}: 0 points: the grader's hand-back code was changed in the kernel "
+                                       f"before it ran ({names}); a hand-back that may not be the grader's is not "
+                                       "scored"] + [f"{gid}: {r}" for r in reviews]),
+                  [f"{gid}: changed the grader's hand-back in the kernel ({names}): scored 0"]
+                  + [f"{gid}: {r}" for r in reviews], [])
 
 
 def _replayed(gid: str, seed: int, bundle: dict) -> tuple:
@@ -109,30 +121,30 @@ def _replayed(gid: str, seed: int, bundle: dict) -> tuple:
     return run_check(gid, seed, Replay(calls)), calls
 
 
-def _broke_the_rule(gid: str, refs: list[str]) -> Scored:
-    """A question whose calls ran a reference normalization: 0 points, said as the self-check says it."""
+def _broke_the_rule(gid: str, breaches: list[str], reviews: list[str]) -> Scored:
+    """A question whose calls ran a reference normalization: 0 points, said as the self-check says
+    it (one line per violation, ``"0 points: calls torch's rms_norm — implement it with tensor
+    operations"``, not the cases' "6/6 passed" beside it), then what else is for review."""
+    text = "\n".join(f"{gid}: {r}" for r in breaches + reviews)
+    return Scored(gid, 0.0, text, [f"{gid}: {b} (seen while it ran): scored 0" for b in breaches]
+                  + [f"{gid}: {r}" for r in reviews], ["reference_call"])
+
+
+def _score_bundle(gid: str, seed: int, bundle: dict, findings: list | None = None) -> Scored:
+    """One question's hand-back, replayed through its checker and scored; ``findings``: what the
+    tamper scan found in the cells the question's code comes from
+    (:func:`normref.checks.cells.question_findings`)."""
     from normref.checks.core import rule_lines
-    from normref.rules import rule_message
 
-    # the student reads what the self-check said: one line per violation ("0 points:
-    # calls torch's rms_norm — implement it with tensor operations"), not the cases'
-    # "6/6 passed" beside it; the instructor's flags keep every record
-    backend = QUESTIONS[gid].backend
-    said = rule_lines(None, refs, backend)
-    return Scored(gid, 0.0, "\n".join(f"{gid}: {r}" for r in said),
-                  [f"{gid}: {rule_message(w, backend)} (seen while it ran): scored 0" for w in refs],
-                  ["reference_call"])
-
-
-def _score_bundle(gid: str, seed: int, bundle: dict) -> Scored:
-    """One question's hand-back, replayed through its checker and scored."""
     q = QUESTIONS[gid]
     if q.kind == "values":
         return _score_values(gid, seed, bundle)
     result, calls = _replayed(gid, seed, bundle)
     refs = list(dict.fromkeys(str(w) for c in calls if isinstance(c, dict) for w in c.get("references", [])))
-    if refs:
-        return _broke_the_rule(gid, refs)
+    breaches, reviews = rule_lines(findings or [], refs, q.backend)
+    if breaches:
+        return _broke_the_rule(gid, breaches, reviews)
+    result.reviews = reviews
     text = ("The visible check, scored by the grader:\n" if q.all_or_nothing
             else "Graded on new inputs drawn for this grading run:\n") + result.displayed()
     fraction = float(result.passed) if q.all_or_nothing else float(result.score)
@@ -141,7 +153,61 @@ def _score_bundle(gid: str, seed: int, bundle: dict) -> Scored:
         from normref.diagnosis.record import result_record
 
         record = result_record(result, inputs_id(seed))
-    return Scored(gid, fraction, text, [], result.faults, result.variants, record)
+    return Scored(gid, fraction, text, [f"{gid}: {r}" for r in reviews], result.faults, result.variants, record)
+
+
+def question_findings_in(nb, test_cell) -> list:
+    """What the tamper scan finds in the cells the question of ``test_cell`` reads, as the
+    self-check finds it in the kernel (:func:`normref.checks.cells.question_findings`): the
+    notebook's code cells up to the test cell, in order, its locked cells unscanned."""
+    from normref.checks.cells import question_findings
+
+    cells, locked = [], []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        cells.append(cell.source)
+        if cell.get("metadata", {}).get("nbgrader", {}).get("locked"):
+            locked.append(cell.source)
+        if cell is test_cell:
+            break
+    try:
+        return question_findings(cells, locked)
+    except Exception:  # noqa: BLE001 - reading the student's cells never breaks a score
+        return []
+
+
+def other_cells_reviews(nb) -> list[str]:
+    """For the class report: the tamper findings (not reference spellings: comparing with the
+    reference in a scratch cell is allowed) in the editable code cells that no question's code
+    comes from, each a line for the instructor's review, e.g. ``"For the instructor's review (no
+    points taken): uses get_ipython (line 2 of a cell the student added, the cell that sets
+    ip)"``. Nothing is taken for them: they change no question's code."""
+    from normref.checks.cells import cell_name, question_cells
+    from normref.rules import review_message
+    from normref.tamper import protected_bindings, scan
+
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    sources = [c.source for c in code]
+    locked_cells = [c for c in code if c.get("metadata", {}).get("nbgrader", {}).get("locked")]
+    locked = {c.source.strip() for c in locked_cells}
+    covered: set[int] = set()
+    for i, cell in enumerate(code):
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") in QUESTIONS:
+            covered |= {j for j, _, own, _ in question_cells(sources[: i + 1], locked) if own}
+    protected = protected_bindings([c.source for c in locked_cells])
+    out = []
+    for i, cell in enumerate(code):
+        if i in covered or cell.source.strip() in locked:
+            continue
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        where = f"answer cell {gid!r}" if gid else f"a cell the student added, {cell_name(cell.source)}"
+        try:
+            found = [f for f in scan(cell.source, protected) if f.kind == "tamper"]
+        except Exception:  # noqa: BLE001 - reading the student's cells never breaks a score
+            found = []
+        out += [review_message(f"{f.what} (line {f.line} of {where})") for f in found]
+    return out
 
 
 def score_notebook(nb, seed: int) -> dict[str, Scored]:
@@ -157,24 +223,15 @@ def score_notebook(nb, seed: int) -> dict[str, Scored]:
         if len(found) != 1 or found[0].get("grade_id") != gid:
             out[gid] = _not_handed_back(nb, cell, gid, found)
         elif found[0].get("changed"):
-            out[gid] = _changed_hand_back(gid, found[0]["changed"])
+            out[gid] = _changed_hand_back(gid, found[0]["changed"], question_findings_in(nb, cell))
         else:
-            out[gid] = _score_bundle(gid, seed, found[0])
+            out[gid] = _score_bundle(gid, seed, found[0], question_findings_in(nb, cell))
     return out
 
 
-#: Each reason the grader's repair stage (grader/repair.py) removes an answer cell for, and the
-#: rule it breaks, as the feedback states it.
-_RULES = {TAMPER_REASON:
-          "code that changes how grading works (the grader's checkers, hand-back or recorder, the "
-          "interpreter's or IPython's machinery, threads, TorchScript) is not allowed: the cell is "
-          "removed and its question earns what a blank answer earns",
-          REFERENCE_REASON:
-          "calling the reference normalization instead of implementing it earns what a blank answer "
-          "earns: implement it with tensor operations"}
 def _removed_answer(nb, test_cell) -> str | None:
-    """Why this test cell's question has no hand-back, when the answer cell above it was removed by
-    the grader's scan (the rule it broke, stated as the report states it), else None."""
+    """Why this test cell's question has no hand-back, when the answer cell above it was replaced
+    by the grader (its kernel died or hung in that question's code: ``grader.engine.STUB``), else None."""
     answer = None
     for cell in nb.cells:
         if cell is test_cell:
@@ -185,10 +242,7 @@ def _removed_answer(nb, test_cell) -> str | None:
         return None
     reason = answer.source[len(REMOVED_PREFIX):].split("\n", 1)[0].strip().rstrip(".")
     aid = answer.metadata.get("nbgrader", {}).get("grade_id", "?")
-    if reason not in _RULES:  # not the scan (e.g. the kernel died in this question's code)
-        return f"the grader removed your answer cell {aid!r}: {reason}."
-    return (f"the grader removed your answer cell {aid!r} before grading: {reason}. The rule: "
-            f"{_RULES[reason]}. (The report names the line it found.)")
+    return f"the grader removed your answer cell {aid!r}: {reason}."
 
 
 def _score_values(gid: str, seed: int, bundle: dict) -> Scored:
@@ -245,6 +299,9 @@ def score_class(course_root: Path, pairs, seed: int, *, db_url: str | None = Non
                 scored = annotate_notebook(nb, seed)
                 if not scored:
                     continue
+                others = other_cells_reviews(nb)
+                if others:
+                    flags.setdefault((a, st), []).extend(others)
                 for gid, s in scored.items():
                     try:
                         grade = gb.find_grade(gid, path.stem, a, st)

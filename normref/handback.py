@@ -36,6 +36,7 @@ from . import calling, plan
 from ._torch import directory, import_if_named, is_tensor, loaded
 from .recorder import allowed_codes, grader_objects, recorder_for, recorder_intact
 from .reference_code import reference_codes, reference_prints
+from .threads import watch_threads
 from .wire import MIME, encode, encode_answer, encode_exception, load_inputs, snapshot, unchanged
 
 
@@ -187,7 +188,7 @@ def _hand_back(grade_id: str, fn, more: tuple, text: str | None, sealed: dict | 
 #: The modules the hand-back runs: :func:`seal` watches every function and class they define, and
 #: every normref function, class or module they bind (an alias patched in place of one).
 SEALED_MODULES = ("normref.handback", "normref.plan", "normref.wire", "normref.recorder",
-                  "normref.reference_code", "normref.calling", "normref._torch")
+                  "normref.reference_code", "normref.calling", "normref._torch", "normref.threads")
 
 
 def _normref_object(v) -> bool:
@@ -265,12 +266,7 @@ def seal(torch: bool = True):
     """
     from IPython.display import display
 
-    watched = [(sys.modules[m], _watched(sys.modules[m])) for m in SEALED_MODULES]
-    changes = _changes
-    codes = reference_codes(torch=torch)
-    state = {"torch_dir": directory(), "codes": codes, "prints": reference_prints(codes),
-             "allowed": frozenset(allowed_codes()),
-             "threads": frozenset(sys._current_frames()), "changed": lambda: changes(watched)}
+    state = seal_state(torch)
     hand, given = _hand_back, {}
 
     def sealed(grade_id: str, fn, *more):
@@ -282,6 +278,19 @@ def seal(torch: bool = True):
 
     sealed.inputs = inputs
     return sealed
+
+
+def seal_state(torch: bool = True) -> dict:
+    """What :func:`seal` keeps for the hand-back, read now: the references' code objects and
+    fingerprints, the code an answer may run, torch's folder, the kernel's threads (and, from
+    now on, those the notebook's code starts: :func:`normref.threads.watch_threads`), and a watch
+    on the hand-back's modules (``"changed"``)."""
+    watched = [(sys.modules[m], _watched(sys.modules[m])) for m in SEALED_MODULES]
+    changes = _changes
+    codes = reference_codes(torch=torch)
+    return {"torch_dir": directory(), "codes": codes, "prints": reference_prints(codes),
+            "allowed": frozenset(allowed_codes()), "started": watch_threads(),
+            "threads": frozenset(sys._current_frames()), "changed": lambda: changes(watched)}
 
 
 def as_graded(result, grade_id: str, points: float) -> None:

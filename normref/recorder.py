@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import os
 import sys
+from threading import get_ident as threading_ident
 
 import numpy as np
 
 from . import calling
 from ._torch import directory, import_if_named, is_tensor, loaded
 from .reference_code import code_print, reference_codes, reference_prints
+from .threads import started_by_notebook
 from .wire import _npy, encode
 
 #: The helpers of :mod:`normref._torch` that the hand-back and the call helpers use: an answer
@@ -52,15 +54,19 @@ def _codes_within(objs) -> set:
 def allowed_codes() -> set:
     """normref code a student's answer may run: the parts the assignment gives them
     (:class:`normref.blocks.CausalSelfAttention`, :class:`normref.blocks.FeedForward`), the
-    recorder itself, the hand-back's encoder and the call helpers (which start and stop the
-    student's call, :data:`CALL_HELPERS`)."""
+    recorder itself, the hand-back's encoder, the call helpers (which start and stop the
+    student's call, :data:`CALL_HELPERS`) and :mod:`normref.threads` (it notes who starts a
+    thread, inside ``threading``'s own start)."""
     # the block's parts, when this process has normref.blocks (or torch, which it needs): an
     # answer without torch cannot run them without importing it (then they count as normref code)
     blocks = sys.modules.get("normref.blocks")
     if blocks is None and loaded() is not None:
         from . import blocks
     parts = [blocks.CausalSelfAttention, blocks.FeedForward] if blocks is not None else []
-    return _codes_within([*parts, ReferenceRecorder, encode, _npy, *CALL_HELPERS, *TORCH_HELPERS.values()])
+    from . import threads
+
+    return _codes_within([*parts, ReferenceRecorder, encode, _npy, *CALL_HELPERS, *TORCH_HELPERS.values(),
+                          threads.watch_threads, threads.started_by_notebook, threads._library_paths])
 
 
 def _checker_calls() -> tuple[frozenset, object]:
@@ -103,6 +109,8 @@ _MODE_C = {"_pop_torch_function_stack", "_push_on_torch_function_stack", "_set_t
 _PROFILE_SETTERS = {("sys", "setprofile"), ("sys", "_setprofileallthreads"), ("_thread", "setprofile")}
 #: What the backward question's answer may not use (``autograd=True``).
 AUTOGRAD_MESSAGE = "uses autograd"
+#: How a thread or process of the student's is recorded (flagged for review, never points).
+_ESCAPED = "runs code in another thread or process"
 #: What the student's code taking the recorder's torch function mode off is recorded as.
 _SWITCHED = "switched off the grader's call recorder (torch function mode)"
 
@@ -147,13 +155,16 @@ class ReferenceRecorder:
             under the recorder (default :func:`_checker_calls`; grading: none).
         torch_dir: torch's folder while torch is not imported yet (a numpy kernel; default:
             :func:`normref._torch.directory`; grading: the sealed one).
+        started: the :class:`threading.Thread` objects the notebook's own code started since the
+            kernel was sealed (:func:`normref.threads.watch_threads`; a pool's worker started by ``submit`` in
+            an answer cell is one): such a thread alive at the call is the student's.
 
     Attributes:
         found: what was executed, e.g. ``["calls torch's rms_norm"]``, in order of first call.
     """
 
     def __init__(self, torch_names=(), normref_names=(), handed_in=(), codes=None, threads=None,
-                 autograd=False, prints=None, allowed=None, checker_calls=None, torch_dir=None):
+                 autograd=False, prints=None, allowed=None, checker_calls=None, torch_dir=None, started=None):
         import sysconfig
 
         torch = loaded()  # None in a numpy kernel: the mode is set when the call imports torch
@@ -166,6 +177,7 @@ class ReferenceRecorder:
         self._allowed = allowed if allowed is not None else _cached(
             "allowed", sys.modules.get("normref.blocks"), lambda _: allowed_codes())
         self._threads = threads
+        self._started = started if started is not None else ()
         self._handed = {id(o) for o in handed_in}
         self._handed_codes = {getattr(o, "__code__", None) for o in handed_in} - {None}
         self._keep = list(handed_in)  # the ids stay valid while the call runs
@@ -253,7 +265,15 @@ class ReferenceRecorder:
         if self._torch_refs and f.startswith(self._torch_refs) and not f.startswith(self._shape_helpers):
             mod = f[len(self._torch_dir):].removesuffix(".py").removesuffix("__init__").rstrip(os.sep)
             mod = mod.replace(os.sep, ".")
-            return "torchref", f"calls torch's reference code torch.{mod}.{code.co_name}"
+            # a normalization's reference code counts however it is reached; torch's other
+            # reference, tracing and compiling code only when the student's code calls it itself
+            # (torch's own machinery runs some, e.g. torch.ops registering its builtins)
+            kind = "torchref" if code.co_name in self.torch_names else "torchtool"
+            return kind, f"calls torch's reference code torch.{mod}.{code.co_name}"
+        if self.torch_names and code.co_name in self.torch_names and f.startswith(self._torch_dir):
+            # torch's Python normalization (F.rms_norm, F.layer_norm): seen by the profile hook,
+            # whatever became of the torch function mode
+            return "ref", f"calls torch's {code.co_name}"
         if code.co_name in _MODE_HELPERS and f.endswith(("overrides.py", "_python_dispatch.py")):
             return "mode", "switched off the grader's call recorder (torch function mode)"
         return None
@@ -292,13 +312,44 @@ class ReferenceRecorder:
         if what not in self.found:
             self.found.append(what)
 
-    def _check_threads(self) -> None:
-        if self._threads is None:
+    def _check_threads(self, after: bool = False) -> None:
+        """Record the student's threads alive now that were not when the kernel was sealed:
+        work this recorder cannot see. A thread of the kernel's own machinery or of a library
+        (pyzmq's, ipykernel's, matplotlib's, ipywidgets', tqdm's monitor, a pool a library keeps)
+        is not the student's (:meth:`_students_thread`), and a thread is only flagged, never
+        evidence of a reference call (:func:`normref.rules.observed_reference`)."""
+        if self._threads is None or (after and any(w.startswith(_ESCAPED) for w in self.found)):
             return
-        extra = set(sys._current_frames()) - set(self._threads)
-        if extra:
-            self._add(f"runs code in another thread or process ({len(extra)} thread(s) started before the "
-                      "grader's call were still running)")
+        frames = sys._current_frames()
+        extra = set(frames) - set(self._threads) - {threading_ident()}
+        theirs = [i for i in sorted(extra) if self._students_thread(i, frames.get(i))]
+        if theirs:
+            when = "still running after" if after else "started before the grader's call were still running at"
+            self._add(f"{_ESCAPED} ({len(theirs)} thread(s) of the notebook's code {when} the grader's call)")
+
+    def _students_thread(self, ident: int, frame) -> bool:
+        """Is thread ``ident`` the student's: its target (or its class's ``run``) is the
+        notebook's code, or the notebook's code is on its stack now? A thread whose code is all a
+        library's (the standard library, an installed package: pyzmq, ipykernel, matplotlib,
+        tqdm) is not."""
+        import threading
+        import types
+
+        thread = next((t for t in threading.enumerate() if t.ident == ident), None)
+        if thread is not None and thread in self._started:
+            return True
+        if thread is not None:
+            target = getattr(thread, "_target", None)
+            target = getattr(target, "__func__", target)
+            run = getattr(type(thread).run, "__code__", None)
+            for code in (getattr(target, "__code__", None), run):
+                if isinstance(code, types.CodeType) and not self._is_library(code):
+                    return True
+        while frame is not None:
+            if not self._is_library(frame.f_code, frame):
+                return True
+            frame = frame.f_back
+        return False
 
     def __enter__(self) -> "ReferenceRecorder":
         self._check_threads()
@@ -313,7 +364,41 @@ class ReferenceRecorder:
         self._old_profile = sys.getprofile()
         self._profile = profile
         sys.setprofile(profile)
+        import threading
+
+        from .threads import watch_threads
+
+        watch_threads()  # each thread then knows which thread started it
+        self._closed = False  # a thread the call starts follows it: a hook of its own
+        self._old_thread_profile = threading.getprofile()
+        threading.setprofile(self._thread_hook(threading_ident()))
         return self
+
+    def _thread_hook(self, owner: int):
+        """The profile hook of the threads the call starts (``threading.setprofile``; a thread
+        another thread of the process starts meanwhile drops it): a reference run there is seen
+        as in the call itself (its Python code and its torch C functions; the torch function mode
+        is the calling thread's), until the call ends."""
+        import threading
+
+        kinds, classify = self._kind, self._classify
+
+        def profile(frame, event, arg):
+            if self._closed or getattr(threading.current_thread(), "_normref_parent", None) != owner:
+                sys.setprofile(None)  # not this call's thread, or the call is over: unwatched
+                return
+            if event == "c_call":
+                mod, name = getattr(arg, "__module__", None), str(getattr(arg, "__name__", None))
+                if self.torch_names and isinstance(mod, str) and mod.split(".")[0] == "torch" and \
+                        name.split(".")[0] in self.torch_names and self._student_frame(frame):
+                    self._add(f"calls torch's {name.split('.')[0]}")
+            elif event == "call":
+                code = frame.f_code
+                kind = kinds[code] if code in kinds else kinds.setdefault(code, classify(code))
+                if kind is not None and kind[0] != "mode":
+                    self._on_counted_call(kind, frame)
+
+        return profile
 
     def _arm(self, torch) -> None:
         """The torch function mode on, now (torch loaded) or as soon as the call has imported
@@ -391,9 +476,15 @@ class ReferenceRecorder:
         mode taken off by the student's code, autograd's engine run."""
         mod, name = getattr(arg, "__module__", None), getattr(arg, "__name__", None)
         if (mod, name) in _ESCAPES:
-            # Work moved to another thread or process runs where this recorder cannot see it.
-            self._add(f"runs code in another thread or process ({arg.__module__}.{arg.__name__})")
+            # Work moved to another thread or process runs where this recorder cannot see it:
+            # flagged when the student's code started it (not tqdm's monitor, pyzmq's, ...)
+            if started_by_notebook(frame):
+                self._add(f"{_ESCAPED} ({arg.__module__}.{arg.__name__})")
             return
+        if self.torch_names and isinstance(mod, str) and mod.split(".")[0] == "torch" and \
+                str(name).split(".")[0] in self.torch_names and self._student_frame(frame):
+            # a torch normalization's C function, seen here too: the torch function mode may be off
+            self._add(f"calls torch's {str(name).split('.')[0]}")
         code = frame.f_code
         if (mod, name) in _PROFILE_SETTERS and code not in self._allowed:
             self._add("switched off the grader's call recorder (sys.setprofile)")
@@ -413,23 +504,32 @@ class ReferenceRecorder:
     def _on_counted_call(self, kind: tuple, frame) -> None:
         """A call that counts (a reference, normref or torch reference code, autograd, a mode
         helper), recorded when the student's code made it."""
-        if kind[0] in ("normref", "torchref") and kind[0] in self._done:
+        if kind[0] in ("normref", "torchref", "torchtool") and kind[0] in self._done:
             return
         if kind[0] == "mode":
             if self._mode_caller(frame):
                 self._add(kind[1])
+        elif kind[0] == "torchtool":
+            caller = frame.f_back
+            if caller is not None and caller is not self._entry and not self._is_library(caller.f_code, caller):
+                self._add(kind[1])
+                self._done.add(kind[0])
         elif self._student_frame(frame):
             self._add(kind[1])
             self._done.add(kind[0])
 
     def __exit__(self, *exc) -> None:
+        import threading
+
+        threading.setprofile(self._old_thread_profile)
+        self._closed = True
         if sys.getprofile() is not self._profile:
             self._add("switched off the grader's call recorder (sys.setprofile)")
         if self._mode is None:  # torch was never loaded while the call ran ...
             sys.setprofile(self._old_profile)
             if loaded() is not None:  # ... or it was, and the mode could not follow
                 self._add(_SWITCHED)
-            self._check_threads()
+            self._check_threads(after=True)
             return
         from torch.overrides import _get_current_function_mode_stack
 
@@ -439,7 +539,7 @@ class ReferenceRecorder:
         sys.setprofile(self._old_profile)
         if stack and self._mode in stack:
             self._mode.__exit__(*exc)
-        self._check_threads()
+        self._check_threads(after=True)
 
 
 #: C functions that move work out of the recorded call: a thread or a child process.
@@ -469,6 +569,8 @@ def recorder_for(reference: dict | None, handed_in=(), sealed: dict | None = Non
                 kw.setdefault(k, sealed[k])
         # grading calls no checker function of its own under the recorder: nothing is exempt
         kw.setdefault("checker_calls", (frozenset(), None))
+        if sealed.get("started") is not None:
+            kw.setdefault("started", sealed["started"])
     return ReferenceRecorder(handed_in=handed_in, **kw)
 
 

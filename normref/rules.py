@@ -1,29 +1,30 @@
 """Rules that cost points, in the code both the student's self-check and the grader run.
 
-One rule today: **implement it, do not call it.** An answer that calls a library or reference
+One rule today: **implement it, do not call it.** An answer in which a library or reference
 normalization (``F.rms_norm``, ``torch.nn.functional.layer_norm``, ``torch.rms_norm``,
-``nn.LayerNorm``, ``normref.rms_norm``, ``normref.pre_ln`` ...) instead of implementing it earns
-0 for that question. It is applied twice, the same way in grading and in the student's
-self-check (:mod:`normref.checks`):
+``nn.LayerNorm``, ``normref.rms_norm``, ``normref.pre_ln`` ...) is *seen running inside the
+student's call* earns 0 for that question: the one unambiguous evidence
+(:func:`observed_reference`). Every call of the student's code runs under
+:class:`normref.recorder.ReferenceRecorder` with this module's lists of names
+(:data:`NORM_REFERENCE`, :data:`BACKWARD_REFERENCE`, :data:`PLACEMENT_REFERENCE`,
+:data:`BLOCK_REFERENCE`), in grading and in the self-check alike, which sees a reference run
+however it was spelled (``getattr(F, "rms" + "_norm")``, a subclass of ``nn.RMSNorm``,
+``RMSNorm = normref.RMSNorm``), any other normref code the answer runs (a course helper holding a
+reference), except the parts the assignment hands out and the grader's own objects; a copy of a
+reference's code; torch's Python reference code of a normalization; and, for the backward
+(``"autograd": True``), autograd.
 
-* at run time: every call of the student's code runs under
-  :class:`normref.recorder.ReferenceRecorder` with this module's lists of names
-  (:data:`NORM_REFERENCE`, :data:`BACKWARD_REFERENCE`, :data:`PLACEMENT_REFERENCE`,
-  :data:`BLOCK_REFERENCE`), which sees a reference run however it was spelled
-  (``getattr(F, "rms" + "_norm")``, a subclass of ``nn.RMSNorm``, ``RMSNorm = normref.RMSNorm``),
-  and also counts any other normref code the answer runs (a course helper holding a reference),
-  except the parts the assignment hands out (``CausalSelfAttention``, ``FeedForward``) and the
-  grader's own objects; a copy of a reference's code; torch's ``_refs``/``_decomp``/compiler
-  code (questions with ``torch_names``); the recorder switched off; and, for the backward
-  (``"autograd": True``), autograd;
-* on the source: the tamper scan (``normref/tamper.py``, which ``grader/tamper.py`` runs and
-  the self-check runs too) reads each answer cell with
-  :func:`reference_calls`, a checker the student's function or class with
-  :func:`reference_calls_in`.
+Anything less takes nothing: the answer is scored on its outputs and the evidence is flagged
+for the instructor's review (:func:`review_message`), in the class report and in the student's
+self-check and feedback: a reference the source spells but no checked call ran (the source scan,
+:func:`reference_calls`, with Python's scopes resolved), a tamper construct
+(:mod:`normref.tamper`), a thread or process the student's code started, the recorder switched
+off or patched.
 
-Either way the student reads, in the notebook and in the feedback, :func:`rule_message`'s
-one line: "0 points: calls F.rms_norm — implement it with tensor operations" (one line per
-violation: the source's spelling and the recorder's words for one call are said once).
+The student reads, in the notebook and in the feedback, :func:`rule_message`'s one line for a
+broken rule: "0 points: calls F.rms_norm — implement it with tensor operations" (one line per
+violation: the source's spelling and the recorder's words for one call are said once), and
+:func:`review_message`'s for what is only flagged.
 
 Nothing here is secret: the rule is part of the assignment's instructions.
 """
@@ -39,8 +40,9 @@ from ._syntax import parse
 
 __all__ = ["BACKWARD_REFERENCE", "BLOCK_REFERENCE", "DYT_REFERENCE", "NORM_REFERENCE", "NORMREF_BACKWARD",
            "NORMREF_DYT", "NORMREF_MODERN", "NORMREF_NORMS", "NORMREF_PLACEMENT", "NORMREF_QK", "PERI_REFERENCE",
-           "PLACEMENT_REFERENCE", "QK_REFERENCE", "REFERENCE_ATTRS", "REFERENCE_ROOTS", "RULE_PREFIX",
-           "TORCH_NORMS", "reference_calls", "reference_calls_in", "rule_message"]
+           "PLACEMENT_REFERENCE", "QK_REFERENCE", "REFERENCE_ATTRS", "REFERENCE_ROOTS", "REVIEW_PREFIX",
+           "RULE_PREFIX", "TORCH_NORMS", "observed_reference", "reference_calls", "reference_calls_in",
+           "review_message", "rule_message"]
 
 # What counts as running a reference, at run time (the arguments of
 # :class:`normref.recorder.ReferenceRecorder`, used by grading and by the self-checks alike).
@@ -94,6 +96,33 @@ REFERENCE_ROOTS = frozenset({"normref", "torch", "F", "nn"})
 
 #: How a line about a broken rule starts: what grading gives the question.
 RULE_PREFIX = "0 points: "
+#: How a line about what is only flagged starts: evidence that is not a reference seen running
+#: (a spelling the source scan found, a tamper construct, a thread of the student's, the recorder
+#: switched off) costs nothing; the instructor reads it in the class report, the student in the
+#: self-check and the feedback, in these words.
+REVIEW_PREFIX = "For the instructor's review (no points taken): "
+
+
+def observed_reference(what: str) -> bool:
+    """Does the recorder's record ``what`` (:class:`normref.recorder.ReferenceRecorder`'s words,
+    handed back in a call's ``"references"``) say that a reference *ran inside the student's
+    call*, the one evidence that takes a question's points? Yes for a reference normalization
+    executed (``"calls torch's rms_norm"``, ``"calls normref.functional.rms_norm"``, ``"calls a
+    copy of ..."``, ``"calls the course's own normref..."``, torch's Python reference code of a
+    normalization, ``"calls torch's reference code torch._refs.native_layer_norm"``) and, for the
+    backward, autograd (``"uses autograd"``); no for anything else (another thread or process,
+    the recorder switched off or patched, torch's tracers and compilers), which is flagged for
+    the instructor's review."""
+    if what.startswith("calls torch's reference code "):
+        return what.rsplit(".", 1)[-1] in TORCH_NORMS + ("native_layer_norm_backward",)
+    return what.startswith(("calls ", "uses autograd"))
+
+
+def review_message(what: str) -> str:
+    """The one line for evidence that takes no points: ``"For the instructor's review (no points
+    taken): imports threading (line 1 of the cell that defines rms_norm)"``, in the self-check,
+    the feedback and the class report alike."""
+    return f"{REVIEW_PREFIX}{what}"
 
 
 def rule_message(what: str, backend: str = "torch", remedy: str | None = None) -> str:
@@ -139,43 +168,47 @@ def _is_reference_package(target: str | None) -> bool:
     return bool(target) and target.split(".")[0] in REFERENCE_PACKAGES
 
 
-def _imports(tree: ast.AST) -> dict[str, str]:
-    """``{bound name: what it is bound to}`` for every import in ``tree``
-    (``import torch.nn.functional as G`` binds G to ``torch.nn.functional``)."""
-    out: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                out[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            for a in node.names:
-                out[a.asname or a.name] = f"{node.module}.{a.name}"
-    return out
-
-
 def reference_calls(source: str, bindings: Mapping[str, str | None] | None = None) -> list[tuple[int, str]]:
-    """Where ``source`` imports or calls a reference normalization.
+    """Where ``source`` imports or calls a reference normalization, with Python's scopes resolved
+    (:mod:`normref.scopes`): a parameter, a local variable or an attribute is not the module's
+    name of the same spelling (``def f(x, F): F.layer_norm(x)`` calls no reference; nor does a
+    local ``var = x.var()`` stand for a global ``var``).
 
     Args:
         source: Python code (one cell, or a function's source).
-        bindings: what names in scope are bound to, ``{name: "torch.nn.functional" or
-            "normref.functional.rms_norm" or None}`` (the grader: the locked cells' imports;
-            a checker: the student's globals). An attribute call is flagged when its root is
-            bound to ``torch``/``normref`` (or, unbound, is one of :data:`REFERENCE_ROOTS`); a
-            bare call when its name is bound to a reference in ``torch``/``normref``, under any
-            alias (``from torch.nn.functional import rms_norm as rn``; ``rn(x)``). The source's
-            own imports are read too (``import torch.nn.functional as G``; ``G.rms_norm(x)``).
+        bindings: what names bound outside ``source`` are bound to, ``{name:
+            "torch.nn.functional" or "normref.functional.rms_norm" or None}`` (the grader: the
+            locked cells' imports; a checker: the student's globals). A name ``source`` binds
+            itself is resolved to that binding: an import (``import torch.nn.functional as G``;
+            ``G.rms_norm(x)``), or a plain alias (``G = torch.nn.functional``); a name it does not
+            bind is looked up in ``bindings``. An attribute call is flagged when its root stands
+            for ``torch``/``normref`` (or, bound nowhere, is one of :data:`REFERENCE_ROOTS`); a
+            bare call when its name stands for a reference in ``torch``/``normref``, under any
+            alias (``from torch.nn.functional import rms_norm as rn``; ``rn(x)``).
 
     Returns:
         ``[(line, what)]`` sorted by line, e.g. ``[(3, "calls F.rms_norm")]``, ``[(2, "calls rn
         (torch.nn.functional.rms_norm)")]`` for a name bound to a reference; ``[]`` for code
         that does not parse (a syntax error costs the student the cell anyway).
     """
+    from .scopes import resolve
+
     try:
         tree = parse(textwrap.dedent(source))
     except SyntaxError:
         return []
-    bindings = {**(bindings or {}), **_imports(tree)}  # the scope, then what the source imports
+    bindings = dict(bindings or {})
+    scopes = resolve(tree)
+
+    def stands_for(name_node: ast.Name) -> list[str | None]:
+        """What a name may stand for where it is used: its bindings in the source, else the scope's."""
+        found = scopes.targets(name_node)
+        if found:
+            return found
+        if name_node.id in bindings:
+            return [bindings[name_node.id]]
+        return [name_node.id] if name_node.id in REFERENCE_ROOTS else [None]
+
     found: set[tuple[int, str]] = set()
     for node in ast.walk(tree):
         line = getattr(node, "lineno", 0)
@@ -188,14 +221,17 @@ def reference_calls(source: str, bindings: Mapping[str, str | None] | None = Non
             continue
         fn = node.func
         if isinstance(fn, ast.Attribute) and fn.attr in REFERENCE_ATTRS:
-            root = _root(fn)
-            bound = bindings.get(root) if root else None
-            if _is_reference_package(bound) or (root not in bindings and root in REFERENCE_ROOTS):
+            root = fn
+            while isinstance(root, (ast.Attribute, ast.Subscript, ast.Call)):
+                root = root.func if isinstance(root, ast.Call) else root.value
+            if isinstance(root, ast.Name) and any(_is_reference_package(t) or t in REFERENCE_ROOTS
+                                                  for t in stands_for(root) if t):
                 found.add((line, f"calls {_dotted(fn) or fn.attr}"))
         elif isinstance(fn, ast.Name):
-            target = bindings.get(fn.id)
-            if _is_reference_package(target) and target.rsplit(".", 1)[-1] in REFERENCE_ATTRS:
-                found.add((line, f"calls {fn.id} ({target})"))  # an alias: what it is
+            for target in stands_for(fn):
+                if _is_reference_package(target) and target.rsplit(".", 1)[-1] in REFERENCE_ATTRS:
+                    found.add((line, f"calls {fn.id} ({target})"))  # an alias: what it is
+                    break
     return sorted(found)
 
 

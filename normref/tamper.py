@@ -20,16 +20,19 @@ tree and reports:
 * ``reference``: calling the reference instead of implementing it (``normref.rms_norm``,
   ``F.layer_norm``, ``torch.rms_norm``, ``nn.LayerNorm`` ...).
 
-``make grade`` neutralises a flagged cell before autograding (its question then earns what a
-blank answer earns) and lists the finding in the report. The scan is deliberately strict: a
-false alarm costs one question and is visible to the instructor, who can regrade by hand.
+Every name is read as Python resolves it (:mod:`normref.scopes`): a parameter, a local variable
+or an attribute named ``F``, ``vars`` or ``var`` is not the module, the builtin or another cell's
+global of that name.
 
-The scan is pure (a syntax tree, the rules below; nothing of the grader's): the student's
-self-check runs it on the cells that defined the checked code and says what grading will do
-(``0 points: imports threading (line 1 of the cell that defines rms_norm) — grading removes a
-cell that changes how grading works; remove the import``: a cell named by what it defines, the
-same in JupyterLab and in ``nbgrader validate``), so the self-check, Validate and grading agree.
-Nothing here is secret: the rules are part of the assignment's instructions.
+A finding takes no points: only a reference seen running inside the student's call does
+(:func:`normref.rules.observed_reference`). ``make grade`` runs every cell as handed in, scores
+each question on its outputs, and flags what this scan finds in the cells the question's code
+comes from for the instructor's review (:func:`normref.checks.cells.question_findings`, the
+same function the student's self-check runs on the cells its kernel ran), in the words of
+:func:`normref.rules.review_message`: ``For the instructor's review (no points taken): imports
+threading (line 1 of the cell that defines rms_norm)``, a cell named by what it defines, the
+same in JupyterLab, ``nbgrader validate`` and the feedback. Nothing here is secret: the rules
+are part of the assignment's instructions.
 """
 from __future__ import annotations
 
@@ -46,13 +49,17 @@ MODULE_NAMES = {"normref", "np", "numpy", "torch", "F", "nn", "math", "sys", "os
 #: as reaching the hand-back is.
 GRADER_MODULES = {"plan": "the grader's hand-back", "wire": "the hand-back's wire format",
                   "recorder": "the grader's call recorder", "reference_code": "the grader's call recorder",
-                  "calling": "the grader's call helpers"}
+                  "calling": "the grader's call helpers", "threads": "the grader's call recorder"}
 DENY_IMPORTS = {"builtins", "ctypes", "gc", "inspect", "importlib", "ipykernel", "nbgrader",
                 "IPython.core", "IPython.terminal", "traceback", "atexit", "signal", "code", "codeop",
                 # the grader's hand-back, and work the grader's call recorder cannot see: other
                 # threads and processes (a pool started before the graded call), TorchScript
                 "normref.handback", "threading", "_thread", "concurrent", "multiprocessing", "torch.jit",
                 "torch._C", "torch.multiprocessing", *(f"normref.{m}" for m in GRADER_MODULES)}
+#: What every released notebook imports from the hand-back (its imports and test cells): importing
+#: these names changes nothing, so it is no finding (a self-check that cannot find its notebook's
+#: locked cells reads that cell too).
+PUBLIC_HANDBACK = {"normref.handback": {"as_graded", "hand_back"}}
 #: Attributes whose use is tamper: TorchScript (``torch.jit``, ``CompilationUnit``; its ops run
 #: outside torch's function mode), ``torch.compile``, torch's C internals, the grader's hand-back.
 DENY_ATTRS = {"jit": "TorchScript (torch.jit)", "CompilationUnit": "TorchScript (CompilationUnit)",
@@ -92,20 +99,31 @@ def _import_targets(node) -> list[tuple[str, str]]:
 
 
 def protected_bindings(locked_sources: list[str]) -> dict[str, str | None]:
-    """Names the locked cells bind at top level: ``{name: import target or None}``."""
-    names: dict[str, str | None] = {}
+    """The names the locked cells rely on: ``{name: import target or None}`` for each name a
+    locked cell binds at top level (an import, a function or class) that a later locked cell
+    reads without binding it itself (:func:`normref.scopes.module_reads`). A test cell that
+    imports what it uses (``from normref import check_rms_norm``) relies on nothing an answer
+    cell could rebind; an answer cell that rebinds a relied-on name changes what a locked cell
+    runs."""
+    from .scopes import module_reads
+
+    bound: dict[str, str | None] = {}
+    relied: dict[str, str | None] = {}
     for src in locked_sources:
         try:
             tree = parse(src)
         except SyntaxError:
             continue
+        now, later = module_reads(tree)
+        for name in (now | later) & set(bound):
+            relied[name] = bound[name]
         for node in tree.body:
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 for name, target in _import_targets(node):
-                    names[name] = target
+                    bound[name] = target
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                names[node.name] = None
-    return names
+                bound[node.name] = None
+    return relied
 
 
 #: ``sys`` attributes whose use is tamper (the interpreter's hooks and module table).
@@ -116,41 +134,76 @@ _INSIDES = ("__globals__", "__code__", "__builtins__", "__dict__", "f_globals", 
             "__subclasses__", "__closure__", "__defaults__", "__kwdefaults__")
 
 
-def _assignment_to(target, modules: set) -> str | None:
+def _root_name(node: ast.AST) -> ast.Name | None:
+    """The name a chain of attributes, subscripts and calls starts from (``torch`` of
+    ``torch.nn.functional.x``), or None."""
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node if isinstance(node, ast.Name) else None
+
+
+class _Names:
+    """The scope-resolved reading of one cell (:mod:`normref.scopes`): whether a name, where it is
+    used, stands for a module, and whether it is a builtin."""
+
+    def __init__(self, tree: ast.Module, modules: set):
+        from .scopes import resolve
+
+        self.scopes = resolve(tree)
+        self.modules = modules
+
+    def is_module(self, node: ast.AST | None) -> bool:
+        """Does the chain ``node`` start from a module (or an object imported from one)? A
+        parameter, a local or any other assignment is not, whatever its spelling; a name bound
+        nowhere in the cell is when it is one of the known modules."""
+        root = _root_name(node) if node is not None else None
+        if root is None:
+            return False
+        targets = self.scopes.targets(root)
+        if targets:
+            return any(t is not None for t in targets)
+        return root.id in self.modules
+
+    def is_builtin(self, node: ast.Name) -> bool:
+        """Is ``node`` bound nowhere in the cell (so, unless another cell bound it, the builtin)?"""
+        return isinstance(node.ctx, ast.Load) and self.scopes.lookup(node) is None
+
+
+def _assignment_to(target, names: _Names) -> str | None:
     """What assigning to (or deleting) ``target`` is, when it is tamper: ``"modifies torch.allclose"``
-    (an attribute or item of a module, ``modules``), ``"writes into globals()"``; else None."""
+    (an attribute or item of a module), ``"writes into globals()"``; else None."""
     if not isinstance(target, (ast.Attribute, ast.Subscript)):
         return None
-    root = _root(target)
-    if root in modules:
-        return f"modifies {_dotted(target) or root}"
-    if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Call) and _root(target.value) in DENY_NAMES:
-        return f"writes into {_root(target.value)}()"
+    if names.is_module(target):
+        return f"modifies {_dotted(target) or _root(target)}"
+    if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Call):
+        fn = _root_name(target.value)
+        if fn is not None and fn.id in DENY_NAMES and names.is_builtin(fn):
+            return f"writes into {fn.id}()"
     return None
 
 
-def _attribute_use(node: ast.Attribute, modules: set) -> str | None:
+def _attribute_use(node: ast.Attribute, names: _Names) -> str | None:
     """What using this attribute is, when it is tamper (``"uses sys.modules"``), else None."""
     dotted = _dotted(node)
-    if dotted.startswith("sys.") and dotted.split(".")[1] in _SYS_ATTRS:
+    if dotted.startswith("sys.") and dotted.split(".")[1] in _SYS_ATTRS and names.is_module(node):
         return f"uses {dotted}"
     if node.attr in _INSIDES:
         return f"uses {node.attr}"
-    if node.attr in DENY_ATTRS or (node.attr == "compile" and _root(node) in ("torch", "_torch")):
+    if node.attr in DENY_ATTRS or (node.attr == "compile" and _root(node) in ("torch", "_torch")
+                                   and names.is_module(node)):
         return f"uses {DENY_ATTRS.get(node.attr, 'torch.compile')}"
-    if node.attr in GRADER_MODULES and _root(node) in modules:
+    if node.attr in GRADER_MODULES and names.is_module(node):
         return f"uses {GRADER_MODULES[node.attr]} (normref.{node.attr})"
     return None
 
 
-def _tree_findings(tree: ast.Module, protected: dict[str, str | None]) -> list[Finding]:
-    """The tamper findings in a cell's parsed code: denied imports and names, rebound
-    protected names, assignments to and denied uses of modules' attributes, ``setattr``."""
-    # names this cell binds to a module or a module's attribute by an import (``import
-    # normref.handback as h``): assigning to their attributes changes that module
-    imported = {name for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
-                for name, _ in _import_targets(node)}
-    modules = MODULE_NAMES | set(protected) | imported
+def _tree_findings(tree: ast.Module, protected: dict[str, str | None], modules: set = frozenset()) -> list[Finding]:
+    """The tamper findings in a cell's parsed code: denied imports and builtins, rebound
+    protected names, assignments to and denied uses of modules' attributes, ``setattr``; every
+    name read as Python resolves it (a parameter or local named ``vars`` or ``F`` is neither the
+    builtin nor the module)."""
+    names = _Names(tree, MODULE_NAMES | set(protected) | set(modules))
     findings: list[Finding] = []
 
     def bind(name: str, line: int, target: str | None = None):
@@ -162,9 +215,12 @@ def _tree_findings(tree: ast.Module, protected: dict[str, str | None]) -> list[F
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             for name, target in _import_targets(node):
                 mod = target if isinstance(node, ast.Import) else (node.module or "")
-                if any(mod == d or mod.startswith(d + ".") for d in DENY_IMPORTS):
+                public = isinstance(node, ast.ImportFrom) and \
+                    {a.name for a in node.names} <= PUBLIC_HANDBACK.get(mod, set())
+                if any(mod == d or mod.startswith(d + ".") for d in DENY_IMPORTS) and not public:
                     findings.append(Finding("tamper", line, f"imports {mod}"))
-                bind(name, line, target)
+                if node in tree.body:
+                    bind(name, line, target)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             if node in tree.body:
                 bind(node.name, line)
@@ -174,41 +230,62 @@ def _tree_findings(tree: ast.Module, protected: dict[str, str | None]) -> list[F
                 for sub in ast.walk(t):
                     if isinstance(sub, ast.Name) and isinstance(sub.ctx, (ast.Store, ast.Del)) and node in tree.body:
                         bind(sub.id, line)
-                what = _assignment_to(t, modules)
+                what = _assignment_to(t, names)
                 if what:
                     findings.append(Finding("tamper", line, what))
-        elif isinstance(node, ast.Name) and node.id in DENY_NAMES:
+        elif isinstance(node, ast.Name) and node.id in DENY_NAMES and names.is_builtin(node):
             findings.append(Finding("tamper", line, f"uses {node.id}"))
         elif isinstance(node, ast.Attribute):
-            what = _attribute_use(node, modules)
+            what = _attribute_use(node, names)
             if what:
                 findings.append(Finding("tamper", line, what))
         if isinstance(node, ast.Call):
             fn = node.func
-            if isinstance(fn, ast.Name) and fn.id in ("setattr", "delattr") and node.args:
-                if _root(node.args[0]) in modules:
+            if isinstance(fn, ast.Name) and fn.id in ("setattr", "delattr") and node.args and names.is_builtin(fn):
+                if names.is_module(node.args[0]):
                     findings.append(Finding("tamper", line, f"{fn.id} on {_dotted(node.args[0])}"))
     return findings
 
 
-def scan(source: str, protected: dict[str, str | None] | None = None) -> list[Finding]:
-    """Findings in one cell's source (IPython magics and shell lines are scanned as tamper).
+#: IPython magics that change nothing grading relies on (a plot's backend, a timing, a display
+#: precision): not findings.
+HARMLESS_MAGICS = frozenset({"%matplotlib", "%time", "%timeit", "%%time", "%%timeit", "%precision", "%who",
+                             "%whos"})
+
+
+def _magic(line: str) -> str | None:
+    """The magic or shell command a line starts with (``"%timeit"``, ``"!"``...), or None."""
+    stripped = line.lstrip()
+    if not stripped.startswith(("%", "!")):
+        return None
+    return stripped.split()[0] if stripped.split() else stripped
+
+
+def scan(source: str, protected: dict[str, str | None] | None = None,
+         bindings: dict[str, str | None] | None = None) -> list[Finding]:
+    """Findings in one cell's source (IPython magics and shell lines are scanned as tamper, but
+    for :data:`HARMLESS_MAGICS`).
 
     Args:
         source: the cell's code.
-        protected: names bound by the locked cells (see :func:`protected_bindings`).
+        protected: the names the locked cells rely on (:func:`protected_bindings`): rebinding one
+            is a finding.
+        bindings: what names bound outside the cell stand for (``{"F": "torch.nn.functional"}``:
+            the locked cells' imports, or a lesson's globals); default ``protected``.
     """
     protected = protected or {}
+    bindings = dict(protected if bindings is None else bindings)
     lines = source.splitlines()
-    findings = [Finding("tamper", i, f"IPython magic or shell command {ln.lstrip().split()[0]!r}")
-                for i, ln in enumerate(lines, 1) if ln.lstrip().startswith(("%", "!"))]
-    code = "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in lines)
+    findings = [Finding("tamper", i, f"IPython magic or shell command {_magic(ln)!r}")
+                for i, ln in enumerate(lines, 1) if _magic(ln) and _magic(ln) not in HARMLESS_MAGICS]
+    code = "\n".join("" if _magic(ln) else ln for ln in lines)
     try:
         tree = parse(code)
     except SyntaxError:
         return findings  # a syntax error only costs the student the cell; nothing to tamper with
-    findings += _tree_findings(tree, protected)
-    for line, what in _rules.reference_calls(code, protected):  # imports and calls of a reference
+    modules = {k for k, v in bindings.items() if v is not None}
+    findings += _tree_findings(tree, protected, modules)
+    for line, what in _rules.reference_calls(code, bindings):  # imports and calls of a reference
         findings.append(Finding("reference", line, what.replace("calls ", "calls the reference ", 1)))
     # one finding per (kind, line, what)
     return sorted(set(findings), key=lambda f: (f.line, f.kind, f.what))

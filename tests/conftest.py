@@ -144,7 +144,7 @@ def dask_cluster():
 #: pytest-xdist (``-n 2 --dist loadfile``, pyproject's addopts) they run on one worker, as one unit,
 #: so the demo class and the recording are each graded once in a session.
 SHARED_SESSION_FILES = ("test_assignments.py", "test_cluster.py", "test_course_state.py", "test_grading.py",
-                        "test_docs_grade.py")
+                        "test_docs_grade.py", "test_verdicts.py")
 COSTLY_SESSION_FIXTURES = ("graded_class", "recording", "instructor_course")
 
 

@@ -115,10 +115,14 @@ def replay_config(real_config):
     (nbgrader's ``Execute`` and the course's ``HandbackInputs`` around it)."""
     def config(root, args):
         cfg = real_config(root, args)
-        kernel = {"HandbackInputs", "Execute", "HandbackInputsRemoved"}
+        from nbgrader.preprocessors import Execute
+
+        def kernel(p) -> bool:  # nbgrader's Execute (the course's GradingExecute is one) and the inputs around it
+            return p.__name__ in ("HandbackInputs", "HandbackInputsRemoved") or issubclass(p, Execute)
+
         pre = list(cfg.Autograde.autograde_preprocessors)
         at = [p.__name__ for p in pre].index("HandbackInputs")
-        steps = [p for p in pre if p.__name__ not in kernel]
+        steps = [p for p in pre if not kernel(p)]
         cfg.Autograde.autograde_preprocessors = [*steps[:at], ReplayOutputs, *steps[at:]]
         return cfg
 

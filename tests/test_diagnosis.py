@@ -22,9 +22,9 @@ from torch import nn
 import normref
 from grader import backward as grader_backward  # registers the backward's grammar (the grader's)
 from normref import faults
-from normref.diagnosis import (Observation, grammar_for, norm_case, norm_grammar, observation_case,
-                               reproduces, search, variant_id)
-from normref.diagnosis.coverage import CHECKERS, battery_of, run_checker, student_from_variant
+from diagnosis_coverage import (CHECKERS, battery_of, grammar_for, observation_case, run_checker,
+                                student_from_variant)
+from normref.diagnosis import Observation, norm_case, norm_grammar, reproduces, search, variant_id
 from normref.diagnosis.measure import describe
 from normref.diagnosis.norms import evaluate_norm, to_bf16
 
@@ -311,9 +311,21 @@ UNLISTED = [  # (checker, student, the variant, words the message must contain)
 ]
 
 
+class _Untraced:
+    """A block class the tracer is not given (as grading's replay of the kernel's record)."""
+
+    def __init__(self, cls):
+        self.cls = cls
+
+    def __call__(self, *a, **k):
+        return self.cls(*a, **k)
+
+
 @pytest.mark.parametrize("checker, student, variant, words", UNLISTED,
                          ids=[f"{c}:{v}" for c, _, v, _ in UNLISTED])
 def test_a_mistake_not_in_the_fault_list_is_named_in_the_students_words(checker, student, variant, words):
+    if checker == "pre-LN block":  # as grading replays it: the self-check traces its formula (test_formulas)
+        student = _Untraced(student)
     t0 = time.process_time()
     r = run_checker(checker, student)
     cpu = time.process_time() - t0

@@ -151,6 +151,38 @@ def test_a_block_is_traced_with_stand_ins_for_its_four_parts():
         assert "through post_attention_layernorm once more: the pre-norm block ends with the residual add" in c.message
 
 
+def test_the_block_on_its_own_submodules_is_traced_and_the_same_every_run():
+    """Held-out class 2: a wiring that is no known placement (the feed-forward sublayer first), on
+    the student's own submodules: traced with stand-ins wrapping them, as on the checker's; the
+    block is built under a fixed seed, so the case's numbers do not depend on the RNG's state
+    (which is left as it was)."""
+    from torch import nn
+
+    class MlpFirst(nn.Module):
+        def __init__(self, dim, n_heads):
+            super().__init__()
+            self.input_layernorm, self.post_attention_layernorm = _RMS(dim), _RMS(dim)
+            self.self_attn, self.mlp = normref.CausalSelfAttention(dim, n_heads), normref.FeedForward(dim)
+
+        def forward(self, x):
+            x = x + self.mlp(self.post_attention_layernorm(x))
+            return x + self.self_attn(self.input_layernorm(x))
+
+    said = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        state = torch.random.get_rng_state()
+        r = check_pre_ln_block(MlpFirst)
+        assert torch.equal(torch.random.get_rng_state(), state)
+        said.append(r.cases[-1].message)
+    assert said[0] == said[1]
+    own = r.cases[-1]
+    assert own.name.startswith("your own block") and own.fault == "other_formula", r.report()
+    assert ("your block computes g + self_attn(input_layernorm(g)) with g = x + mlp(post_attention_layernorm(x)); "
+            "the pre-norm block is h + mlp(post_attention_layernorm(h)) with h = x + self_attn(input_layernorm(x))"
+            in own.message), own.message
+
+
 class _RMS(torch.nn.Module):
     def __init__(self, d, eps=1e-6):
         super().__init__()

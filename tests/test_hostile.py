@@ -29,6 +29,7 @@ from grader import grade_class
 from grader.demo.answer_bank import ANSWERS
 from grader.sandbox import available as sandbox_available
 from normref.handback_files import HANDBACK_ENV as ENV
+from normref.rules import REVIEW_PREFIX
 
 REPO = Path(__file__).resolve().parents[1]
 RMS_CORRECT = ANSWERS["rmsnorm"]["correct"]["rms_norm_impl"]
@@ -143,27 +144,33 @@ def build_corpus(release, root, port):
                           Q1_ZERO, "the grading kernel died or hung in answer cell 'rms_norm_impl'")
     c["input_call"] = (q1("name = input('name? ')\n" + RMS_CORRECT), Q1_ZERO, None)
     c["print_flood"] = (q1("print('x' * 300_000_000)\n" + RMS_CORRECT), FULL, None)
-    # --- tampering (q1 is the n-1 answer, which honestly earns 0)
+    # --- tampering (q1 is the n-1 answer, which honestly earns 0): nothing is removed, each
+    # construct is flagged for the instructor's review (its words after the prefix); a checker
+    # the answer defines changes no test cell (each imports its own): nothing to flag
     tamper = {
-        "patch_checker": "import normref\n"
-                         "normref.check_rms_norm = lambda fn, **k: type('R', (), {'passed': True, 'score': 1.0})()",
-        "patch_allclose": "torch.allclose = lambda *a, **k: True\nnp.allclose = lambda *a, **k: True",
-        "redefine_checker": "class _R:\n    passed, score = True, 1.0\ndef check_rms_norm(fn, **kw):\n    return _R()",
-        "silence_traceback": "get_ipython().showtraceback = lambda *a, **k: None",
-        "forge_display": "ip = get_ipython()\n"
-                         "ip.display_formatter.formatters['text/plain'].for_type(float, lambda o, p, c: p.text('4.0'))",
-        "obfuscated": "exec(bytes.fromhex('696d706f7274206e6f726d726566').decode())",
+        "patch_checker": ("import normref\n"
+                          "normref.check_rms_norm = lambda fn, **k: type('R', (), {'passed': True, 'score': 1.0})()",
+                          "modifies normref.check_rms_norm"),
+        "patch_allclose": ("torch.allclose = lambda *a, **k: True\nnp.allclose = lambda *a, **k: True",
+                           "modifies torch.allclose"),
+        "redefine_checker": ("class _R:\n    passed, score = True, 1.0\ndef check_rms_norm(fn, **kw):\n    return _R()",
+                             None),
+        "silence_traceback": ("get_ipython().showtraceback = lambda *a, **k: None", "uses get_ipython"),
+        "forge_display": ("ip = get_ipython()\nip.display_formatter.formatters['text/plain']"
+                          ".for_type(float, lambda o, p, c: p.text('4.0'))", "uses get_ipython"),
+        "obfuscated": ("exec(bytes.fromhex('696d706f7274206e6f726d726566').decode())", "uses exec"),
     }
-    for sid, code in tamper.items():
+    for sid, (code, what) in tamper.items():
         c[sid] = ({"hostile.ipynb": w(answered(release, q1=RMS_N_MINUS_1 + "\n" + code))}, Q1_ZERO,
-                  "tampering in answer cell 'rms_norm_impl'")
+                  what and f"{REVIEW_PREFIX}{what}")
     nb = answered(release, q1=RMS_N_MINUS_1)
     for cell in _cells(nb, "rms_norm_shape"):
         cell.source = "print('all good')"
     c["edited_locked"] = ({"hostile.ipynb": w(nb)}, Q1_ZERO, "locked cell 'rms_norm_shape' had been edited")
     ref = ("import torch.nn.functional as F\ndef rms_norm(x, weight, eps=1e-6):\n"
            "    return F.rms_norm(x, (x.shape[-1],), weight, eps)")
-    c["calls_reference"] = ({"hostile.ipynb": w(answered(release, q1=ref))}, Q1_ZERO, "calls the reference")
+    c["calls_reference"] = ({"hostile.ipynb": w(answered(release, q1=ref))}, Q1_ZERO,
+                            "0 points: calls F.rms_norm")
     # --- isolation: honest answers plus an inserted cell that tries to escape
     escape = f"""
 import glob, os, sqlite3
@@ -527,17 +534,22 @@ TORCHSCRIPT = ("CU = torch.jit.CompilationUnit('''\ndef f(x, w, eps: float):\n"
 def build_red_team(root) -> dict:
     """The red team's answers to q1: ``{name: (answer, expected points)}``."""
     inputs_path = root / "logs" / "scoring" / "handback-inputs.json"
+    # the pool's thread (started before the call) and TorchScript run the reference where the
+    # kernel's recorder does not look: flagged for review, scored on the outputs (issue 30: only a
+    # reference seen running takes points; the isolated grading process, where the references are
+    # absent, is what decides them)
     return {"honest": (RMS_CORRECT, FULL),
             "read_inputs": (f"INPUTS_PATH = {str(inputs_path)!r}\n" + READ_INPUTS, Q1_ZERO),
             "alias_patch": (ALIAS_PATCH, Q1_ZERO), "alias_patch_unseen": (ALIAS_PATCH_UNSEEN, Q1_ZERO),
-            "launder": (LAUNDER, Q1_ZERO), "pool": (POOL, Q1_ZERO), "torchscript": (TORCHSCRIPT, Q1_ZERO)}
+            "launder": (LAUNDER, Q1_ZERO), "pool": (POOL, FULL), "torchscript": (TORCHSCRIPT, FULL)}
 
 
 @pytest.mark.slow
 def test_red_team_routes_through_make_grade(graded):
-    """The red team's routes through grade_class (sandbox on): each earns what a blank answer
-    earns for the question; the flagged ones say why in the report, and a question whose answer
-    cell the scan removed says the rule in its feedback. The honest answer keeps full marks."""
+    """The red team's routes through grade_class (sandbox on): a reference seen running (laundered,
+    through a patched hand-back) earns what a blank answer earns; every route is named in the
+    report, the constructs the scan finds for the instructor's review, in the feedback too, and
+    nothing is removed. The honest answer keeps full marks, unflagged."""
     course_copy, run, release = graded.root, graded.run, graded.release
     inputs_path = course_copy / "logs" / "scoring" / "handback-inputs.json"
     corpus = graded.red_team
@@ -562,18 +574,20 @@ def test_red_team_routes_through_make_grade(graded):
     for sid in corpus:
         page = (course_copy / "feedback" / (RED_TEAM + sid) / "hostile" / "hostile.html").read_text()
         assert not any(t in page for t in inputs.values()) and ".inputs(" not in page, sid
-    # 2. seen by the scan (the alias is a module this cell imported), or when the hidden test ran
-    assert any("modifies h.run_calls" in f for f in flags["alias_patch"]), flags["alias_patch"]
-    assert any("changed the grader's hand-back" in f and "normref.handback.run_calls" in f
-               for f in flags["alias_patch_unseen"]), flags["alias_patch_unseen"]
+    # 2. seen by the scan (the alias is a module this cell imported) and when the hidden test ran
+    assert any(REVIEW_PREFIX + "modifies h.run_calls" in f for f in flags["alias_patch"]), flags["alias_patch"]
+    for sid in ("alias_patch", "alias_patch_unseen"):
+        assert any("changed the grader's hand-back" in f and "normref.handback.run_calls" in f
+                   for f in flags[sid]), flags[sid]
     # 3. the reference, called through normref.blocks.post_ln, is still the student's call
     assert any("calls torch's rms_norm" in f for f in flags["launder"]), flags["launder"]
-    # 4. a pool and TorchScript: work the recorder cannot see, flagged by the scan
-    assert any("imports concurrent.futures" in f for f in flags["pool"]), flags["pool"]
-    assert any("TorchScript" in f for f in flags["torchscript"]), flags["torchscript"]
-    # 5. a removed answer cell's question says the rule in its feedback, not a NameError
+    # 4. a pool and TorchScript: work the recorder cannot see, flagged for review by the scan
+    # (and the pool's thread, the notebook's own, by the recorder)
+    assert any(REVIEW_PREFIX + "imports concurrent.futures" in f for f in flags["pool"]), flags["pool"]
+    assert any(REVIEW_PREFIX + "runs code in another thread" in f for f in flags["pool"]), flags["pool"]
+    assert any(REVIEW_PREFIX + "uses TorchScript" in f for f in flags["torchscript"]), flags["torchscript"]
+    # 5. nothing was removed: each flagged question's feedback says the review line, never a NameError
     for sid in ("alias_patch", "pool", "torchscript"):
         outputs = _cells(autograded(sid), "rms_norm_battery")[0].outputs
-        said = "".join(o.get("data", {}).get("text/plain", "") for o in outputs)
-        assert "the grader removed your answer cell 'rms_norm_impl'" in said and "The rule:" in said, said
-        assert "NameError" not in said, said
+        said = " ".join("".join(o.get("data", {}).get("text/plain", "") for o in outputs).split())
+        assert REVIEW_PREFIX in said and "removed" not in said and "NameError" not in said, said

@@ -121,15 +121,17 @@ def test_an_answer_that_lost_its_metadata_is_reattached_by_what_it_defines(cours
     assert next(c for c in _graded(course_copy, "fay").cells if _gid(c) == "rms_norm_impl").source == ANSWER
 
 
-def test_a_tampering_cell_is_replaced_by_a_stub_and_flagged(course_copy):
+def test_a_tampering_cell_is_kept_as_handed_in(course_copy):
+    """Repair removes nothing a student wrote for what the tamper scan finds: the cell runs as
+    handed in, its question is scored on its outputs, and the finding is flagged for the
+    instructor's review by the scoring (grader.scores, the self-check's own words)."""
     nb = _answered(course_copy)
-    next(c for c in nb.cells if _gid(c) == "rms_norm_impl").source = ANSWER + "\ntorch.allclose = lambda *a, **k: True"
+    cell = ANSWER + "\ntorch.allclose = lambda *a, **k: True"
+    next(c for c in nb.cells if _gid(c) == "rms_norm_impl").source = cell
     _submit(course_copy, "gus", {"rmsnorm.ipynb": nb})
     rep = repair_submission(course_copy, "gus", "rmsnorm")
-    assert rep.flags == ["tampering in answer cell 'rms_norm_impl' (line 4: modifies torch.allclose): "
-                         "cell removed, its question earns 0"]
-    src = next(c for c in _graded(course_copy, "gus").cells if _gid(c) == "rms_norm_impl").source
-    assert "torch.allclose" not in src and "raise RuntimeError('removed by the grader: " in src
+    assert rep.flags == [] and rep.notes == []
+    assert next(c for c in _graded(course_copy, "gus").cells if _gid(c) == "rms_norm_impl").source == cell
 
 
 @pytest.mark.parametrize("assignment, deleted", [

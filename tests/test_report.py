@@ -338,3 +338,28 @@ def test_the_hand_grading_hint_on_a_hub_names_formgrader_by_its_address():
     over_ssh = formgrader_hint({"USER": "nrhub-instr"})
     assert over_ssh.startswith(FORMGRADER_HINT) and "`make lab-instructor`" in FORMGRADER_HINT
     assert "https://<hub>/user/nrhub-instr/formgrader" in over_ssh
+
+
+def test_the_review_section_lists_what_took_no_points_in_the_students_words(course):
+    """Issue 30: what the rules found short of a reference seen running is its own section of the
+    report (and one line of the text summary), each line as the student's feedback says it; the
+    other flags are not in it."""
+    from normref.rules import review_message
+
+    line = review_message("imports threading (line 1 of the cell that defines rms_norm)")
+    flags = {"ben": ["hw: repaired", f"hw: rms_norm_battery: {line}"], "ana": ["hw: repaired"]}
+    rep = build_report(course, ["hw"], SCORES, MAX, ungraded=UNGRADED, flags=flags, groups=False,
+                       similarity=False)
+    page = write_report(rep, course / "reports").read_text()
+    section = page.split("<h2 id='review'>For the instructor's review</h2>")[1].split("<h2")[0]
+    assert "<td>ben</td>" in section and "ana" not in section and "repaired" not in section
+    assert html_escape(f"hw: rms_norm_battery: {line}") in section
+    assert "for the instructor's review, no points taken: 1 student (ben; see the report)" in summary_text(rep)
+    rep.flags = {"ana": ["hw: repaired"]}
+    assert "id='review'" not in write_report(rep, course / "reports").read_text()
+
+
+def html_escape(text: str) -> str:
+    import html
+
+    return html.escape(text)

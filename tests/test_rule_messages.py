@@ -29,8 +29,8 @@ ASSIGNMENTS = ("block", "layernorm", "layernorm_backward", "modern", "practice",
 F_RMS_NORM = "0 points: calls F.rms_norm \u2014 implement it with tensor operations"
 AUTOGRAD = ("0 points: uses autograd \u2014 the assignment asks for the backward by hand: write it with "
             "array operations")
-THREADING = ("0 points: imports threading (line 1 of the cell that defines rms_norm) \u2014 grading removes a "
-             "cell that changes how grading works; remove the import")
+THREADING = ("For the instructor's review (no points taken): imports threading (line 1 of the cell that defines "
+             "rms_norm)")
 HONEST = ("def rms_norm(x, weight, eps=1e-6):\n"
           "    rms = x.float().pow(2).mean(dim=-1, keepdim=True).add(eps).rsqrt()\n"
           "    return (x.float() * rms * weight).to(x.dtype)\n")
@@ -74,23 +74,22 @@ def test_a_reference_call_is_one_line_with_no_cases_header(monkeypatch):
     assert all(len(line) <= 76 for line in str(e.value).splitlines()[1:])
 
 
-def test_two_violations_are_two_lines_each_said_once(monkeypatch):
+def test_a_violation_and_a_review_are_two_lines_each_said_once(monkeypatch):
+    """The reference seen running takes the points (its line first); the import of threading is
+    only for the instructor's review (its line after); Validate fails on the violation alone."""
     ns = {"__name__": "__main__"}
     _cell(ns, 1, "import torch\nimport torch.nn.functional as F\n")
     _cell(ns, 3, "import threading\n\n" + CALLS_F)
     r = check_rms_norm(ns["rms_norm"])
     calls = "0 points: calls F.rms_norm (line 3 of the cell that defines rms_norm)"
-    assert r.breaches[0] == THREADING and len(r.breaches) == 2, r.breaches
+    assert r.breaches == [F_RMS_NORM] and r.reviews == [THREADING], (r.breaches, r.reviews)
     # the call in the function's own cell: no location needed (the message names the call)
-    assert r.breaches[1] == F_RMS_NORM and not r.breaches[1].startswith(calls)
-    assert r.report() == THREADING + "\n" + F_RMS_NORM
+    assert not r.breaches[0].startswith(calls)
+    assert r.report() == F_RMS_NORM + "\n" + THREADING
     monkeypatch.setenv("NBGRADER_EXECUTION", "validate")
     with pytest.raises(AssertionError) as e:
         as_graded(r, "rms_norm_battery", points=4)
-    lines = str(e.value).splitlines()
-    assert lines[0] == "rms_norm_battery: 0 of 4 points:"
-    assert [_flat(b) for b in "\n".join(lines[1:]).split("\n- ")] == [
-        "- " + THREADING.removeprefix("0 points: "), F_RMS_NORM.removeprefix("0 points: ")]
+    assert _flat(e.value) == "rms_norm_battery: 0 of 4 points: " + F_RMS_NORM.removeprefix("0 points: ")
 
 
 def test_a_call_in_a_helpers_cell_says_which_cell():
@@ -111,18 +110,17 @@ def test_a_cell_is_named_by_what_it_defines_whatever_its_execution_count():
         ns = {"__name__": "__main__"}
         _cell(ns, 1, "import torch\n")
         _cell(ns, n, "import threading\n\n" + HONEST)
-        said[n] = check_rms_norm(ns["rms_norm"], quick=True).breaches
+        said[n] = check_rms_norm(ns["rms_norm"], quick=True).reviews
     assert said[2] == said[16] == [THREADING]
-    # a module the answer uses, imported in a flagged cell: that cell, by the name it binds
+    # a module the answer uses, imported in a flagged statement: that cell, by the name it binds
     ns = {"__name__": "__main__"}
     _cell(ns, 1, "import torch\n")
-    _cell(ns, 9, "import threading\nimport math\n")
+    _cell(ns, 9, "import threading, math\n")
     _cell(ns, 12, "def rms_norm(x, weight, eps=1e-6):\n"
                   "    rms = x.float().pow(2).mean(dim=-1, keepdim=True).add(eps * math.pow(1, 2)).rsqrt()\n"
                   "    return (x.float() * rms * weight).to(x.dtype)\n")
-    assert check_rms_norm(ns["rms_norm"], quick=True).breaches == [
-        "0 points: imports threading (line 1 of the cell that imports math) \u2014 grading removes a cell that "
-        "changes how grading works; remove the import"]
+    assert check_rms_norm(ns["rms_norm"], quick=True).reviews == [
+        "For the instructor's review (no points taken): imports threading (line 1 of the cell that imports math)"]
 
 
 # ------------------------------------------------------------------ item 6: nothing false

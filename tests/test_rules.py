@@ -118,8 +118,6 @@ def test_the_reference_itself_and_an_own_implementation_break_no_rule():
 # answer on the grader's inputs, scored in the grader's process, as `make grade` does); and
 # (slow) the real `nbgrader validate`. Points are derived by hand, per case, in EXPECTED_RULE.
 
-import json  # noqa: E402
-import linecache  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -229,10 +227,10 @@ RULE_CASES = {
     "post_ln_norm_x": ("block", {**HONEST_BLOCK,
                                  "post_ln_impl": "def post_ln(x, sublayer, norm):\n    return norm(x)\n"},
                        {"post_ln_quick": 0.0, "post_ln_battery": 0.0}, None),
-    # O2: an honest rms_norm whose cell also imports threading (unused): grading's tamper scan
-    # removes the cell, so both questions earn 0; the self-check runs the same scan and says so
-    "threading_import": ("rmsnorm", {"rms_norm_impl": "import threading\n\n" + HONEST_RMS},
-                         {"rms_norm_shape": 0.0, "rms_norm_battery": 0.0}, None),
+    # O2: an honest rms_norm whose cell also imports threading (unused): no reference ran, so
+    # nothing is taken; the import is flagged for the instructor's review, in the same words in
+    # the self-check, Validate (which passes) and the feedback
+    "threading_import": ("rmsnorm", {"rms_norm_impl": "import threading\n\n" + HONEST_RMS}, {}, None),
     # F6: the right wiring over two identity "norms" (a weight, forward returns x): the build
     # case finds they do not normalise, and the other cases are not scored
     "no_norm_block": ("block", {**HONEST_BLOCK, "block_impl": (
@@ -248,11 +246,11 @@ RULE_CASES = {
     "honest_block": ("block", HONEST_BLOCK, {}, None),
     # the course's other code holds full references: a diagnosis helper, a checker's model
     "normref_diagnosis_helper": ("rmsnorm", {"rms_norm_impl": (
-        "from normref.diagnosis.coverage import student_from_variant\n"
-        "_ref = student_from_variant('rms_norm', ())\n\n"
-        "def rms_norm(x, weight, eps=1e-6):\n    return _ref(x, weight, eps=eps)\n")},
+        "import torch\nfrom normref.diagnosis.norms import evaluate_norm, norm_case\n\n"
+        "def rms_norm(x, weight, eps=1e-6):\n"
+        "    return torch.from_numpy(evaluate_norm('rms', {}, norm_case(x, weight, None, eps))).to(x.dtype)\n")},
         {"rms_norm_shape": 0.0, "rms_norm_battery": 0.0},
-        "calls the course's own normref.diagnosis.coverage._norm_student.<locals>.norm_fn"),
+        "calls the course's own normref.diagnosis.norms.norm_case"),
     "normref_checker_model": ("rmsnorm", {"rms_norm_impl": (
         "from normref.checks.norms import model_t\n\n"
         "def rms_norm(x, weight, eps=1e-6):\n    return model_t('rms', x, weight, None, eps)\n")},
@@ -266,7 +264,8 @@ RULE_CASES = {
         "    return f(t(x), [x.shape[-1]], t(weight), t(bias), eps)[0].numpy().astype(x.dtype)\n")},
         {"layer_norm_seed": 0.0, "layer_norm_battery": 0.0},
         "calls torch's reference code torch._refs.native_layer_norm"),
-    # the recorder's mode taken off the stack while torch's rms_norm runs
+    # the recorder's mode taken off the stack while torch's rms_norm runs: the profile hook still
+    # sees F.rms_norm run (the mode switched off is flagged beside it)
     "pop_mode": ("rmsnorm", {"rms_norm_impl": (
         "import torch\nimport torch.nn.functional as F\n\n"
         "def rms_norm(x, weight, eps=1e-6):\n"
@@ -275,8 +274,7 @@ RULE_CASES = {
         "            return rms_norm(x, weight, eps)\n"
         "    f = getattr(F, 'rms' + '_norm')\n"
         "    return f(x.float(), (x.shape[-1],), weight.float(), eps).to(x.dtype)\n")},
-        {"rms_norm_shape": 0.0, "rms_norm_battery": 0.0},
-        "switched off the grader's call recorder (torch function mode)"),
+        {"rms_norm_shape": 0.0, "rms_norm_battery": 0.0}, "calls torch's rms_norm"),
     # a reference's code object cloned under another name (past an identity check)
     "cloned_code": ("rmsnorm", {"rms_norm_impl": (
         "import types\nimport normref.functional as _nf\n\n"
@@ -307,51 +305,6 @@ def _notebook(case: str) -> nbformat.NotebookNode:
     return fill_answers(REPO / "release" / assignment / f"{assignment}.ipynb", answers)
 
 
-def _self_check(case: str, monkeypatch, capsys) -> tuple[dict, dict, dict]:
-    """Run All, as ``nbgrader validate`` runs the notebook: ``({grade_id: the error its cell
-    raised, or None}, {grade_id: what it showed}, the notebook's globals)``."""
-    monkeypatch.setenv("NBGRADER_EXECUTION", "validate")
-    nb, ns, errors, shown = _notebook(case), {"__name__": "__main__"}, {}, {}
-    for i, cell in enumerate(nb.cells):
-        if cell.cell_type != "code":
-            continue
-        name = f"<cell-{i}>"  # as IPython registers a cell, so the checker can read its source
-        linecache.cache[name] = (len(cell.source), None, cell.source.splitlines(True), name)
-        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-        capsys.readouterr()
-        try:
-            exec(compile(cell.source, name, "exec"), ns)
-            err = None
-        except Exception as e:  # noqa: BLE001 - validate records a failing test cell and goes on
-            err = e
-        if gid in HANDED:
-            errors[gid], shown[gid] = err, capsys.readouterr().out
-    return errors, shown, ns
-
-
-def _grading_points(gid: str, fn) -> float:
-    """What ``make grade`` gives: the kernel's record of ``fn`` on the grader's inputs (with the
-    run-time record of reference calls), through JSON in the hidden test's output, scored by
-    the grader."""
-    from grader import scores, scoring
-    from normref.handback import run_calls
-    from normref.plan import run_plan
-    from normref.wire import MIME
-
-    seed = 7
-    if fn is None:  # its cell was removed by the grader's tamper scan: the hidden test's NameError
-        return 0.0
-    q = scoring.QUESTIONS[gid]
-    if q.kind == "class":
-        rec = {"grade_id": gid, "cases": run_plan(fn, q.plan(scoring.plan_cases(gid, seed)), q.reference)}
-    else:
-        rec = {"grade_id": gid, "calls": run_calls(fn, scoring.probe_calls(gid, seed), q.reference)}
-    cell = nbformat.v4.new_code_cell("", metadata={"nbgrader": {"grade_id": gid, "grade": True}})
-    cell.outputs = [nbformat.v4.new_output("display_data", data={MIME: json.loads(json.dumps(rec))})]
-    scored = scores.score_notebook(nbformat.v4.new_notebook(cells=[cell]), seed)[gid]
-    return round(POINTS[RULE_CASES_ASSIGNMENT[gid]][gid] * scored.fraction, 2)
-
-
 RULE_CASES_ASSIGNMENT = {g: a for a, pts in POINTS.items() for g in pts}
 
 
@@ -360,27 +313,39 @@ def _expected(case: str) -> dict[str, float]:
     return {**POINTS[assignment], **changed}
 
 
-def _self_check_points(gid: str, ns: dict) -> float:
-    from normref import checks
+#: What the self-check, Validate and grading flag for review in a case (and nothing else): the
+#: same lines in all three.
+RULE_REVIEWS = {
+    "threading_import": {g: ["imports threading (line 1 of the cell that defines rms_norm)"]
+                         for g in ("rms_norm_shape", "rms_norm_battery")},
+    "pop_mode": {g: ["switched off the grader's call recorder (torch function mode)"]
+                 for g in ("rms_norm_shape", "rms_norm_battery")},
+}
 
-    checker = {"rms_norm": lambda f, q: checks.check_rms_norm(f, quick=q),
-               "RMSNorm": lambda f, q: checks.check_rms_norm_module(f, quick=q),
-               "pre_ln": lambda f, q: checks.check_pre_ln(f, quick=q),
-               "post_ln": lambda f, q: checks.check_post_ln(f, quick=q),
-               "PreNormBlock": lambda f, q: checks.check_pre_ln_block(f, quick=q),
-               "layer_norm": lambda f, q: checks.check_layer_norm(f, quick=q),
-               "layer_norm_backward": lambda f, q: checks.check_layer_norm_backward(f, quick=q)}[HANDED[gid]]
-    quick = gid not in BATTERIES
-    result = checker(ns[HANDED[gid]], quick)
-    points = POINTS[RULE_CASES_ASSIGNMENT[gid]][gid]
-    return round(points * (float(result.passed) if quick else result.score), 2)
+
+def _reviews_in(text: str, gid: str) -> list[str]:
+    """The review lines of a displayed text, each unwrapped (``<gid>: `` prefixes dropped)."""
+    from normref.rules import REVIEW_PREFIX
+
+    return [part.split(f" {gid}: ")[0].strip()
+            for part in " ".join(text.split()).split(REVIEW_PREFIX)[1:]]
 
 
 @pytest.mark.parametrize("case", sorted(RULE_CASES))
-def test_the_self_check_and_validate_say_what_grading_gives(case, monkeypatch, capsys):
-    assignment, _, _, rule = RULE_CASES[case]
+def test_the_self_check_and_validate_say_what_grading_gives(case):
+    """Each case three ways, through tests/notebook_run.py: the released notebook's cells run in
+    order as nbgrader validate runs them (the self-check's display and Validate's failing cells),
+    and grading (the hand-back's own code on the objects the cells left, scored by the grader
+    with its static scan of the same cells, nothing removed)."""
+    from normref.rules import review_message
+    from notebook_run import graded_in_process, run_cells
+
+    assignment, answers, _, rule = RULE_CASES[case]
     want = _expected(case)
-    errors, shown, ns = _self_check(case, monkeypatch, capsys)
+    nb = _notebook(case)
+    run = run_cells(nb)
+    errors = {g: c.error for g, c in run.cells.items() if g in want}
+    shown = {g: c.printed for g, c in run.cells.items() if g in want}
     # Validate: exactly the cells that lose points fail, each naming the rule or the diagnosis
     losing = {g for g, p in want.items() if p < POINTS[assignment][g]}
     assert {g for g, e in errors.items() if e is not None} == losing, \
@@ -392,34 +357,29 @@ def test_the_self_check_and_validate_say_what_grading_gives(case, monkeypatch, c
             what = rule[gid] if isinstance(rule, dict) else rule
             line = rule_message(what, "numpy" if assignment in NUMPY else "torch")
             said = " ".join(str(err).split())
-            assert shown[gid].strip() == line, (shown[gid], err)  # the one line, no "n/n cases passed"
+            assert shown[gid].strip().splitlines()[0] == line, (shown[gid], err)  # no "n/n cases passed"
             # Validate: the same line, the battery's with the question and its points
             assert said == (f"{gid}: 0 of {POINTS[assignment][gid]:g} points: {line.removeprefix('0 points: ')}"
                             if gid in BATTERIES else line), (said, line)
-    # the self-check's points
-    assert {g: _self_check_points(g, ns) for g in want} == want
-    # grading: the notebook after the grader's tamper scan (grader.repair), its answer cells run
-    gns = _graded_namespace(case)
-    assert {g: _grading_points(g, gns.get(HANDED[g])) for g in want} == want
-
-
-def _graded_namespace(case: str) -> dict:
-    """The answer cells' names as grading has them: the notebook through ``grader.repair``'s
-    tamper scan (a flagged cell becomes a stub that raises), its non-test cells run."""
-    from grader.repair import Repair, repair_notebook
-
-    assignment = RULE_CASES[case][0]
-    release = nbformat.read(REPO / "release" / assignment / f"{assignment}.ipynb", as_version=4)
-    nb = repair_notebook(_notebook(case), release, Repair("student", assignment))
-    ns = {"__name__": "__main__"}
-    for i, cell in enumerate(nb.cells):
-        if cell.cell_type != "code" or cell.metadata.get("nbgrader", {}).get("grade"):
-            continue
-        try:
-            exec(compile(cell.source, f"<graded-{i}>", "exec"), ns)
-        except Exception:  # noqa: BLE001 - a removed cell raises; grading goes on
-            pass
-    return ns
+    # the self-check's points (the results the cells made), and its reviews
+    points = {g: round(POINTS[assignment][g] * (float(run.cells[g].result.passed) if g not in BATTERIES
+                                                 else run.cells[g].result.score), 2) for g in want}
+    assert points == want
+    reviews = RULE_REVIEWS.get(case, {})
+    for gid in want:
+        assert _reviews_in(shown[gid], gid) == reviews.get(gid, []), (gid, shown[gid])
+    # grading: the same notebook scored as make grade scores it (nothing removed), the same reviews
+    source = nbformat.read(REPO / "source" / assignment / f"{assignment}.ipynb", as_version=4)
+    graded = graded_in_process(nb, source, run)
+    assert {g: round(POINTS[assignment][g] * graded[g].fraction, 2) for g in want} == want
+    for gid in want:
+        assert _reviews_in(graded[gid].text, gid) == reviews.get(gid, []), (gid, graded[gid].text)
+        assert [f.removeprefix(f"{gid}: ") for f in graded[gid].flags if "review" in f] == \
+            [review_message(r) for r in reviews.get(gid, [])]
+        if rule is not None and want[gid] == 0:
+            what = rule[gid] if isinstance(rule, dict) else rule
+            assert graded[gid].text.splitlines()[0] == f"{gid}: " + rule_message(
+                what, "numpy" if assignment in NUMPY else "torch"), graded[gid].text
 
 
 @pytest.mark.slow

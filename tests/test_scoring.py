@@ -240,22 +240,32 @@ EVASIONS = {
 
 @pytest.mark.parametrize("evasion", sorted(EVASIONS))
 def test_a_reference_call_hidden_in_a_thread_a_process_or_a_course_helper_earns_zero(evasion):
+    """The reference is seen running (torch's function mode sees the other thread's call too; the
+    fork's parent calls it) and takes the points; the thread or process the notebook's code
+    started is flagged for review beside it, never evidence of its own."""
     code, said = EVASIONS[evasion]
-    ns = {"torch": torch, "F": torch.nn.functional}
+    ns = {"torch": torch, "F": torch.nn.functional, "__name__": "__main__"}  # a notebook cell's code
     exec(code, ns)
     s = graded("rms_norm_battery", ns["rms_norm"], 5)
-    assert s.fraction == 0.0 and s.flags and said in s.flags[0], (s.fraction, s.flags)
+    assert s.fraction == 0.0 and s.flags and "calls torch's rms_norm" in s.flags[0], (s.fraction, s.flags)
+    assert any(said in f for f in s.flags), s.flags
 
 
-def test_a_patched_recorder_class_earns_zero(monkeypatch):
+def test_a_patched_recorder_class_is_flagged_not_scored_zero(monkeypatch):
+    """The recorder's class patched (a tamper construct, not a reference seen running): the
+    answer is scored on its outputs and flagged for the instructor's review, in the feedback's
+    words (the reference call itself is the isolated grading process's to see)."""
     from normref.recorder import ReferenceRecorder
+    from normref.rules import REVIEW_PREFIX
 
     monkeypatch.setattr(ReferenceRecorder, "__enter__", lambda self: self)
     monkeypatch.setattr(ReferenceRecorder, "__exit__", lambda self, *a: None)
     ns = {"torch": torch, "F": torch.nn.functional}
     exec(REFERENCE_SPELLINGS["getattr"], ns)
     s = graded("rms_norm_battery", ns["rms_norm"], 5)
-    assert s.fraction == 0.0 and s.flags and "recorder" in s.flags[0], (s.fraction, s.flags)
+    assert s.fraction == 1.0 and s.flags == [
+        f"rms_norm_battery: {REVIEW_PREFIX}changed the grader's call recorder (its class was patched)"], s.flags
+    assert " ".join(s.flags[0].removeprefix("rms_norm_battery: ").split()) in " ".join(s.text.split())
 
 
 def test_honest_answers_and_a_norm_the_checker_hands_in_are_not_reference_calls():
@@ -284,7 +294,7 @@ def test_practice_checks_are_scored_with_the_visible_checks_settings():
     for c in nb.cells:
         gid = c.metadata.get("nbgrader", {}).get("grade_id")
         if gid in scoring.PRACTICE:
-            call = next(n.value for n in ast.parse(c.source.split("\n### BEGIN HIDDEN TESTS")[0]).body
+            call = next(n.value for n in ast.parse(c.source).body  # the hidden test is a bare call
                         if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call))
             seen[gid] = (call.func.id, {k.arg: ast.literal_eval(k.value) for k in call.keywords},
                          ", ".join(a.id for a in call.args))
@@ -428,8 +438,8 @@ def test_each_question_s_inputs_are_written_into_its_hidden_test_just_before_it_
     monkeypatch.delenv(HANDBACK_ENV)
     assert ns["HandbackInputs"]().preprocess(nb, {})[0].cells[0].source == source.cells[0].source  # no inputs: as it is
     autograde = [p.__name__ for p in ns["c"].Autograde.autograde_preprocessors]
-    assert autograde[autograde.index("Execute") - 1:autograde.index("Execute") + 2] == [
-        "HandbackInputs", "Execute", "HandbackInputsRemoved"]
+    at = autograde.index("GradingExecute")  # nbgrader's Execute, where a kernel that stops answering is killed
+    assert autograde[at - 1:at + 2] == ["HandbackInputs", "GradingExecute", "HandbackInputsRemoved"]
 
 
 def test_the_sealed_hand_back_reports_a_patched_module_and_a_thread_started_before_the_call(tmp_path, monkeypatch):
@@ -483,7 +493,9 @@ def test_the_sealed_hand_back_reports_a_patched_module_and_a_thread_started_befo
     finally:
         pool.shutdown()
     s = _scored_bundle(gid, shown[-1], seed)
-    assert s.fraction == 0.0 and "another thread or process" in s.flags[0], s.flags
+    # the pool's thread, started by this (notebook) code after the kernel was sealed, is flagged;
+    # the reference ran in it, where the recorder does not look: scored on the outputs
+    assert s.fraction == 1.0 and len(s.flags) == 1 and "another thread or process" in s.flags[0], s.flags
 
 
 def test_a_reference_laundered_through_a_course_helper_is_the_students_call():
@@ -505,14 +517,14 @@ def test_a_reference_laundered_through_a_course_helper_is_the_students_call():
 
 
 @pytest.mark.parametrize("reason, said", [
-    ("it tried to change how grading works", "The rule: code that changes how grading works"),
-    ("it calls the reference implementation instead of implementing it",
-     "The rule: calling the reference normalization instead of implementing it earns what a blank answer earns"),
     ("the grading kernel died or hung while running this question's code.",
      "the grading kernel died or hung while running this question's code."),
 ])
 def test_a_question_whose_answer_cell_the_grader_removed_says_why_not_a_name_error(reason, said):
-    stub = f"# The grader removed this cell: {reason}\nraise RuntimeError('removed by the grader')"  # grader/repair.py
+    from grader.engine import STUB
+
+    assert STUB.startswith(f"# The grader removed this cell: {reason}")  # the dead-kernel regrade's stub
+    stub = f"# The grader removed this cell: {reason}\nraise RuntimeError('removed by the grader')"
     answer = nbformat.v4.new_code_cell(stub, metadata={"nbgrader": {"grade_id": "rms_norm_impl", "solution": True}})
     tests = []
     for gid in ("rms_norm_shape", "rms_norm_battery"):

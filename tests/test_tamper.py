@@ -49,15 +49,18 @@ def _scan_editable(nb) -> dict[str, list[Finding]]:
     return out
 
 
-def test_locked_cells_protect_what_they_import():
-    nb = nbformat.read(RELEASE, as_version=4)
-    locked = [c.source for c in nb.cells if c.cell_type == "code" and _nbg(c).get("locked")]
-    got = protected_bindings(locked)
-    assert got["torch"] == "torch" and got["check_rms_norm"] == "normref.check_rms_norm"
-    imports = next(c.source for c in nb.cells if _nbg(c).get("grade_id") == "rmsnorm_imports")
-    assert all(name in imports for name in got)  # every protected name is bound by the imports cell
-    assert protected_bindings(["import numpy as np\ndef helper():\n    pass", "not python ("]) == {
-        "np": "numpy", "helper": None}
+def test_the_test_cells_rely_on_no_name_an_answer_could_rebind():
+    """Each released test cell imports what it uses (``from normref import check_rms_norm``), so an
+    answer cell that defines its own ``check_rms_norm`` or rebinds ``torch`` changes nothing a test
+    cell runs: the self-check and Validate run the course's checker, as grading does."""
+    for path in sorted(RELEASE.parents[1].glob("*/*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        locked = [c.source for c in nb.cells if c.cell_type == "code" and _nbg(c).get("locked")]
+        assert protected_bindings(locked) == {}, path
+    # a locked helper that a later locked cell reads is relied on; one read by no later cell is not
+    assert protected_bindings(["import numpy as np\ndef helper():\n    pass", "y = helper(np.ones(2))",
+                               "not python ("]) == {"np": "numpy", "helper": None}
+    assert protected_bindings(["import numpy as np", "import numpy as np\ny = np.ones(2)"]) == {}
 
 
 def test_an_honest_answer_is_not_flagged(tmp_path):
@@ -65,10 +68,11 @@ def test_an_honest_answer_is_not_flagged(tmp_path):
     assert _scan_editable(nb) == {}  # re-importing torch binds the same module: allowed
 
 
-def test_rebinding_the_checker_flags_the_answer_cell(tmp_path):
+def test_an_answer_defining_its_own_checker_or_torch_changes_no_test_cell(tmp_path):
     nb = _submission(tmp_path, HONEST + "\n\ndef check_rms_norm(fn, quick=False):\n    return None")
-    assert _scan_editable(nb) == {
-        "rms_norm_impl": [Finding("tamper", 6, "rebinds 'check_rms_norm', which the test cells use")]}
+    assert _scan_editable(nb) == {}
+    nb = _submission(tmp_path, "import numpy as torch\n" + HONEST)
+    assert _scan_editable(nb) == {}
 
 
 def test_patching_torch_in_an_added_cell_flags_that_cell_only(tmp_path):
@@ -79,11 +83,6 @@ def test_patching_torch_in_an_added_cell_flags_that_cell_only(tmp_path):
     assert list(flagged) == [label]
     assert flagged[label] == [Finding("tamper", 2, "modifies torch.allclose"),
                               Finding("tamper", 3, "setattr on torch")]
-
-
-def test_shadowing_torch_with_numpy_is_tamper(tmp_path):
-    nb = _submission(tmp_path, "import numpy as torch\n" + HONEST)
-    assert _scan_editable(nb)["rms_norm_impl"] == [Finding("tamper", 1, "rebinds 'torch', which the test cells use")]
 
 
 @pytest.mark.parametrize("answer, finding", [
@@ -200,7 +199,15 @@ HONEST = ("def rms_norm(x, weight, eps=1e-6):\n"
           "    return (x.float() * rms * weight).to(x.dtype)\n")
 
 
-def test_the_self_check_says_grading_removes_a_flagged_cell():
+def _review(what: str) -> str:
+    from normref.rules import review_message
+
+    return review_message(what)
+
+
+def test_the_self_check_flags_a_tamper_construct_for_review_and_keeps_the_points():
+    """Only a reference seen running takes points: an import of threading in the answer's cell is
+    scored on the outputs and flagged for the instructor's review, in grading's words."""
     import time
 
     from normref import check_rms_norm
@@ -211,19 +218,21 @@ def test_the_self_check_says_grading_removes_a_flagged_cell():
     t = time.perf_counter()
     r = check_rms_norm(ns["rms_norm"], quick=True)
     assert time.perf_counter() - t < 2.0
-    assert all(c.passed for c in r.cases) and not r.passed and r.score == 0
-    assert r.breaches == ["0 points: imports threading (line 1 of the cell that defines rms_norm) \u2014 grading "
-                          "removes a cell that changes how grading works; remove the import"]
-    assert r.report() == r.breaches[0]  # the one line, no "2/2 cases passed" header
-    assert " ".join(r.problem.split()) == r.breaches[0]
+    assert r.passed and r.score == 1 and r.breaches == []
+    assert r.reviews == [_review("imports threading (line 1 of the cell that defines rms_norm)")]
+    assert r.report().splitlines()[-1] == r.reviews[0] and r.problem == ""
     # the same answer without the import: nothing to say
     ns2 = {"__name__": "__main__"}
     _cell(ns2, 1, "import torch\n")
     _cell(ns2, 2, HONEST)
-    assert check_rms_norm(ns2["rms_norm"]).passed
+    assert check_rms_norm(ns2["rms_norm"]).reviews == []
 
 
-def test_a_helper_in_a_flagged_cell_costs_the_question_that_uses_it():
+def test_a_helper_in_another_cell_is_read_for_what_the_answer_uses_of_it():
+    """The answer's own cell is read whole; another cell is read for the statements that bind
+    what the answer uses (a helper's ``def``, with what that reads): a construct in the helper is
+    flagged for the question, an unrelated import beside it is not (grading's report lists it
+    apart, ``grader.scores.other_cells_reviews``)."""
     from normref import check_rms_norm
 
     ns = {"__name__": "__main__"}
@@ -232,11 +241,13 @@ def test_a_helper_in_a_flagged_cell_costs_the_question_that_uses_it():
     _cell(ns, 4, "def rms_norm(x, weight, eps=1e-6):\n"
                  "    return (x.float() * (_ms(x) + eps).rsqrt() * weight).to(x.dtype)\n")
     r = check_rms_norm(ns["rms_norm"], quick=True)
-    assert r.score == 0 and r.breaches == ["0 points: imports gc (line 1 of the cell that defines _ms) \u2014 grading "
-                                           "removes a cell that changes how grading works; remove the import"]
+    assert r.score == 1 and r.reviews == []
+    _cell(ns, 5, "def _ms(x):\n    import gc\n    return x.float().pow(2).mean(dim=-1, keepdim=True)\n")
+    r = check_rms_norm(ns["rms_norm"], quick=True)
+    assert r.score == 1 and r.reviews == [_review("imports gc (line 2 of the cell that defines _ms)")]
 
 
-def test_a_module_imported_in_a_flagged_cell_costs_the_question_that_uses_it():
+def test_a_module_imported_beside_a_flagged_import_is_read_alone():
     from normref import check_rms_norm
 
     ns = {"__name__": "__main__"}
@@ -246,9 +257,7 @@ def test_a_module_imported_in_a_flagged_cell_costs_the_question_that_uses_it():
                  "    ms = x.float().pow(2).mean(dim=-1, keepdim=True) * math.pow(1, 2)\n"
                  "    return (x.float() * (ms + eps).rsqrt() * weight).to(x.dtype)\n")
     r = check_rms_norm(ns["rms_norm"], quick=True)
-    assert r.score == 0 and r.breaches == ["0 points: imports threading (line 1 of the cell that imports math) "
-                                           "\u2014 grading removes a cell that changes how grading works; remove "
-                                           "the import"]
-    # a later, clean cell binding the name is the one that counts
-    _cell(ns, 6, "import math\n")
-    assert check_rms_norm(ns["rms_norm"], quick=True).passed
+    assert r.score == 1 and r.reviews == []
+    _cell(ns, 6, "import threading, math\n")  # one statement binds math and imports threading
+    assert check_rms_norm(ns["rms_norm"], quick=True).reviews == [
+        _review("imports threading (line 1 of the cell that imports math)")]

@@ -13,11 +13,12 @@ import numpy as np
 
 from ..backward import layer_norm_grads, vjp
 from ..diagnosis.gradients import backward_facts
-from ..diagnosis.questions import Question, declare
+from ..diagnosis.outputs import observe
+from ..diagnosis.questions import Output, Question, declare
 from ..functional import LAYER_NORM_EPS
 from ..rules import BACKWARD_REFERENCE
 from .compare import close, diagnose_by_models, errors, fmt, tolerance
-from .core import CaseResult, CheckResult, fail, msg, run, single_threaded, student_call
+from .core import CaseResult, CheckResult, fail, msg, quick_cut, run, single_threaded, student_call
 
 
 @dataclass
@@ -116,7 +117,8 @@ def _backward_case(case: _BackwardCase, fn, reference) -> CaseResult:
     def flat(triple):  # the three gradients as one vector, so one model explains them all
         return np.concatenate([np.ravel(a) for a in triple])
 
-    observed = (flat(g), flat(want), rtol, atol)  # for normref.diagnosis.refine
+    # for normref.diagnosis.refine: the three joined, each by its name and shape
+    observed = observe({label: (a, w) for label, a, w in zip(_BWD_NAMES, g, want)}, rtol, atol)
     if not bad:
         return CaseResult(case.name, True, f"case '{case.name}': ok", None, max_abs, max_rel, observed)
     where = "; ".join(f"{label} max abs error {fmt(errs[label][0])} (rel {fmt(errs[label][1])})"
@@ -162,16 +164,18 @@ def check_layer_norm_backward(fn: Callable, quick: bool = False, *, reference: C
     Source: Ba et al. 2016, eq. (3)-(4); :mod:`normref.backward` (the complex step).
     """
 
-    cases = (_backward_battery() if cases is None else list(cases))[: 2 if quick else None]
+    cases, rest = quick_cut(_backward_battery() if cases is None else cases, quick)
     return run("layer_norm_backward", cases, lambda case: _backward_case(case, fn, reference), fn,
-               backend="numpy", reference=BACKWARD_REFERENCE)
+               backend="numpy", reference=BACKWARD_REFERENCE, unchecked=rest)
 
 
-# the question, declared (normref.diagnosis): a gradient's own properties measured (backward_facts)
+# the question, declared (normref.diagnosis): a gradient's own properties measured (backward_facts),
+# each of its three outputs by its name; its formula is the assignment's answer, never said
 def _backward_reference(dy, x, weight, eps):
     return np.concatenate([np.ravel(a) for a in layer_norm_grads(dy, x, weight, eps)])
 
 
 declare(Question("layer_norm_backward", "layer_norm_backward(dy, x, weight, eps=1e-5)", _backward_reference,
                  "the LayerNorm backward", lambda c: ((c.dy, c.x, c.weight, c.eps), {}), traceable=False, probes=(),
-                 facts=backward_facts))
+                 facts=backward_facts, outputs=(Output("dx"), Output("dweight", tokens=False),
+                                                Output("dbias", tokens=False)), formula_is_answer=True))

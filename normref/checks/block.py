@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -12,7 +12,7 @@ from ..diagnosis.questions import Question, declare
 from ..functional import rms_norm
 from ..rules import BLOCK_REFERENCE
 from .compare import compare_array, diagnose_by_models, to_f64
-from .core import (CaseResult, CheckResult, fail, msg, run, seeded, seeded_module, seeded_randn,
+from .core import (CaseResult, CheckResult, fail, msg, quick_cut, run, seeded, seeded_module, seeded_randn,
     single_threaded, student_call)
 from .module import build
 from .placement import alpha_words, deep_models
@@ -83,9 +83,16 @@ class _BlockCase:
     #: the build case: each norm of the freshly built block is called on this large input and
     #: must normalise it (None: not checked)
     norm_x: object = None
+    #: the own-submodules case as observed (``CaseResult.observed_case``): ``parts`` are the
+    #: student's own four submodules, which the diagnosis traces (never the grammar search: grading
+    #: replays only the calls its kernel made on them)
+    own: bool = False
 
 
 _BLOCK_DIM, _BLOCK_HEADS = 8, 2
+#: torch's global seed while the student's block is built (the global RNG state is put back after):
+#: the own-submodules case's random weights, its numbers and its diagnosis are the same every run
+BUILD_SEED = 19
 #: The build case: a block built as the assignment says (normref's CausalSelfAttention and
 #: FeedForward, two norms) changes a [2, 3, 8] input by 16% to 52% of its size at initialisation
 #: (500 random inits); below this fraction, forward has (nearly) returned its input.
@@ -141,6 +148,7 @@ def _build_block(case: str, block_cls):
         m, failed = student_call(case, copy.deepcopy, (block_cls,), record=False)
     else:
         with seeded():
+            torch.manual_seed(BUILD_SEED)
             m, failed = build(case, block_cls, (_BLOCK_DIM, _BLOCK_HEADS), {})
     if failed:
         return None, failed
@@ -149,6 +157,15 @@ def _build_block(case: str, block_cls):
         return None, fail(case, f"no {', '.join(missing)}; {msg('missing_attribute')}",
                           "missing_attribute")
     return m, None
+
+
+#: The own-submodules case's diagnosis when no wiring case named a miswiring: that case is diagnosed
+#: by what the wiring cases, with the checker's known submodules, found. Grading replays only the
+#: calls the kernel made (the reference wiring over the student's submodules,
+#: ``grader.replay.ReplayClass``), so the other wirings a search of fault models would try cannot
+#: be run there: the self-check says what grading can say, whatever its own kernel could run.
+OWN_WIRING = ("with your own submodules the output is not h + mlp(post_attention_layernorm(h)), h = x + "
+              "self_attn(input_layernorm(x)); the wiring cases name what differs.")
 
 
 def _own_reference(case: _BlockCase, parts):
@@ -248,7 +265,7 @@ def _build_case(case: _BlockCase, m) -> CaseResult:
     return CaseResult(case.name, True, f"case '{case.name}': ok")
 
 
-def _block_case(case: _BlockCase, block_cls, no_norms: list[str]) -> CaseResult:
+def _block_case(case: _BlockCase, block_cls, no_norms: list[str], named: list | None = None) -> CaseResult:
     """One case of :func:`check_pre_ln_block`: the build case (records in ``no_norms`` a norm
     that does not normalise; then no other case is scored), or the wiring with the checker's
     parts or the student's own, against the reference wiring."""
@@ -282,9 +299,21 @@ def _block_case(case: _BlockCase, block_cls, no_norms: list[str]) -> CaseResult:
         got, failed = student_call(case.name, m, (case.x,), watch=(case.x,), handed_in=handed)
         if failed:
             return failed
+        named = [] if named is None else named
+        if case.parts == "own":  # the wiring cases' diagnosis: this case's calls are the kernel's record alone
+            result = compare_array(case.name, case.x, got, want, lambda g, rtol, atol: (
+                named[0] if named else ("wrong_values", OWN_WIRING)))
+            if not result.passed:  # the self-check's diagnosis traces the wiring on these very parts
+                result.observed_case = replace(case, parts=parts, own=True)
+            return result
 
-        return compare_array(case.name, case.x, got, want, lambda g, rtol, atol: diagnose_by_models(
-            g, want, block_models(case.x, *parts, g), rtol, atol))
+        def diagnose(g, rtol, atol):
+            found = diagnose_by_models(g, want, block_models(case.x, *parts, g), rtol, atol)
+            if found[0] not in ("wrong_values", "returns_nan"):
+                named.append(found)  # the miswiring, named with the checker's known submodules
+            return found
+
+        return compare_array(case.name, case.x, got, want, diagnose)
 
 
 @single_threaded
@@ -347,11 +376,18 @@ def check_pre_ln_block(block_cls, quick: bool = False, *, cases: list[_BlockCase
     Source: the seed's "Engineering bridge · two norms, one block width" (MiniMind's block);
     Xiong et al. 2020, Fig. 1(b).
     """
-    cases = (_block_battery() if cases is None else list(cases))[: 2 if quick else None]
+    cases, rest = quick_cut(_block_battery() if cases is None else cases, quick)
 
     no_norms: list[str] = []  # the build case found a norm that does not normalise
-    return run("pre-LN block", cases, lambda case: _block_case(case, block_cls, no_norms), block_cls,
-               "a class or module", reference=BLOCK_REFERENCE)
+    named: list = []  # what the wiring cases found (the own-submodules case says it too)
+    result = run("pre-LN block", cases, lambda case: _block_case(case, block_cls, no_norms, named), block_cls,
+               "a class or module", reference=BLOCK_REFERENCE, unchecked=rest)
+    for case, c in zip(cases, result.cases):
+        if case.parts == "own" and not c.passed:
+            # its outputs (and errors) depend on each student's random weights: recorded by its
+            # fault alone (normref.diagnosis.record: two such cases agree when their faults do)
+            c.observed = None
+    return result
 
 
 # --------------------------------------------------------------------------- the question, declared
@@ -359,7 +395,8 @@ def check_pre_ln_block(block_cls, quick: bool = False, *, cases: list[_BlockCase
 
 
 def _block_args(case: _BlockCase):
-    """A wiring case's call: ``((x, self_attn, mlp, input_layernorm, post_attention_layernorm), {})``."""
+    """A wiring case's call: ``((x, self_attn, mlp, input_layernorm, post_attention_layernorm), {})``
+    (the own-submodules case as observed: with the student's own four)."""
     if case.x is None or case.parts is None or isinstance(case.parts, str):
         return None
     return (case.x, *case.parts), {}

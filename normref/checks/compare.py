@@ -8,6 +8,7 @@ from typing import Callable
 import numpy as np
 
 from .._torch import is_tensor, loaded
+from ..diagnosis.outputs import observe
 from .core import CaseResult, backend_of, fail, msg
 
 
@@ -116,10 +117,12 @@ def diagnose_by_models(g, want, models, rtol, atol, backend: str = "torch") -> t
 
 
 def compare_array(case: str, x, got, want: np.ndarray, diagnose: Callable,
-                  check_dtype: bool = True) -> CaseResult:
+                  check_dtype: bool = True, output: str | None = None) -> CaseResult:
     """Kind, shape, dtype, then values of a student's array output against ``want``
     (float64); ``diagnose(g, rtol, atol) -> (fault, hint)`` names the cause of wrong values.
-    Messages use the words of ``x``'s backend."""
+    Messages use the words of ``x``'s backend. ``output``: which output of an answer of several
+    this is (``"new_running_mean"``), the name its record carries
+    (:func:`normref.diagnosis.observe`: the diagnosis says it of that output alone)."""
     backend = backend_of(x)
     want_kind = loaded().Tensor if is_tensor(x) else np.ndarray
     if not isinstance(got, want_kind):
@@ -135,12 +138,13 @@ def compare_array(case: str, x, got, want: np.ndarray, diagnose: Callable,
     dtype_ok = got.dtype == x.dtype or not check_dtype
     values_ok = close(g, want, rtol, atol)
     if values_ok and dtype_ok:
-        return CaseResult(case, True, f"case '{case}': ok", None, max_abs, max_rel, (g, want, rtol, atol))
+        seen = (g, want, rtol, atol) if output is None else observe({output: (g, want)}, rtol, atol)
+        return CaseResult(case, True, f"case '{case}': ok", None, max_abs, max_rel, seen)
     if values_ok:
         return fail(case, f"values right but dtype {dtype_name(got)}, expected {dtype_name(x)}; "
                     f"{msg('wrong_dtype', backend)}", "wrong_dtype", max_abs, max_rel)
     where = f"max abs error {fmt(max_abs)} (rel {fmt(max_rel)}) at index {idx}"
     fault, hint = diagnose(g, rtol, atol)
     failed = fail(case, f"{where}; {hint}", fault, max_abs, max_rel)
-    failed.observed = (g, want, rtol, atol)
+    failed.observed = (g, want, rtol, atol) if output is None else observe({output: (g, want)}, rtol, atol)
     return failed

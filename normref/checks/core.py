@@ -22,10 +22,10 @@ from .._torch import import_if_named, loaded
 from ..calling import CALL_TIMEOUT_S, seeded  # noqa: F401 - the checkers' seeded, from here
 from ..calling import Timeout as _Timeout
 from ..calling import call_with_timeout as _call_with_timeout
-from ..rules import reference_calls_in, rule_message
+from ..rules import observed_reference, reference_calls_in, review_message, rule_message
 from ..wire import snapshot as _copy
 from ..wire import unchanged as _same
-from .cells import remedy, scan_findings
+from .cells import scan_findings
 
 
 def msg(kind: str, backend: str = "torch", norm: str = "layer") -> str:
@@ -98,8 +98,15 @@ class CheckResult:
         name: what was checked, e.g. ``"rms_norm"``.
         cases: one :class:`CaseResult` per case, in order.
         breaches: rules that cost points (:mod:`normref.rules`), one line per violation, e.g.
-            ``"0 points: calls F.rms_norm — implement it with tensor operations"``; any
-            breach makes the score 0, as grading will, and is all the report says.
+            ``"0 points: calls F.rms_norm — implement it with tensor operations"``: only a
+            reference seen running inside the student's call
+            (:func:`normref.rules.observed_reference`); any breach makes the score 0, as grading
+            will, and is all the report says besides the reviews.
+        reviews: what is flagged for the instructor's review and costs nothing, one line each
+            (:func:`normref.rules.review_message`: a reference the source spells but no call ran,
+            a tamper construct in a cell the answer comes from, a thread of the student's).
+        unchecked: a quick check's battery cases it did not run (their short names): a quick
+            check that passes says which kinds of input are still to come, never "all correct".
         passed: True when every case passed and no rule is broken.
         score: fraction of cases passed, 0..1 (nbgrader partial credit is ``points * score``);
             0 when a rule is broken.
@@ -112,6 +119,8 @@ class CheckResult:
     name: str
     cases: list[CaseResult] = field(default_factory=list)
     breaches: list[str] = field(default_factory=list)
+    reviews: list[str] = field(default_factory=list)
+    unchecked: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -141,8 +150,10 @@ class CheckResult:
 
     def head(self, n: int) -> "CheckResult":
         """The first ``n`` cases as a result of their own (a visible check's quick part), with
-        the same rule breaches."""
-        return CheckResult(self.name, self.cases[:n], list(self.breaches))
+        the same rule breaches and reviews; the other cases are its :attr:`unchecked`."""
+        rest = [short_case_name(c.name) for c in self.cases[n:]]
+        return CheckResult(self.name, self.cases[:n], list(self.breaches), list(self.reviews),
+                           rest + list(self.unchecked))
 
     @property
     def problem(self) -> str:
@@ -175,17 +186,27 @@ class CheckResult:
                                    break_long_words=False, break_on_hyphens=False)
         return "\n".join([lines[0][len(pad):], *lines[1:]] if lines else [])
 
+    def _verdict(self) -> list[str]:
+        """The report's lines before the reviews: a broken rule's lines alone, else the cases."""
+        if self.breaches:  # a broken rule costs the question whatever the cases say: its line alone
+            return list(self.breaches)
+        n_ok = sum(c.passed for c in self.cases)
+        head = f"{self.name}: {n_ok}/{len(self.cases)} cases passed (score {self.score:.2f})"
+        if self.passed and self.unchecked:
+            return [head + f"; still to check (the full battery, without quick=True): "
+                    f"{'; '.join(self.unchecked)}."]
+        if self.passed:
+            return [head + " - all correct."]
+        return [head] + ["  x " + m for m in self.messages]
+
     def report(self) -> str:
         """The human summary shown in self-check and grader cells (no internal tags): the
         cases passed and each failing case's diagnosis; for a broken rule, its line alone
-        (``"0 points: calls F.rms_norm — implement it with tensor operations"``)."""
-        if self.breaches:  # a broken rule costs the question whatever the cases say: its line alone
-            return "\n".join(self.breaches)
-        n_ok = sum(c.passed for c in self.cases)
-        head = f"{self.name}: {n_ok}/{len(self.cases)} cases passed (score {self.score:.2f})"
-        if self.passed:
-            return head + " - all correct."
-        return "\n".join([head] + ["  x " + m for m in self.messages])
+        (``"0 points: calls F.rms_norm — implement it with tensor operations"``); then each
+        line flagged for the instructor's review (``"For the instructor's review (no points
+        taken): ..."``). A quick check that passed says what it did not run ("still to check");
+        only a full battery says "all correct"."""
+        return "\n".join(self._verdict() + list(self.reviews))
 
     __str__ = report
 
@@ -202,7 +223,9 @@ class CheckResult:
         """The report as a student reads it (the self-check's display, the feedback): wrapped at
         spaces (:func:`wrapped`), but a broken rule's line stays one line (the self-check,
         Validate and the feedback say it alike)."""
-        return self.report() if self.breaches else wrapped(self.report())
+        verdict = "\n".join(self._verdict())
+        shown = verdict if self.breaches else wrapped(verdict)
+        return "\n".join([shown] + [wrapped(r) for r in self.reviews])
 
     def show(self) -> None:
         """Display the report with its fault kinds in the output metadata (as
@@ -218,6 +241,21 @@ class CheckResult:
             return
         display({"text/plain": self.displayed()}, raw=True,
                 metadata=_faults.output_metadata(self.faults, self.variants))
+
+
+def short_case_name(name: str) -> str:
+    """A case's name without its explanation: ``"float16 row [300, -300, 300, -300]"`` of
+    ``"float16 row [300, -300, 300, -300] (x**2 overflows float16)"``."""
+    return name.split(" (", 1)[0].split(": ", 1)[0]
+
+
+def quick_cut(cases: list, quick: bool, n: int = 2) -> tuple[list, list[str]]:
+    """A quick check's cases (the first ``n``) and the short names of the others
+    (:attr:`CheckResult.unchecked`); the whole battery and ``[]`` when not ``quick``."""
+    cases = list(cases)
+    if not quick:
+        return cases, []
+    return cases[:n], [short_case_name(c.name) for c in cases[n:]]
 
 
 #: Columns a displayed report wraps at, at spaces: JupyterLab breaks a long output line anywhere,
@@ -396,18 +434,20 @@ def student_call(case: str, fn: Callable, args: tuple, kwargs: dict | None = Non
 
 
 def run(name: str, cases: list, run_case: Callable, fn=None, what: str = "a function",
-        backend: str = "torch", reference: dict | None = None) -> CheckResult:
+        backend: str = "torch", reference: dict | None = None, unchecked: list[str] = ()) -> CheckResult:
     """Run ``run_case(case)`` for every case; a checker bug or an odd student object becomes a
     failing case, never an exception.
 
     Then: the search of :mod:`normref.diagnosis` refines the generic diagnoses; the internal
     ``[fault: ...]``/``[variant: ...]`` tags leave the messages (the kinds stay in
-    ``CaseResult.fault``/``.variant``); and the rule of :mod:`normref.rules` is applied as
-    grading applies it (a breach makes the score 0, as grading will), worded for ``backend``:
-    to what the student's calls ran (``reference``: grading's recorder and lists of names, see
-    :func:`recording`), then to ``fn``'s source (the tamper scan's reading).
+    ``CaseResult.fault``/``.variant``); and the rules of :mod:`normref.rules` are applied as
+    grading applies them (:func:`rule_lines`), worded for ``backend``: a reference the student's
+    calls ran (``reference``: grading's recorder and lists of names, see :func:`recording`)
+    makes the score 0; what the tamper scan finds in the cells the code comes from
+    (:func:`normref.checks.cells.scan_findings`) is flagged for the instructor's review.
+    ``unchecked``: a quick check's battery cases not run (:func:`quick_cut`).
     """
-    result = CheckResult(name)
+    result = CheckResult(name, unchecked=list(unchecked))
     if fn is not None and not callable(fn):
         result.cases = [CaseResult(c.name, False, f"{name} is not {what} (got "
                                    f"{type(fn).__name__})", "raises") for c in cases]
@@ -424,7 +464,7 @@ def run(name: str, cases: list, run_case: Callable, fn=None, what: str = "a func
     for c in result.cases:  # the tags were for refine; the student reads the text without them
         c.message, _, variants = _faults.split_tags(c.message)
         c.variant = c.variant or (variants[0] if variants else None)
-    result.breaches = rule_lines(fn, ran, backend)
+    result.breaches, result.reviews = rule_lines(source_findings(fn), ran, backend)
     return result
 
 
@@ -443,46 +483,86 @@ def _refine(name: str, cases: list, results: list, fn, backend: str) -> None:
         pass
 
 
-def rule_lines(fn, ran: list[str], backend: str = "torch") -> list[str]:
-    """The rules ``fn``'s code breaks, one line per violation, each as grading applies it
-    (:func:`normref.rules.rule_message`: ``"0 points: calls F.rms_norm — implement it with
-    tensor operations"``).
+def source_findings(fn) -> list:
+    """What the tamper scan finds in the code of ``fn`` (the student's function or class): in a
+    notebook kernel, in the cells it comes from (:func:`normref.checks.cells.scan_findings`, as
+    grading reads the notebook); elsewhere (a script, a test) the reference calls its own source
+    spells (:func:`normref.rules.reference_calls_in`). ``[(where, own, Finding)]``."""
+    from ..tamper import Finding
 
-    First what grading's tamper scan removes (:func:`scan_findings`: a cell that defined this
-    code, or that it uses, and changes how grading works), then the reference it calls: as the
-    source spells it when the source shows it (the scan's reading of the cells, else
-    :func:`normref.rules.reference_calls_in` of ``fn``), else in the words of grading's
-    recorder (``ran``: ``"calls torch's rms_norm"`` for ``getattr(F, "rms" + "_norm")``, a
-    subclass of ``nn.RMSNorm`` ...); one violation is said once, however many of these saw
-    it. Then what else the recorder saw (autograd in the backward, the recorder switched off,
-    another thread).
+    if fn is None:
+        return []
+    try:
+        found = scan_findings(fn)
+    except Exception:  # noqa: BLE001 - reading the student's cells never breaks a check
+        found = []
+    if found or _in_notebook(fn):
+        return found
+    try:
+        return [("its source", True, Finding("reference", line, what.replace("calls ", "calls the reference ", 1)))
+                for line, what in reference_calls_in(fn)]
+    except Exception:  # noqa: BLE001
+        return []
+
+
+def _in_notebook(fn) -> bool:
+    """Is ``fn`` (or its class's methods) code of a notebook kernel's cells (``__main__`` with
+    IPython's ``In``)?"""
+    from .cells import _history
+
+    try:
+        return _history(fn) is not None
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def rule_lines(findings: list, ran: list[str], backend: str = "torch") -> tuple[list[str], list[str]]:
+    """The verdict on the rules, one line per violation or flag: ``(breaches, reviews)``.
+
+    A breach (0 points, :func:`normref.rules.rule_message`: ``"0 points: calls F.rms_norm —
+    implement it with tensor operations"``) only for a reference seen running inside the
+    student's call (``ran``, the recorder's words; :func:`normref.rules.observed_reference`),
+    worded as the source spells the call when the scan found it (``findings``, e.g. ``calls
+    F.rms_norm``, with its cell when that is not the answer's own), else in the recorder's words
+    (``"calls torch's rms_norm"`` for ``getattr(F, "rms" + "_norm")``); one violation is said once.
+
+    Everything else is a review (:func:`normref.rules.review_message`, no points taken): each
+    tamper finding, with its line and cell; a reference the source spells that no checked call
+    ran; and what else the recorder saw (another thread of the student's, the recorder switched
+    off). The self-check (:func:`run`), Validate and grading (``grader.scores``) all call this.
+
+    Args:
+        findings: ``[(the cell's name, own, Finding)]`` (:func:`normref.checks.cells.question_findings`).
+        ran: the recorder's records of the student's calls.
+        backend: ``"numpy"``: the remedy says array operations.
     """
     tamper: list[str] = []
     # "calls rn" -> ("calls rn (torch.nn.functional.rms_norm)", where: "" in the code's own cell)
-    reference: dict[str, tuple[str, str]] = {}
-    if fn is not None:
-        try:
-            found = scan_findings(fn)
-        except Exception:  # noqa: BLE001 - reading the student's cells never breaks a check
-            found = []
-        for where, own, f in found:
-            if f.kind == "reference":
-                what = f.what.replace("calls the reference ", "calls ", 1)
-                reference.setdefault(what.split(" (", 1)[0], (what, "" if own else f" (line {f.line} of {where})"))
-            else:
-                tamper.append(rule_message(f"{f.what} (line {f.line} of {where})", backend,
-                                           f"grading removes a cell that changes how grading works; "
-                                           f"{remedy(f.what)}"))
-        for _, what in reference_calls_in(fn):
-            reference.setdefault(what.split(" (", 1)[0], (what, ""))
+    spelled: dict[str, tuple[str, str, str]] = {}
+    for where, own, f in findings:
+        at = f" (line {f.line} of {where})"
+        if f.kind == "reference":
+            what = f.what.replace("calls the reference ", "calls ", 1)
+            spelled.setdefault(what.split(" (", 1)[0], (what, "" if own else at, at))
+        else:
+            tamper.append(review_message(f"{f.what}{at}"))
     # a call and the import of what it calls are one violation: the call
-    calls = [v for k, v in reference.items() if k.startswith("calls ")] or list(reference.values())
-    out = tamper + [rule_message(w + at, backend) for w, at in calls]
-    recorded = [w for w in ran if w.startswith("calls ")]
-    if recorded and not calls:  # one reference call, however it ran: the first the recorder saw
-        out.append(rule_message(recorded[0], backend))
-    out += [rule_message(w, backend) for w in ran if not w.startswith("calls ")]
-    return list(dict.fromkeys(out))
+    calls = [v for k, v in spelled.items() if k.startswith("calls ")] or list(spelled.values())
+    observed = [w for w in ran if observed_reference(w)]
+    breaches: list[str] = []
+    reviews: list[str] = []
+    if observed:
+        first_call = next((w for w in observed if w.startswith("calls ")), None)
+        if calls and first_call is not None:  # the call as the source spells it, said once
+            breaches += [rule_message(w + at, backend) for w, at, _ in calls]
+        elif first_call is not None:  # one reference call, however it ran: the first the recorder saw
+            breaches.append(rule_message(first_call, backend))
+        breaches += [rule_message(w, backend) for w in observed if not w.startswith("calls ")]
+    else:  # spelled in the source, but no checked call ran it
+        reviews += [review_message(f"{w}{at_always}, not seen running in the checked calls")
+                    for w, _, at_always in calls]
+    reviews = tamper + reviews + [review_message(w) for w in ran if not observed_reference(w)]
+    return list(dict.fromkeys(breaches)), list(dict.fromkeys(reviews))
 
 
 # --------------------------------------------------------------------------- seeded inputs

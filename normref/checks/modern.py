@@ -13,10 +13,10 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from ..diagnosis.questions import Question, declare
+from ..diagnosis.questions import Output, Question, declare
 from ..rules import DYT_REFERENCE, PERI_REFERENCE, QK_REFERENCE
 from .compare import compare_array, diagnose_by_models, to_f64
-from .core import CaseResult, CheckResult, run, seeded_randn, single_threaded, student_call
+from .core import CaseResult, CheckResult, quick_cut, run, seeded_randn, single_threaded, student_call
 from .placement import ToySublayer
 
 __all__ = ["check_peri_ln", "check_qk_norm_logits", "check_dyt", "Square", "peri_models", "qk_models",
@@ -223,7 +223,7 @@ def dyt_models(x, a, w, b):
     yield ("dyt_not_tanh", back(w * torch.sigmoid(a * h) + b), f"that is the sigmoid, not tanh; {ref}.")
 
 
-def _check(name: str, fn: Callable, cases: list, args_of: Callable, reference: Callable, models: Callable,
+def _check(name: str, fn: Callable, cases: list, rest: list, args_of: Callable, reference: Callable, models: Callable,
            rule: dict) -> CheckResult:
     import torch
 
@@ -239,7 +239,7 @@ def _check(name: str, fn: Callable, cases: list, args_of: Callable, reference: C
             return compare_array(case.name, case.x, got, want, lambda g, rtol, atol: diagnose_by_models(
                 g, want, models(*args), rtol, atol))
 
-    return run(name, cases, run_case, fn, reference=rule)
+    return run(name, cases, run_case, fn, reference=rule, unchecked=rest)
 
 
 @single_threaded
@@ -269,8 +269,8 @@ def check_peri_ln(fn: Callable, quick: bool = False, *, cases: list | None = Non
     """
     from ..placements import peri_ln
 
-    cases = (_peri_battery() if cases is None else list(cases))[: 2 if quick else None]
-    return _check("peri_ln", fn, cases, lambda c: (c.x, c.sublayer, c.norm, c.out_norm), peri_ln, peri_models,
+    cases, rest = quick_cut(_peri_battery() if cases is None else cases, quick)
+    return _check("peri_ln", fn, cases, rest, lambda c: (c.x, c.sublayer, c.norm, c.out_norm), peri_ln, peri_models,
                   PERI_REFERENCE)
 
 
@@ -300,8 +300,8 @@ def check_qk_norm_logits(fn: Callable, quick: bool = False, *, cases: list | Non
     """
     from ..placements import qk_norm_logits
 
-    cases = (_qk_battery() if cases is None else list(cases))[: 2 if quick else None]
-    return _check("qk_norm_logits", fn, cases, lambda c: (c.q, c.k, c.q_norm, c.k_norm), qk_norm_logits,
+    cases, rest = quick_cut(_qk_battery() if cases is None else cases, quick)
+    return _check("qk_norm_logits", fn, cases, rest, lambda c: (c.q, c.k, c.q_norm, c.k_norm), qk_norm_logits,
                   qk_models, QK_REFERENCE)
 
 
@@ -331,8 +331,8 @@ def check_dyt(fn: Callable, quick: bool = False, *, cases: list | None = None) -
     """
     from ..functional import dyt
 
-    cases = (_dyt_battery() if cases is None else list(cases))[: 2 if quick else None]
-    return _check("dyt", fn, cases, lambda c: (c.x, c.alpha, c.weight, c.bias), dyt, dyt_models, DYT_REFERENCE)
+    cases, rest = quick_cut(_dyt_battery() if cases is None else cases, quick)
+    return _check("dyt", fn, cases, rest, lambda c: (c.x, c.alpha, c.weight, c.bias), dyt, dyt_models, DYT_REFERENCE)
 
 
 # --------------------------------------------------------------------------- the questions, declared
@@ -370,7 +370,7 @@ declare(Question("peri_ln", "peri_ln(x, sublayer, norm, out_norm)", _peri_refere
                  models=peri_models, probes=()))
 declare(Question("qk_norm_logits", "qk_norm_logits(q, k, q_norm, k_norm)", _qk_reference, "QK-norm",
                  lambda c: ((c.q, c.k, c.q_norm, c.k_norm), {}), products=("matmul_t",), models=qk_models,
-                 probes=()))
+                 probes=(), outputs=(Output("logits", rows="query", plural=True),)))
 declare(Question("dyt", "dyt(x, alpha, weight, bias)", _dyt_reference, "DyT",
                  lambda c: ((c.x, c.alpha, c.weight, c.bias), {}), formula=_dyt_formula, models=dyt_models,
                  identify=False))

@@ -7,7 +7,7 @@ from ..diagnosis.questions import Question, declare
 from ..functional import LAYER_NORM_EPS, RMS_NORM_EPS, rms_norm
 from ..rules import NORM_REFERENCE
 from .compare import close, compare_array, to_f64
-from .core import (CaseResult, CheckResult, fail, msg, run, seeded_randn, single_threaded,
+from .core import (CaseResult, CheckResult, fail, msg, quick_cut, run, seeded_randn, single_threaded,
     student_call)
 from .norms import diagnose_norm
 
@@ -143,8 +143,9 @@ def check_rms_norm_module(cls, quick: bool = False, *, cases: list[_ModuleCase] 
 
     Source: the seed's MiniMind ``RMSNorm``; Zhang and Sennrich 2019, eq. (4).
     """
-    cases = (_module_battery() if cases is None else list(cases))[: 2 if quick else None]
-    return run("RMSNorm module", cases, lambda case: _module_case(case, cls), cls, "a class", reference=NORM_REFERENCE)
+    cases, rest = quick_cut(_module_battery() if cases is None else cases, quick)
+    return run("RMSNorm module", cases, lambda case: _module_case(case, cls), cls, "a class", reference=NORM_REFERENCE,
+               unchecked=rest)
 
 
 def _module_args(case: _ModuleCase):

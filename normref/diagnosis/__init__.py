@@ -6,9 +6,9 @@ formula the answer computes beside the one asked (traced, :mod:`.trace`, or iden
 outputs, :mod:`.compose`; said by :mod:`.explain`), and what was measured (:mod:`.probes`,
 :mod:`.measure`).
 
-Some checkers also have a *grammar* (:mod:`.norms`, :mod:`.wiring`; the backward's is the grader's,
-``grader/backward.py``) that generates implementation variants of its reference along the
-reference's natural dimensions,
+Some checkers also have a *grammar* (:mod:`.norms`, the block's :mod:`.wiring`; the backward's is
+the grader's, ``grader/backward.py``) that generates implementation variants of its reference
+along the reference's natural dimensions,
 single changes and pairs. :func:`refine` is what a checker calls once its cases are run: for
 the cases that only got the generic diagnosis ("the values differ from the reference"), it
 looks for variants that reproduce the student's output on every failing case of the battery
@@ -28,13 +28,14 @@ import numpy as np
 from .gradients import BackwardCase
 from .diagnose import diagnose
 from .measure import describe
+from .outputs import Observed, observe, split
 from .norms import NormCase, norm_case, norm_grammar
-from .questions import Question, declare, declared
+from .questions import Output, Question, declare, declared
 from .search import Choice, Finding, Grammar, Observation, close, count_variants, reproduces, search, variant_id
-from .wiring import BlockCase, PlacementCase, block_grammar, placement_grammar
+from .wiring import BlockCase, block_grammar
 
-__all__ = ["BackwardCase", "BlockCase", "NormCase", "PlacementCase", "DIAGNOSIS_FAULTS", "Question", "declare",
-           "declared",
+__all__ = ["BackwardCase", "BlockCase", "NormCase", "DIAGNOSIS_FAULTS", "Observed", "Output",
+           "Question", "declare", "declared", "observe", "split",
            "GENERIC_FAULTS", "Choice", "Finding", "Grammar", "Observation", "close",
            "count_variants", "describe", "grammar_for", "observation_case", "refine", "register_grammar",
            "reproduces", "search", "variant_id", "VARIANT_TAG"]
@@ -54,8 +55,6 @@ _GRAMMARS = {
     "rms_norm": lambda: norm_grammar("rms", "rms_norm"),
     "layer_norm": lambda: norm_grammar("layer", "layer_norm"),
     "RMSNorm module": lambda: norm_grammar("rms", "RMSNorm module", module=True),
-    "pre_ln": lambda: placement_grammar("pre_ln"),
-    "post_ln": lambda: placement_grammar("post_ln"),
     "pre-LN block": block_grammar,
 }
 
@@ -100,10 +99,9 @@ def observation_case(checker: str, case) -> object | None:
 
         w = case.weight if case.weight is not None else torch.ones(case.dim)
         return norm_case(case.x, w, None, RMS_NORM_EPS if case.eps is None else case.eps)
-    if checker in ("pre_ln", "post_ln"):
-        return PlacementCase(case.x, case.sublayer, case.norm)
     if checker == "pre-LN block":
-        if getattr(case, "x", None) is None or case.parts is None or isinstance(case.parts, str):
+        if getattr(case, "x", None) is None or case.parts is None or isinstance(case.parts, str) \
+                or getattr(case, "own", False):  # the student's own submodules: grading cannot run other wirings
             return None
         A, M, N1, N2 = case.parts
         return BlockCase(case.x, A, M, N1, N2)
@@ -148,7 +146,8 @@ def refine(checker: str, battery: Sequence[object], results: Sequence[object], a
     found: list = []
 
     def search_now() -> None:
-        found.append(_search(checker, battery, results, numpy, describe_rest=q is None))
+        found.append(_search(checker, battery, results, numpy, describe_rest=q is None,
+                             reference=q is None or not q.formula_is_answer))
 
     if q is None:
         search_now()
@@ -162,9 +161,12 @@ def refine(checker: str, battery: Sequence[object], results: Sequence[object], a
     return found[0] if found else None
 
 
-def _search(checker: str, battery, results, numpy: bool, describe_rest: bool = True) -> Finding | None:
+def _search(checker: str, battery, results, numpy: bool, describe_rest: bool = True,
+            reference: bool = True) -> Finding | None:
     """The grammar search on the cases with the generic diagnosis: a variant that reproduces
-    every output names them; else (``describe_rest``) what was measured is added."""
+    every output names them (``reference``: with what the reference does; False for a question
+    whose reference is its answer, :attr:`Question.formula_is_answer`); else (``describe_rest``)
+    what was measured is added."""
     generic = [r for r in results if not r.passed and r.fault in GENERIC_FAULTS
                and getattr(r, "observed", None) is not None]
     grammar = grammar_for(checker)
@@ -186,11 +188,11 @@ def _search(checker: str, battery, results, numpy: bool, describe_rest: bool = T
         head = r.message.rsplit("; ", 1)[0] if "; " in r.message else r.message.split(" [fault:")[0]
         if found is not None:
             r.fault = "found_variant"
-            sentence = numpy_words(found.sentence()) if numpy else found.sentence()
+            sentence = found.sentence(reference=reference)
+            sentence = numpy_words(sentence) if numpy else sentence
             r.message = (f"{head}; {sentence} [fault: found_variant] "
                          f"[variant: {variant_id(found.best)}]")
         elif describe_rest:
-            got, want = r.observed[0], r.observed[1]
             x = getattr(case, "x", None)
             x64 = None
             if x is not None:
@@ -200,7 +202,11 @@ def _search(checker: str, battery, results, numpy: bool, describe_rest: bool = T
                     x64 = _np(x)[0].astype(np.float64)
                 except Exception:  # noqa: BLE001 - a description is optional
                     x64 = None
-            text = describe(x64, got, want)
+            # each output by its name; an undeclared question's rows are tokens only when the
+            # output is shaped like its input
+            texts = [describe(x64, g, w, name) for name, g, w in split(r.observed, default="output")
+                     if x64 is not None and g.shape == x64.shape]
+            text = "; ".join(t.removeprefix("measured: ").rstrip(".") for t in texts if t)
             if text:
-                r.message = r.message.replace(f" [fault: {r.fault}]", f"; {text} [fault: {r.fault}]")
+                r.message = r.message.replace(f" [fault: {r.fault}]", f"; measured: {text}. [fault: {r.fault}]")
     return found

@@ -26,8 +26,9 @@ from .. import faults as _faults
 from . import expr as E
 from .explain import differences
 from .measure import (describe, divisor_words, factor_words, per_token_factors, token_stats_words)
-from .probes import probe_facts, probes_for, run_probes, upcast_contradicts
-from .questions import Question
+from .probes import dtype_advice, probe_facts, probes_for, run_probes, upcast_contradicts
+from .outputs import split
+from .questions import Output, Question
 
 __all__ = ["diagnose", "GENERIC", "KEEP"]
 
@@ -241,33 +242,62 @@ def _formula_message(q: Question, S: E.Expr, R: E.Expr, models: list, sizes: dic
 # --------------------------------------------------------------------------- measured facts
 
 
+def _outputs(q: Question, seen: tuple) -> list[tuple[Output, np.ndarray, np.ndarray]]:
+    """``[(output, got, want)]``: each output of one case's record in its own shape, as the
+    question declares it (:mod:`.outputs`); nothing for a record that cannot be told apart
+    (unnamed, of a question with several outputs)."""
+    if not getattr(seen, "parts", ()):
+        out = q.output(None)
+        return [] if out is None else [(out, np.asarray(seen[0]), np.asarray(seen[1]))]
+    return [(q.output(name), g, w) for name, g, w in split(seen)]
+
+
+def _your(out: Output) -> str:
+    return "your output" if out.name == "output" else f"your {out.name}"
+
+
+def _is(out: Output) -> str:
+    return "are" if out.plural else "is"
+
+
 def _output_facts(q: Question, case_args: tuple, kwargs: dict, seen: tuple) -> list[str]:
-    """What the outputs of one case show against the reference's."""
-    got, want, rtol, atol = seen
-    facts: list[str] = []
-    if got.shape != want.shape or not np.all(np.isfinite(got)):
-        return facts
+    """What the outputs of one case show against the reference's: each output that differs,
+    said by its name."""
+    _, _, rtol, atol = seen
     sizes = _sizes(case_args)
     x = _f64(case_args[0]) if case_args else None
-    if q.norm and x is not None and x.shape == got.shape:
+    facts: list[str] = []
+    for out, got, want in _outputs(q, seen):
+        if got.shape != want.shape or not np.all(np.isfinite(got)) or \
+                np.allclose(got, want, rtol=rtol, atol=atol):
+            continue
+        facts += _one_output_facts(q, out, x, case_args, kwargs, got, want, rtol, atol, sizes)
+    return [f for f in facts if f]
+
+
+def _one_output_facts(q: Question, out: Output, x, case_args: tuple, kwargs: dict, got, want, rtol: float,
+                      atol: float, sizes: dict) -> list[str]:
+    facts: list[str] = []
+    like_x = out.tokens and x is not None and x.shape == got.shape
+    if q.norm and like_x:
         facts += _norm_facts(q, x, case_args, kwargs, got, want, rtol)
     if not facts and np.all(np.abs(got) <= atol) and not np.all(np.abs(want) <= atol):
-        facts.append("your output is 0 everywhere")
+        facts.append(f"{_your(out)} {_is(out)} 0 everywhere")
     if not facts:
         ratio = _constant_ratio(got, want)
         if ratio is not None:
             w = factor_words(ratio, sizes)
             said = f" = {w}" if w and w != f"{ratio:g}" else ""
-            facts.append(f"your output is the reference's times {ratio:.4g}{said}")
-    if not facts:
-        t = token_stats_words(got, want, q.title)
+            facts.append(f"{_your(out)} {_is(out)} the reference's times {ratio:.4g}{said}")
+    if not facts and out.tokens:
+        t = token_stats_words(got, want, q.title, out.name, out.rows)
         if t:
             facts.append(t)
-    if not facts:
-        t = describe(x if x is not None and x.shape == got.shape else None, got, want)
+    if not facts and out.tokens:
+        t = describe(x if like_x else None, got, want, out.name, out.rows)
         if t:
             facts.append(t.removeprefix("measured: ").rstrip("."))
-    return [f for f in facts if f]
+    return facts
 
 
 def _norm_facts(q: Question, x: np.ndarray, args: tuple, kwargs: dict, got, want, rtol: float) -> list[str]:
@@ -340,8 +370,10 @@ def _offset_fact(q: Question, got, want, b) -> list[str]:
 
 
 def _constant_ratio(got: np.ndarray, want: np.ndarray) -> float | None:
+    """The one factor between ``got`` and ``want``, read on at least two entries (one entry's
+    ratio is no evidence of a factor)."""
     mask = np.abs(want) > 1e-3 * max(1e-12, float(np.max(np.abs(want))))
-    if not mask.any():
+    if mask.sum() < 2:
         return None
     r = got[mask] / want[mask]
     c = float(np.median(r))
@@ -350,12 +382,26 @@ def _constant_ratio(got: np.ndarray, want: np.ndarray) -> float | None:
     return c
 
 
-def _largest_difference(seen: tuple) -> str:
-    got, want, _, _ = seen
-    diff = np.abs(np.nan_to_num(got - want, nan=np.inf))
-    idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), diff.shape)) if diff.size else ()
-    g, w = float(got[idx]) if diff.size else float("nan"), float(want[idx]) if diff.size else float("nan")
-    return f"where they differ most, at {idx}, yours is {g:.4g} and the reference's {w:.4g}"
+def _largest_difference(q: Question, seen: tuple) -> str | None:
+    """Where the outputs differ most: in the output that differs most, at an index of its own
+    shape (None when the record's outputs cannot be told apart)."""
+    best = None
+    for out, got, want in _outputs(q, seen):
+        if got.shape != want.shape or not got.size:
+            continue
+        diff = np.abs(np.nan_to_num(got - want, nan=np.inf))
+        k = int(np.argmax(diff))
+        if best is None or diff.flat[k] > best[0]:
+            best = (float(diff.flat[k]), out, got, want, k)
+    if best is None:
+        return None
+    _, out, got, want, k = best
+    idx = tuple(int(i) for i in np.unravel_index(k, got.shape))
+    g, w = float(got[idx]), float(want[idx])
+    if out.name == "output":
+        return f"where they differ most, at {idx}, yours is {g:.4g} and the reference's {w:.4g}"
+    return (f"where your {out.name} and the reference's differ most, at {idx}, yours is {g:.4g} and the "
+            f"reference's {w:.4g}")
 
 
 # --------------------------------------------------------------------------- the diagnosis
@@ -366,6 +412,8 @@ def _rewritable(r, backend: str) -> bool:
         return False
     if getattr(r, "observed", None) is not None:
         return True
+    if r.fault in GENERIC and getattr(r, "observed_case", None) is not None:
+        return True  # a call the checker names (its output not kept, e.g. on the student's own modules)
     text = _faults.split_tags(r.message)[0]
     return r.fault == "raises" and text.endswith("; " + _faults.message("raises", backend))
 
@@ -392,8 +440,17 @@ def diagnose(q: Question, battery: Sequence, results: Sequence, answer=None, cal
         search()
     traced = _traced_formulas(q, answer, battery, results) if answer is not None else {}
     formulas = traced or (_identified_formulas(q, battery, results) if q.identify and q.models is not None else {})
+    if q.formula_is_answer:
+        formulas = {}  # said beside the reference's formula, which is the answer: never
     facts, probed = _probe_facts(q, battery, answer, call)
     not_precision = upcast_contradicts(probed)
+    advice = dtype_advice(probed, q.params, backend)
+    for r in results:  # the output's dtype, where it comes from when "cast back" is not the advice
+        if advice and r.fault == "wrong_dtype" and not r.passed:
+            text = _faults.split_tags(r.message)[0]
+            hint = "; " + _faults.message("wrong_dtype", backend)
+            if text.endswith(hint):
+                r.message = f"{text[: -len(hint)]}; {advice}. {_faults.format_tag('wrong_dtype')}"
     source = next((i for i in formulas if not results[i].passed), next(iter(formulas), None))
     # a fault kind the checker gave every failing case it compared by value: a model that fits the
     # whole battery (one that fits some cases only is a coincidence of those inputs)
@@ -439,7 +496,7 @@ def diagnose(q: Question, battery: Sequence, results: Sequence, answer=None, cal
                              "fails here")
             found += [f for f, where in facts.values() if f not in found and where in (None, case)]
             if seen is not None and not found:
-                found = [_largest_difference(seen)]
+                found = [w for w in (_largest_difference(q, seen),) if w]
             if not found:
                 continue
             base = _faults.message(r.fault, backend) if r.fault == "returns_nan" else None

@@ -73,37 +73,44 @@ def _grows_with_mean(x: np.ndarray, err: np.ndarray) -> float | None:
     return r if r > 0.9 else None
 
 
-def describe(x: np.ndarray | None, got: np.ndarray, want: np.ndarray) -> str:
+def describe(x: np.ndarray | None, got: np.ndarray, want: np.ndarray, name: str = "output",
+             row: str = "token") -> str:
     """One sentence on what the wrong output shows (empty when nothing regular was found).
 
     Args:
         x: the case's input ``[..., D]`` as float64 (None when the output is not shaped like it).
-        got, want: the student's and the reference output, same shape, float64.
+        got, want: the student's and the reference output, same shape, float64, rows are
+            tokens (``[..., D]``).
+        name: the output's name (``"output"``: the question's only output; else e.g. ``"dx"``,
+            said by name); ``row``: what one of its rows is (``"token"``, ``"query"``).
     """
     if got.shape != want.shape or got.ndim == 0 or not np.all(np.isfinite(got)):
         return ""
     facts: list[str] = []
     err = got - want
+    each = "each token's output" if name == "output" and row == "token" else f"each {row}'s row of your {name}"
     if got.ndim >= 1 and want.shape[-1] > 1:
         f = _per_row_factor(got, want)
         if f is not None:
-            facts.append(f"each token's output is the reference's times its own factor "
-                         f"(from {_fmt(f[0])} to {_fmt(f[1])}): the number you divide by is off "
-                         "by a different amount per token")
+            facts.append(f"{each} is the reference's times its own factor (from {_fmt(f[0])} to {_fmt(f[1])})"
+                         + (": the number you divide by is off by a different amount per token"
+                            if name == "output" and row == "token" else ""))
         else:
             o = _per_row_offset(got, want)
             if o is not None:
-                facts.append(f"each token's output is the reference's shifted by its own amount "
+                facts.append(f"{each} is the reference's shifted by its own amount "
                              f"(from {_fmt(o[0])} to {_fmt(o[1])})")
     ax = _axis_followed(err)
     if ax is not None and not facts:
         names = _AXIS_NAMES.get(err.ndim, ())
-        name = f" ({names[ax]})" if ax < len(names) else ""
-        facts.append(f"the error changes only along axis {ax}{name} and is the same along the others")
+        axis = f" ({names[ax]})" if ax < len(names) else ""
+        where = "" if name == "output" else f"in your {name}, "
+        facts.append(f"{where}the error changes only along axis {ax}{axis} and is the same along the others")
     if x is not None and x.shape == got.shape:
         r = _grows_with_mean(x, err)
         if r is not None:
-            facts.append(f"the error grows with the token's mean (correlation {r:.2f}): tokens whose "
+            whose = "" if name == "output" else f" of your {name}"
+            facts.append(f"the error{whose} grows with the token's mean (correlation {r:.2f}): tokens whose "
                          "values sit far from 0 are off the most")
     if not facts:
         return ""
@@ -207,23 +214,30 @@ def divisor_words(x: np.ndarray, k: np.ndarray, reference_divisor: np.ndarray, s
     return None
 
 
-def token_stats_words(got: np.ndarray, want: np.ndarray, title: str) -> str | None:
-    """The per-token mean and RMS of the output against the reference's, where they differ:
-    ``"your tokens' outputs have RMS 0.31 to 0.52 where RMSNorm's have RMS 1 to 1.3"``."""
-    d = want.shape[-1]
+def token_stats_words(got: np.ndarray, want: np.ndarray, title: str, name: str = "output",
+                      row: str = "token") -> str | None:
+    """The per-row mean and RMS of an output whose rows belong to tokens (``[..., D]``) against
+    the reference's, where they differ: ``"your tokens' outputs have RMS 0.31 to 0.52 where
+    RMSNorm's have RMS 1 to 1.3"`` (``name="output"``, a question's only output), or ``"your
+    dx's rows, one per token, have RMS ... where the reference's have RMS ..."`` (a named output;
+    ``row``: what one row is, ``"query"`` for attention logits)."""
+    d = want.shape[-1] if want.ndim else 0
     if d < 2 or not np.all(np.isfinite(got)):
         return None
     g, w = got.reshape(-1, d), want.reshape(-1, d)
+    own = name == "output" and row == "token"
+    theirs = f"{title}'s" if own else "the reference's"
     facts = []
     gr, wr = np.sqrt((g * g).mean(-1)), np.sqrt((w * w).mean(-1))
     if not np.allclose(gr, wr, rtol=2e-2, atol=1e-3):
-        facts.append(f"RMS {_span(gr)} where {title}'s have RMS {_span(wr)}")
+        facts.append(f"RMS {_span(gr)} where {theirs} have RMS {_span(wr)}")
     gm, wm = g.mean(-1), w.mean(-1)
     if not np.allclose(gm, wm, rtol=2e-2, atol=2e-2 * max(1.0, float(np.abs(wr).max()))):
-        facts.append(f"mean {_span(gm)} where {title}'s have mean {_span(wm)}")
+        facts.append(f"mean {_span(gm)} where {theirs} have mean {_span(wm)}")
     if not facts:
         return None
-    return "your tokens' outputs have " + "; and ".join(facts)
+    whose = f"your {name}'" if name.endswith("s") else f"your {name}'s"
+    return ("your tokens' outputs have " if own else f"{whose} rows, one per {row}, have ") + "; and ".join(facts)
 
 
 def _span(v: np.ndarray) -> str:

@@ -18,7 +18,11 @@ records the battery's calls (:func:`normref.handback.probe`), and the grader rep
 * ``zero``, ``slope``: the input set to 0 and scaled down 100 times (how steeply the output rises
   near 0);
 * ``upcast``: the float16 case's values in float32 (is the answer right there, so that the
-  low precision is what fails?).
+  low precision is what fails?);
+* ``param_dtype``: the first low-precision case with its weight and bias (float32 there) given
+  in ``x``'s dtype: an answer whose output then comes back in ``x``'s dtype had its result in
+  ``x``'s dtype before the float32 parameters entered it (a cast back undone by multiplying by
+  the weight after it), so "cast back" is not the advice it needs.
 
 :func:`run_probes` makes the calls; :func:`probe_facts` says, for each probe where the answer
 and the reference respond differently, what the answer does, in the student's words.
@@ -35,13 +39,13 @@ __all__ = ["PROBES", "Probed", "run_probes", "probe_facts", "probes_for"]
 
 #: Every probe, in the order it is made.
 PROBES = ("element", "scale", "shift", "weight", "bias", "alpha", "double_x", "half_x", "eps", "saturate", "zero",
-          "slope", "upcast")
+          "slope", "upcast", "param_dtype")
 
 
 def probes_for(params: tuple, norm: bool) -> tuple:
     """The probes a signature gets: a norm's ``x`` its invariances, each parameter its change,
     ``alpha`` (a squashing function's) the saturation and slope, and every question with
-    low-precision cases the upcast."""
+    low-precision cases the upcast (and, with a weight or bias, those given in x's dtype)."""
     out = []
     if norm:
         out += ["element", "scale", "shift"]
@@ -51,6 +55,8 @@ def probes_for(params: tuple, norm: bool) -> tuple:
     if "alpha" in params:
         out += ["element", "double_x", "half_x", "saturate", "zero", "slope"]
     out.append("upcast")
+    if "weight" in params or "bias" in params:
+        out.append("param_dtype")
     return tuple(dict.fromkeys(o for o in PROBES if o in out))
 
 
@@ -93,9 +99,19 @@ class Probed:
     want1: np.ndarray
     #: the battery case it was made on
     case: object = None
+    #: the dtype of the answer's output on the changed call ("float16"; "" where it gave none)
+    dtype1: str = ""
 
 
-def _base_case(battery: list, args_of: Callable, probe: str):
+def _params_in_other_dtype(args: tuple, params: tuple) -> list[str]:
+    """The weight and bias of one call (by the signature's names) whose dtype is not ``x``'s."""
+    pos = {p: i for i, p in enumerate(params)}
+    x = args[0]
+    return [p for p in ("weight", "bias") if p in pos and pos[p] < len(args) and args[pos[p]] is not None
+            and hasattr(args[pos[p]], "dtype") and _dtype(args[pos[p]]) != _dtype(x)]
+
+
+def _base_case(battery: list, args_of: Callable, probe: str, params: tuple = ()):
     """The battery case a probe is made on (from the battery alone)."""
     def x_of(case):
         a, _ = args_of(case)
@@ -104,6 +120,9 @@ def _base_case(battery: list, args_of: Callable, probe: str):
     usable = [c for c in battery if getattr(x_of(c), "ndim", 0) >= 2]
     if probe == "upcast":
         return next((c for c in battery if _dtype(x_of(c)) == "float16"), None)
+    if probe == "param_dtype":
+        return next((c for c in battery if _dtype(x_of(c)) in ("float16", "bfloat16")
+                     and _params_in_other_dtype(args_of(c)[0], params)), None)
     usable = [c for c in usable if _dtype(x_of(c)) in ("float32", "float64")]
     if not usable:
         return None
@@ -150,6 +169,13 @@ def _changed(probe: str, params: tuple, args: tuple, kwargs: dict):
         args[0] = x * 0.5
     elif probe == "upcast":
         args[0] = x.float() if hasattr(x, "float") and not isinstance(x, np.ndarray) else x.astype(np.float32)
+    elif probe == "param_dtype":
+        names = _params_in_other_dtype(tuple(args), params)
+        if not names:
+            return None
+        for p in names:
+            a = args[pos[p]]
+            args[pos[p]] = a.astype(x.dtype) if isinstance(a, np.ndarray) else a.to(x.dtype)
     return tuple(args), kwargs
 
 
@@ -171,14 +197,14 @@ def run_probes(probes: tuple, params: tuple, battery: list, args_of: Callable, c
     for probe in probes:
         if time.monotonic() - start > PROBES_BUDGET_S:
             break
-        case = _base_case(battery, args_of, probe)
+        case = _base_case(battery, args_of, probe, params)
         if case is None:
             continue
         args, kwargs = args_of(case)
         changed = _changed(probe, params, args, kwargs)
         if changed is None:
             continue
-        if probe == "upcast":
+        if probe in ("upcast", "param_dtype"):
             base = (tuple(args), dict(kwargs))
             got0 = None  # the battery's own call: its output is the case's
         else:
@@ -186,12 +212,14 @@ def run_probes(probes: tuple, params: tuple, battery: list, args_of: Callable, c
             if id(case) not in bases:
                 bases[id(case)] = _f64(call(*base))
             got0 = bases[id(case)]
-        got1 = _f64(call(*changed))  # call(args, kwargs)
+        out1 = call(*changed)  # call(args, kwargs)
+        got1 = _f64(out1)
         try:
             want0, want1 = _f64(reference(*base[0], **base[1])), _f64(reference(*changed[0], **changed[1]))
         except Exception:  # noqa: BLE001 - a probe the reference cannot take says nothing
             continue
-        out.append(Probed(probe, base, changed, got0, got1, want0, want1, case))
+        out.append(Probed(probe, base, changed, got0, got1, want0, want1, case,
+                          _dtype(out1) if got1 is not None else ""))
     return out
 
 
@@ -426,6 +454,41 @@ def _upcast_fact(p: Probed, title: str, x16: np.ndarray, kind: str | None) -> st
     what = step or "float16's 11 bits of precision lose the statistics"
     return (f"on the same values in float32 your output is right, so the float16 computation is what fails: {what}; "
             "compute the statistics in float32 and cast back")
+
+
+def dtype_advice(probed: list[Probed], params: tuple, backend: str = "torch") -> str | None:
+    """The advice for an output of the wrong dtype where the ``param_dtype`` probe shows where
+    that dtype comes from: given its weight and bias in ``x``'s dtype, the answer's output comes
+    back in ``x``'s dtype, so the result was in ``x``'s dtype (cast back, or never upcast) before
+    the parameters entered it; None otherwise (the registry's "cast back" stands)."""
+    p = next((p for p in probed if p.probe == "param_dtype"), None)
+    if p is None or not p.dtype1:
+        return None
+    x = p.base[0][0]
+    xd = _dtype(x)
+    if p.dtype1 != xd:
+        return None
+    names = _params_in_other_dtype(p.base[0], params)
+    if not names:
+        return None
+    pos = {n: i for i, n in enumerate(params)}
+    theirs = _dtype(p.base[0][pos[names[0]]])
+    steps = " and ".join({"weight": f"multiplying by the {theirs} weight",
+                          "bias": f"adding the {theirs} bias"}[n] for n in names)
+    what = " and ".join(names)
+    cast = ".astype(x.dtype)" if backend == "numpy" else ".to(x.dtype)"
+    x64 = _f64(x)
+    # on values whose squares overflow x's dtype, right values mean the statistics were computed in
+    # float32 and the result cast back: the cast is there, and the step after it undoes it
+    cast_back = (x64 is not None and xd == "float16" and float(np.max(x64 * x64)) > 65504 and p.got1 is not None
+                 and p.got1.shape == p.want1.shape and np.allclose(p.got1, p.want1, rtol=2e-3, atol=2e-3))
+    head = f"with the {what} given in x's dtype on the {xd} case, your output comes back {xd}: "
+    also = f" (or cast {'them' if len(names) > 1 else 'it'} with " + " and ".join(f"{n}{cast}" for n in names) + ")"
+    if cast_back:
+        return (f"{head}your result is in x's dtype after your cast back to it, and {steps} makes it {theirs} "
+                f"again: apply the {what} before casting back with {cast}{also}")
+    return (f"{head}{steps} {'make' if len(names) > 1 else 'makes'} your result {theirs}: cast the result back "
+            f"with {cast} after applying the {what}{also}")
 
 
 def upcast_contradicts(probed: list[Probed]) -> object | None:

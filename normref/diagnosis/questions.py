@@ -17,7 +17,28 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
-__all__ = ["Question", "declare", "declared", "QUESTIONS"]
+__all__ = ["Output", "Question", "declare", "declared", "QUESTIONS"]
+
+
+@dataclass(frozen=True)
+class Output:
+    """One output of an answer, as sentences name it.
+
+    Attributes:
+        name: its name in sentences, ``"dx"``, ``"dweight"``, ``"new_running_mean"``; a question
+            with one output calls it ``"output"`` ("your output is the reference's times 2").
+        tokens: its last axis' rows belong to tokens (``[..., D]`` like ``x``, one row per token;
+            attention logits ``[..., T, T]``, one row per query): per-row statistics ("your
+            tokens' outputs have RMS ...") are said of it; False for a parameter's gradient or a
+            running statistic (``[D]``).
+        rows: what one row is, in sentences: ``"token"``, ``"query"``.
+        plural: the name is a plural ("your logits are ...").
+    """
+
+    name: str = "output"
+    tokens: bool = True
+    rows: str = "token"
+    plural: bool = False
 
 
 @dataclass
@@ -53,6 +74,14 @@ class Question:
             list one by one (DeepNorm's ``Norm(alpha x + F(x))`` for every ``alpha``).
         facts: ``facts(args, kwargs, observed) -> [sentence, ...]``: what the outputs of one
             case show that the generic measurements do not read (a gradient's invariants).
+        outputs: the answer's outputs in order (:class:`Output`); a question with several
+            (a tuple returned) has its checker record each case with their names
+            (:func:`normref.diagnosis.outputs.observe`), and every measured sentence is about
+            one of them, by its name, with indices in its own shape.
+        formula_is_answer: the reference's formula is what the question asks the student to
+            derive (the LayerNorm backward): no message states it, or any term of it; a
+            difference is said instead (what the student's outputs show, or the variant's
+            phrase without the reference's).
     """
 
     checker: str
@@ -72,6 +101,8 @@ class Question:
     search: bool = True
     forms: Callable | None = None
     facts: Callable | None = None
+    outputs: tuple = (Output(),)
+    formula_is_answer: bool = False
 
     @property
     def function(self) -> str:
@@ -87,6 +118,13 @@ class Question:
     def notation(self, param: str) -> str:
         """How the formula writes a parameter (``sublayer`` -> ``F``)."""
         return self.names.get(param, param)
+
+    def output(self, name: str | None) -> Output | None:
+        """The declared output named ``name``; None (an unnamed record): the only output, or None
+        when there are several. An undeclared name has no tokens."""
+        if name is None:
+            return self.outputs[0] if len(self.outputs) == 1 else None
+        return next((o for o in self.outputs if o.name == name), Output(name, tokens=False))
 
     def invoke(self, answer, args: tuple, kwargs: dict):
         """The answer called on one case's ``args``."""

@@ -97,8 +97,6 @@ class Grammar:
             is the reference.
         compatible: ``compatible(a, b) -> bool``: whether two choices of different dimensions
             make a meaningful pair (default: always).
-        name: ``name(variant) -> str | None``: the known design a variant is as a whole (the
-            wiring grammar: "Peri-LN, x + Norm(F(Norm(x)))"), or None (default: none).
     """
 
     checker: str
@@ -106,7 +104,6 @@ class Grammar:
     dims: Callable[[Sequence[object]], list[list[Choice]]]
     evaluate: Callable[[dict, object], np.ndarray | None]
     compatible: Callable[[Choice, Choice], bool] = lambda a, b: True
-    name: Callable[[tuple], str | None] = lambda v: None
 
     def singles(self, cases: Sequence[object]) -> list[Variant]:
         return [(c,) for dim in self.dims(cases) for c in dim]
@@ -150,8 +147,6 @@ class Finding:
     checker: str
     reference: str
     evaluated: int = 0
-    #: the known design the best variant is as a whole (:attr:`Grammar.name`), or None
-    named: str | None = None
 
     @property
     def best(self) -> Variant:
@@ -161,15 +156,15 @@ class Finding:
     def ids(self) -> list[str]:
         return [variant_id(v) for v in self.variants]
 
-    def sentence(self) -> str:
+    def sentence(self, reference: bool = True) -> str:
         """The diagnosis in the student's words, e.g. "you divided by the largest |x| of the
-        token where RMSNorm divides by the root mean square"."""
+        token where RMSNorm divides by the root mean square"; ``reference=False``: without what
+        the reference does (a question whose reference is its answer, the backward)."""
         best = self.best
         clauses = [c.phrase for c in best]
         text = "you " + (clauses[0] if len(clauses) == 1 else f"{clauses[0]}, and {clauses[1]}")
-        text += f", where {self.reference}"
-        if self.named:
-            text = f"that is {self.named}: {text}"
+        if reference:
+            text += f", where {self.reference}"
         others = [v for v in self.variants[1:] if {c.key for c in v} != {c.key for c in best}]
         if others:
             o = others[0]
@@ -238,8 +233,7 @@ def search(grammar: Grammar, obs: Sequence[Observation], *, pairs: bool = True) 
                 found.append((_distance(v, obs, run), v))
         if found:
             found.sort(key=lambda t: t[0])
-            return Finding([v for _, v in found], grammar.checker, grammar.reference, evaluated,
-                           grammar.name(found[0][1]))
+            return Finding([v for _, v in found], grammar.checker, grammar.reference, evaluated)
     return None
 
 

@@ -1,13 +1,6 @@
-"""The grammar of residual wiring: Pre-LN and Post-LN sublayers, and a whole pre-norm block.
-
-A sublayer (``check_pre_ln``, ``check_post_ln``) is ``out = post(residual + branch(F(input)))``:
-
-* ``input``: what the sublayer F reads, ``x`` or ``Norm(x)``;
-* ``branch``: F's output as is, or normalized (``Norm(F(.))``);
-* ``residual``: what the residual path carries, ``x``, ``Norm(x)`` or nothing;
-* ``post``: the sum as is, or normalized after the add.
-
-Pre-LN is (``Norm(x)``, as is, ``x``, as is); Post-LN is (``x``, as is, ``x``, normalized).
+"""The grammar of a pre-norm block's wiring (the search behind ``check_pre_ln_block`` where its
+answer cannot be traced, as in grading's replay; ``check_pre_ln``/``check_post_ln`` have none:
+their answers' formulas are traced or identified, :mod:`.diagnose`).
 
 A block (``check_pre_ln_block``) is ``h = post1(r1 + A(na(x)))``,
 ``out = post2(r2 + M(nm(s)))``, with the attention's norm ``na`` (input_layernorm, the other
@@ -25,16 +18,7 @@ import numpy as np
 
 from .search import Choice, Grammar
 
-__all__ = ["PlacementCase", "BlockCase", "placement_grammar", "block_grammar"]
-
-
-@dataclass
-class PlacementCase:
-    """``x [..., D]`` (torch), the sublayer ``F`` and the norm ``N`` of one placement case."""
-
-    x: object
-    F: Callable
-    N: Callable
+__all__ = ["BlockCase", "block_grammar"]
 
 
 @dataclass
@@ -53,87 +37,6 @@ def _f64(t) -> np.ndarray:
     import torch
 
     return t.detach().to("cpu", torch.float64).numpy()
-
-
-_PRE = {"input": "Nx", "branch": "F", "residual": "x", "post": False}
-_POST = {"input": "x", "branch": "F", "residual": "x", "post": True}
-
-
-def _eval_placement(ref: dict, ch: dict, c: PlacementCase, memo: dict) -> np.ndarray:
-    import torch
-
-    s = {**ref, **ch}
-    key = (id(c), tuple(sorted(s.items())))
-    if key in memo:
-        return memo[key]
-    with torch.no_grad():
-        x, F, N = c.x, c.F, c.N
-        inp = N(x) if s["input"] == "Nx" else x
-        br = F(inp)
-        if s["branch"] == "NF":
-            br = N(br)
-        res = {"x": x, "Nx": N(x), "none": None}[s["residual"]]
-        out = br if res is None else res + br
-        if s["post"]:
-            out = N(out)
-    memo[key] = _f64(out)
-    return memo[key]
-
-
-_PHRASES = {
-    ("input", "x"): "fed x to the sublayer instead of Norm(x)",
-    ("input", "Nx"): "fed Norm(x) to the sublayer instead of x",
-    ("branch", "NF"): "normalized the sublayer's output, Norm(F(.))",
-    ("residual", "Nx"): "added Norm(x) on the residual path instead of x",
-    ("residual", "none"): "left out the residual add",
-    ("post", True): "normalized after the residual add",
-    ("post", False): "did not normalize after the residual add",
-}
-
-
-#: The known placements in the grammar's dimensions (DeepNorm's scaled residual is not one of them:
-#: the checkers' fault models fit its alpha). Keys of :data:`normref.placements.PLACEMENTS`.
-_KNOWN_SPECS = {
-    "pre": {"input": "Nx", "branch": "F", "residual": "x", "post": False},
-    "post": {"input": "x", "branch": "F", "residual": "x", "post": True},
-    "peri": {"input": "Nx", "branch": "NF", "residual": "x", "post": False},
-    "output": {"input": "x", "branch": "NF", "residual": "x", "post": False},
-}
-
-
-def placement_name(ref: dict, variant) -> str | None:
-    """``"Peri-LN, x + Norm(F(Norm(x)))"`` when the reference ``ref`` with ``variant``'s choices
-    is a known placement (:data:`normref.placements.PLACEMENTS`), else None."""
-    from ..placements import PLACEMENTS
-
-    spec = {**ref, **{c.dim: c.value for c in variant}}
-    for key, known in _KNOWN_SPECS.items():
-        if spec == known:
-            name, formula = PLACEMENTS[key]
-            return f"{name}, {formula}"
-    return None
-
-
-def placement_grammar(which: str) -> Grammar:
-    """The wiring grammar of ``check_pre_ln`` (``which="pre_ln"``) or ``check_post_ln``
-    (``"post_ln"``); a variant that is another known placement as a whole is named as it
-    (``Grammar.name``)."""
-    ref = _PRE if which == "pre_ln" else _POST
-    known = ({("input", "x"): "missing_norm", ("residual", "Nx"): "residual_from_normed",
-              ("residual", "none"): "missing_residual", ("branch", "NF"): "is_peri_ln"} if which == "pre_ln" else
-             {("residual", "none"): "missing_residual", ("post", False): "missing_norm"})
-    values = {"input": ["x", "Nx"], "branch": ["F", "NF"], "residual": ["x", "Nx", "none"],
-              "post": [False, True]}
-
-    def dims(cases: Sequence[object]) -> list[list[Choice]]:
-        return [[Choice(d, v, _PHRASES[(d, v)], known.get((d, v))) for v in vs if v != ref[d]]
-                for d, vs in values.items()]
-
-    memo: dict = {}
-    reference = ("Pre-LN returns x + F(Norm(x))" if which == "pre_ln"
-                 else "Post-LN returns Norm(x + F(x))")
-    return Grammar(which, reference, dims, lambda ch, c: _eval_placement(ref, ch, c, memo),
-                   name=lambda v: placement_name(ref, v))
 
 
 _BLOCK_REF = {"na": "N1", "r1": "x", "post1": False, "s": "h", "nm": "N2", "r2": "h", "post2": False}

@@ -172,8 +172,10 @@ def _fresh_database(url: str, i: int, own: bool) -> str:
 
 def diagnosis_bench() -> None:
     """Issue 17's figures: every variant of each checker's grammar played through the checker
-    (:func:`normref.diagnosis.coverage.coverage`): how many, the share named, the slowest call."""
-    from normref.diagnosis.coverage import CHECKERS, coverage
+    (``coverage`` of ``tests/diagnosis_coverage.py``, test tooling): how many, the share named,
+    the slowest call."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+    from diagnosis_coverage import CHECKERS, coverage
 
     from grader import backward  # noqa: F401 - the backward's grammar is the grader's
 

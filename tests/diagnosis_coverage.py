@@ -1,4 +1,5 @@
-"""How much of its grammar a checker names: every variant played as a student's code.
+"""How much of its grammar a checker names: every variant played as a student's code (test
+tooling: the tests and ``make bench``'s diagnosis figures; never in the product).
 
 :func:`student_from_variant` turns a variant into something the checker accepts (a function,
 an ``nn.Module`` class, a block class) that computes the variant on whatever input it is
@@ -6,22 +7,110 @@ given. :func:`coverage` runs the real checker on each variant and counts: the va
 battery cannot tell from the reference, those the known fault kinds diagnose, those the
 search names (and whether the name it gives is the variant or one that the battery cannot
 tell from it), and the slowest checker call. ``make bench`` prints it.
+
+``check_pre_ln``/``check_post_ln`` have no grammar in the product (their answers' formulas are
+traced or identified): :func:`placement_grammar` here generates their wrong wirings, to play.
 """
 from __future__ import annotations
 
 import random
 import time
 from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
 import numpy as np
 
-from . import grammar_for, observation_case, variant_id
-from .gradients import BackwardCase
-from .norms import evaluate_norm, norm_case
-from .search import Variant
-from .wiring import BlockCase, PlacementCase
+from normref.diagnosis import grammar_for as _product_grammar
+from normref.diagnosis import observation_case as _product_case
+from normref.diagnosis import variant_id
+from normref.diagnosis.gradients import BackwardCase
+from normref.diagnosis.norms import evaluate_norm, norm_case
+from normref.diagnosis.search import Choice, Grammar, Variant
+from normref.diagnosis.wiring import BlockCase
 
-__all__ = ["CHECKERS", "Coverage", "student_from_variant", "coverage", "battery_of", "run_checker"]
+__all__ = ["CHECKERS", "Coverage", "PlacementCase", "student_from_variant", "coverage", "battery_of", "grammar_for",
+           "observation_case", "placement_grammar", "run_checker"]
+
+
+# --------------------------------------------------------------------------- wrong placements to play
+# (the grammar that drove check_pre_ln/check_post_ln's search before their formulas were traced)
+
+
+def _f64(t) -> np.ndarray:
+    import torch
+
+    return t.detach().to("cpu", torch.float64).numpy()
+
+
+@dataclass
+class PlacementCase:
+    """``x [..., D]`` (torch), the sublayer ``F`` and the norm ``N`` of one placement case."""
+
+    x: object
+    F: Callable
+    N: Callable
+
+
+_PRE = {"input": "Nx", "branch": "F", "residual": "x", "post": False}
+_POST = {"input": "x", "branch": "F", "residual": "x", "post": True}
+
+
+def _eval_placement(ref: dict, ch: dict, c: PlacementCase, memo: dict) -> np.ndarray:
+    import torch
+
+    s = {**ref, **ch}
+    key = (id(c), tuple(sorted(s.items())))
+    if key in memo:
+        return memo[key]
+    with torch.no_grad():
+        x, F, N = c.x, c.F, c.N
+        inp = N(x) if s["input"] == "Nx" else x
+        br = F(inp)
+        if s["branch"] == "NF":
+            br = N(br)
+        res = {"x": x, "Nx": N(x), "none": None}[s["residual"]]
+        out = br if res is None else res + br
+        if s["post"]:
+            out = N(out)
+    memo[key] = _f64(out)
+    return memo[key]
+
+
+_PHRASES = {
+    ("input", "x"): "fed x to the sublayer instead of Norm(x)",
+    ("input", "Nx"): "fed Norm(x) to the sublayer instead of x",
+    ("branch", "NF"): "normalized the sublayer's output, Norm(F(.))",
+    ("residual", "Nx"): "added Norm(x) on the residual path instead of x",
+    ("residual", "none"): "left out the residual add",
+    ("post", True): "normalized after the residual add",
+    ("post", False): "did not normalize after the residual add",
+}
+
+
+def placement_grammar(which: str) -> Grammar:
+    """Wrong placements of ``check_pre_ln`` (``which="pre_ln"``) or ``check_post_ln``
+    (``"post_ln"``), each single or pair change of the reference's wiring, to play as answers
+    (the checkers trace or identify their formulas; no search runs on these)."""
+    ref = _PRE if which == "pre_ln" else _POST
+    known = ({("input", "x"): "missing_norm", ("residual", "Nx"): "residual_from_normed",
+              ("residual", "none"): "missing_residual", ("branch", "NF"): "is_peri_ln"} if which == "pre_ln" else
+             {("residual", "none"): "missing_residual", ("post", False): "missing_norm"})
+    values = {"input": ["x", "Nx"], "branch": ["F", "NF"], "residual": ["x", "Nx", "none"],
+              "post": [False, True]}
+
+    def dims(cases: Sequence[object]) -> list[list[Choice]]:
+        return [[Choice(d, v, _PHRASES[(d, v)], known.get((d, v))) for v in vs if v != ref[d]]
+                for d, vs in values.items()]
+
+    memo: dict = {}
+    reference = ("Pre-LN returns x + F(Norm(x))" if which == "pre_ln"
+                 else "Post-LN returns Norm(x + F(x))")
+    return Grammar(which, reference, dims, lambda ch, c: _eval_placement(ref, ch, c, memo))
+
+
+
+
+# --------------------------------------------------------------------------- coverage
 
 #: The checkers with a grammar: name -> (module path of the check function, its name, args).
 CHECKERS = {
@@ -35,9 +124,25 @@ CHECKERS = {
 }
 
 
+def grammar_for(checker: str) -> Grammar | None:
+    """The checker's grammar: the product's (:func:`normref.diagnosis.grammar_for`), or for
+    pre_ln/post_ln the generator of wrong placements here."""
+    if checker in ("pre_ln", "post_ln"):
+        return placement_grammar(checker)
+    return _product_grammar(checker)
+
+
+def observation_case(checker: str, case):
+    """The grammar's form of one battery case (:func:`normref.diagnosis.observation_case`; a
+    placement case as :class:`PlacementCase`)."""
+    if checker in ("pre_ln", "post_ln"):
+        return PlacementCase(case.x, case.sublayer, case.norm)
+    return _product_case(checker, case)
+
+
 def run_checker(checker: str, student):
     """``check_*(student)`` for the checker named ``checker``."""
-    from .. import checks
+    from normref import checks
 
     fn_name, args = CHECKERS[checker]
     return getattr(checks, fn_name)(student, *args)
@@ -45,7 +150,7 @@ def run_checker(checker: str, student):
 
 def battery_of(checker: str) -> list:
     """The grammar's form of the checker's battery cases it can evaluate."""
-    from ..checks import backward, block, module, norms, placement
+    from normref.checks import backward, block, module, norms, placement
 
     raw = {  # each from its own generator: torch's global RNG is not touched
         "rms_norm": lambda: norms.battery("rms", "torch"),
@@ -141,8 +246,8 @@ def _block_student(checker: str, ch: dict):
     import torch
     from torch import nn
 
-    from ..blocks import CausalSelfAttention, FeedForward
-    from ..modules import RMSNorm
+    from normref.blocks import CausalSelfAttention, FeedForward
+    from normref.modules import RMSNorm
 
     class VariantBlock(nn.Module):
         def __init__(self, dim, n_heads):
