@@ -70,10 +70,6 @@ class StandardAnswers(NbGraderPreprocessor):
 
 
 _RESOURCE = "normref_handback"
-#: The assignments whose questions are numpy or short answers: their grading kernel starts
-#: without torch (``seal(torch=False)``: 1.5-4 s less per notebook); the others' seal imports it.
-#: tests/test_lazy_torch.py checks this against grader.scoring's questions.
-TORCH_FREE_ASSIGNMENTS = frozenset({"layernorm", "layernorm_backward", "practice"})
 
 
 def _inputs_file() -> str | None:
@@ -181,7 +177,8 @@ class HandbackInputs(NbGraderPreprocessor):
     ``make grade`` draws every question's inputs, new every run, into a file no kernel can read
     (``grader.scoring.prepare_inputs``). This puts, as the notebook's first cell,
     ``<name> = normref.handback.seal()`` (``<name>`` random, new per notebook: the hand-back as
-    it is before any student cell runs; ``seal(torch=False)`` for :data:`TORCH_FREE_ASSIGNMENTS`),
+    it is before any student cell runs; ``seal(torch=False)`` where no question of the notebook needs
+torch to read its inputs, :func:`normref.wire.needs_torch`: 1.5-4 s less per notebook),
     and rewrites each hidden test's ``hand_back("<grade_id>", ...)`` into the question's inputs
     given to ``<name>`` and a call of it (:func:`with_inputs`). So an answer cell, which runs
     before, cannot read a question's inputs: they are in no file of the kernel's and in no cell
@@ -198,7 +195,9 @@ class HandbackInputs(NbGraderPreprocessor):
         with open(path) as f:
             inputs = json.load(f)
         name = "_" + "".join(secrets.choice(string.ascii_letters) for _ in range(16))
-        originals = {}
+        from normref.wire import needs_torch
+
+        originals, torch_needed = {}, False
         for i, cell in enumerate(nb.cells):
             gid = cell.metadata.get("nbgrader", {}).get("grade_id")
             if cell.cell_type != "code" or gid not in inputs:
@@ -207,8 +206,9 @@ class HandbackInputs(NbGraderPreprocessor):
             if new != cell.source:
                 originals[cell.get("id") or str(i)] = cell.source
                 cell.source = new
+                torch_needed = torch_needed or needs_torch(inputs[gid])
         if originals:
-            torch = "torch=False" if resources.get("nbgrader", {}).get("assignment") in TORCH_FREE_ASSIGNMENTS else ""
+            torch = "" if torch_needed else "torch=False"
             prologue = nbformat.v4.new_code_cell(
                 f"{name} = __import__('normref.handback', fromlist=['seal']).seal({torch})")
             prologue.metadata[_RESOURCE] = True
@@ -398,6 +398,10 @@ c = get_config()  # noqa: F821 - injected by traitlets when nbgrader loads this 
 
 c.CourseDirectory.course_id = "lesson16-normalization"
 c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
+# An assignment folder's grading knowledge (grader/questions.py: its questions, batteries and answer
+# bank) is the grader's: never copied into release/ nor into a student's autograded folder.
+c.CourseDirectory.ignore = [*CourseDirectory.class_traits()["ignore"].default(), "grading.py", "answer_bank.py",
+                            "reference.py"]
 
 # The slowest honest cell is a cold `import torch` plus a full checker battery (~3 s here);
 # 60 s leaves a wide margin on a loaded 2-core machine.

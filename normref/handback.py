@@ -258,7 +258,8 @@ def seal(torch: bool = True):
     Args:
         torch: import torch and the references that need it (``normref.modules``,
             ``normref.blocks``) now. False for a kernel whose questions are numpy or short
-            answers (``TORCH_FREE_ASSIGNMENTS`` in ``nbgrader_config.py``): those references'
+            answers (their inputs need no torch, :func:`normref.wire.needs_torch`;
+            ``HandbackInputs`` in ``nbgrader_config.py``): those references'
             code is then known by its fingerprint from their source
             (:func:`normref.reference_code.source_prints`) and, once imported, by its file
             ("calls the course's own ..."); a call that imports torch is followed by the

@@ -186,23 +186,26 @@ def test_a_numpy_answer_that_imports_torch_and_calls_its_norm_is_still_caught(ho
     assert errors and errors[0]["message"].startswith("0 points: "), result["shown"]
 
 
-def test_torch_free_assignments_have_only_numpy_or_short_answer_questions():
-    """nbgrader_config.py's TORCH_FREE_ASSIGNMENTS (sealed without torch) against the questions
-    grader.scoring scores: every handed-back question of those is numpy or a short answer, and every
-    other assignment has a torch question."""
+def test_a_notebook_is_sealed_without_torch_exactly_when_no_question_of_it_needs_torch(tmp_path, monkeypatch):
+    """HandbackInputs seals a notebook without torch when none of its questions' inputs needs
+    torch to read (normref.wire.needs_torch): the assignments whose every question is numpy or a
+    short answer (grader.questions.Assignment.torch_free), and only those."""
     from grader.apps import Course
-    from grader.scoring import QUESTIONS
+    from grader.questions import assignments
+    from grader.scoring import prepare_inputs
+    from normref.handback_files import HANDBACK_ENV
 
     (give,) = [p for p in Course(REPO).config.Autograde.autograde_preprocessors if p.__name__ == "HandbackInputs"]
-    free = give.preprocess.__globals__["TORCH_FREE_ASSIGNMENTS"]
-    for src in sorted((REPO / "source").glob("*/*.ipynb")):
-        gids = {c.metadata.get("nbgrader", {}).get("grade_id") for c in nbformat.read(src, 4).cells} & set(QUESTIONS)
-        backends = {"values" if QUESTIONS[g].kind == "values" else QUESTIONS[g].backend for g in gids}
-        assert gids, src
-        if src.parent.name in free:
-            assert backends <= {"numpy", "values"}, (src.parent.name, backends)
-        else:
-            assert "torch" in backends, (src.parent.name, backends)
+    root = tmp_path / "course"
+    (root / "logs").mkdir(parents=True)
+    _, path = prepare_inputs(REPO, log=lambda *_: None, set_env=False)  # the repository's questions
+    monkeypatch.setenv(HANDBACK_ENV, str(path))
+    free = {a.name for a in assignments(REPO).values() if a.torch_free}
+    assert {"layernorm", "layernorm_backward", "practice"} <= free and "rmsnorm" not in free
+    for name, a in assignments(REPO).items():
+        (src,) = sorted((REPO / "release" / name).glob("*.ipynb"))
+        nb, _ = give().preprocess(nbformat.read(src, 4), {"nbgrader": {"assignment": name}})
+        assert nb.cells[0].source.endswith(".seal(torch=False)") == (name in free), (name, nb.cells[0].source)
 
 
 def test_inputs_are_written_without_torch_for_numpy_questions(inputs):

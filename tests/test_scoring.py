@@ -293,12 +293,12 @@ def test_practice_checks_are_scored_with_the_visible_checks_settings():
     seen = {}
     for c in nb.cells:
         gid = c.metadata.get("nbgrader", {}).get("grade_id")
-        if gid in scoring.PRACTICE:
+        if gid in scoring.short_answers():
             call = next(n.value for n in ast.parse(c.source).body  # the hidden test is a bare call
                         if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call))
             seen[gid] = (call.func.id, {k.arg: ast.literal_eval(k.value) for k in call.keywords},
                          ", ".join(a.id for a in call.args))
-    assert seen == {g: (*scoring.PRACTICE[g], QUESTION_FN[g][1]) for g in scoring.PRACTICE}
+    assert seen == {g: (*a, QUESTION_FN[g][1]) for g, a in scoring.short_answers().items()}
 
 
 def test_short_answers_travel_with_their_types():
