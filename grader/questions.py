@@ -220,7 +220,8 @@ def _load(root: Path, folder: Path) -> Assignment:
 
 def assignments(course_root: Path | None = None) -> dict[str, Assignment]:
     """``{name: Assignment}`` of every folder of ``course_root``'s ``source/`` with a
-    ``grading.py`` (default: this repository), read once and again when a file there changes.
+    ``grading.py`` (default, and for a course root that has none, such as a folder holding only
+    autograded notebooks: this repository), read once and again when a file there changes.
 
     Raises:
         ValueError: two assignments declare the same grade_id, or a folder's ``ASSIGNMENT``
@@ -229,6 +230,8 @@ def assignments(course_root: Path | None = None) -> dict[str, Assignment]:
     from .course import REPO_ROOT
 
     root = Path(course_root or REPO_ROOT).resolve()
+    if not _folders(root):  # no assignment folders here (a folder of autograded notebooks only): the repository's
+        root = REPO_ROOT.resolve()
     stamp = _stamp(root)
     if root not in _CACHE or _CACHE[root][0] != stamp:
         found = {f.name: _load(root, f) for f in _folders(root)}

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from normref.checks.compare import compare_array, to_f64
-from normref.checks.core import CaseResult, CheckResult, fail, run, seeded_randn, single_threaded, student_call
+from normref.checks.compare import compare_array, dtype_name, to_f64, tolerance
+from normref.checks.core import CaseResult, CheckResult, fail, msg, run, seeded_randn, single_threaded, student_call
+from normref.diagnosis.outputs import observe
+from normref.diagnosis.questions import Output, Question, declare
 # What counts as calling a reference: torch's and normref's normalizations, as for the other norms.
 from normref.rules import NORM_REFERENCE as REFERENCE
 
@@ -95,13 +97,21 @@ def public_battery() -> list[BatchNormCase]:
         _case("[2, 4, 4] training, the last 2 tokens of sequence 1 are padding", rnd, 2, 4, 4, pad=(0, 2)),
         _case("[2, 3, 4] evaluation with running averages", rnd, 2, 3, 4, training=False),
         _case("B = T = D [4, 4, 4] training, padding in two sequences", rnd, 4, 4, 4, pad=(1, 0, 3, 0)),
-        _case("float16 [2, 3, 8] training, statistics in float32", rnd, 2, 3, 8, dtype=torch.float16, scale=30.0),
+        _case("float16 [2, 3, 8] training, a spread of 200 (its squares overflow float16): statistics in float32",
+              rnd, 2, 3, 8, dtype=torch.float16, scale=200.0, shift=300.0),
         _case("[3, 2, 4] training, momentum 0.3", rnd, 3, 2, 4, momentum=0.3),
         _case("one real token in training: BatchNorm has no spread to divide by", rnd, 1, 2, 4, pad=(1,)),
     ]
 
 
+#: The outputs, in order, as the diagnosis names them (normref.diagnosis.Output).
+OUTPUTS = ("y", "new_running_mean", "new_running_var")
+
+
 def _compare(case: BatchNormCase, got) -> CaseResult:
+    """``got`` against :func:`expected`, output by output (``y``, then the running averages); a
+    wrong value is left to the shared diagnosis (:func:`normref.diagnosis.refine`, run by
+    :func:`normref.checks.core.run`), which measures what the answer does."""
     name = case.name
     try:
         want = expected(case)
@@ -111,30 +121,25 @@ def _compare(case: BatchNormCase, got) -> CaseResult:
     if not isinstance(got, (tuple, list)) or len(got) != 3:
         return fail(name, f"returned {type(got).__name__}; return (y, new_running_mean, new_running_var)",
                     "wrong_type")
-    y, rm, rv = got
-    first = compare_array(name, case.x, y, to_f64(want[0]), lambda g, rtol, atol: ("wrong_values", _why_y(case)))
-    if not first.passed:
-        return first
-    for label, g, w in (("new_running_mean", rm, want[1]), ("new_running_var", rv, want[2])):
-        res = compare_array(name, case.running_mean, g, to_f64(w),
-                            lambda g_, rtol, atol, label=label: ("wrong_values", _why_running(case, label)))
-        if not res.passed:
+    results = []
+    for label, g, w, like in zip(OUTPUTS, got, want, (case.x, case.running_mean, case.running_mean)):
+        res = compare_array(name, like, g, to_f64(w), lambda g_, rtol, atol: ("wrong_values", msg("wrong_values")),
+                            output=label)
+        if not res.passed and res.observed is None:  # a type, shape or dtype: said of that output
             res.message = res.message.replace(f"case '{name}': ", f"case '{name}': {label}: ", 1)
             return res
-    return first
-
-
-def _why_y(case: BatchNormCase) -> str:
-    return ("y differs: each feature's mean and variance come from every real token of every sequence "
-            "(not from one token's features), padding excluded" if case.training else
-            "y differs: in evaluation BatchNorm uses the running averages, not the batch's statistics")
-
-
-def _why_running(case: BatchNormCase, label: str) -> str:
-    if not case.training:
-        return f"{label} differs: evaluation leaves the running averages as they were"
-    return (f"{label} differs: new = (1 - momentum) * old + momentum * batch statistic"
-            + (", with the unbiased variance (divide by n - 1) of the n real tokens" if "var" in label else ""))
+        results.append(res)
+    observed = observe({label: (to_f64(g), to_f64(w)) for label, g, w in zip(OUTPUTS, got, want)},
+                       *tolerance(dtype_name(case.x)))
+    bad = next((r for r in results if not r.passed), None)
+    if bad is None:
+        ok = results[0]
+        ok.observed = observed
+        return ok
+    label = OUTPUTS[results.index(bad)]
+    bad.message = bad.message.replace(f"case '{name}': ", f"case '{name}': {label}: ", 1)
+    bad.observed = observed
+    return bad
 
 
 @single_threaded
@@ -165,3 +170,16 @@ def check_batch_norm(fn, quick: bool = False, *, cases: list[BatchNormCase] | No
         return _compare(case, got)
 
     return run("batch_norm", cases, run_case, fn, backend="torch", reference=REFERENCE)
+
+
+# the question, declared (normref.diagnosis): what an answer's outputs and probes measure, said of
+# the output they are about (y per token; the running averages per feature)
+def _reference(x, weight, bias, running_mean, running_var, mask=None, training=True, momentum=0.1, eps=1e-5):
+    return expected(BatchNormCase("", x, weight, bias, running_mean, running_var, mask, training, momentum, eps))
+
+
+declare(Question("batch_norm", "batch_norm(x, weight, bias, running_mean, running_var, mask=None, training=True, "
+                 "momentum=0.1, eps=1e-5)", _reference, "BatchNorm", lambda c: c.call(), traceable=False,
+                 identify=False, probes=("element", "weight", "bias", "eps", "upcast"),
+                 outputs=(Output("y"), Output("new_running_mean", tokens=False),
+                          Output("new_running_var", tokens=False))))
