@@ -107,7 +107,7 @@ class Group:
     """Submissions of one assignment whose wrong outputs agree on one question's battery.
 
     Attributes:
-        assignment, check: where (``check``: the question's grade id, e.g. ``layer_norm_battery``).
+        assignment, check: where (``check``: the question's grade id, the test cell's ``grade_id``).
         checker: the checker's name (``CheckResult.name``, e.g. ``layer_norm``).
         students: who is in it, sorted.
         representative: whose answer cell is shown (the first in sorted order).
