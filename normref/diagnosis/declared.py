@@ -16,9 +16,35 @@ from fractions import Fraction
 
 import numpy as np
 
-from .spans import f64
+from .spans import f64, real_tokens
 
-__all__ = ["average_fact", "mask_fact", "flag_fact", "fit_average"]
+__all__ = ["declared_facts", "average_fact", "mask_fact", "flag_fact", "fit_average"]
+
+
+def declared_facts(q, out, case_args: tuple, kwargs: dict, got, want, rtol: float,
+                    atol: float) -> list[str]:
+    """What the question's declarations let one output of one case be measured by: a running
+    average fitted, a mask's padded positions, a flag flipped (``q``: the
+    :class:`normref.diagnosis.Question`, ``out``: one of its :class:`normref.diagnosis.Output`;
+    ``got``, ``want``: that output's values, float64)."""
+    facts = []
+    index = next((i for i, o in enumerate(q.outputs) if o.name == out.name), None) if len(q.outputs) > 1 else None
+    if out.average_of and out.statistics is not None:
+        old = f64(q.value(out.average_of, case_args, kwargs))
+        try:
+            candidates = list(out.statistics(case_args, kwargs))
+        except Exception:  # noqa: BLE001 - a declaration that cannot read this call says nothing
+            candidates = []
+        scalars = {k: float(v) for k, v in zip(q.params, case_args) if isinstance(v, float)}
+        scalars.update({k: float(v) for k, v in kwargs.items() if isinstance(v, float)})
+        if old is not None and candidates:
+            facts.append(average_fact(out, out.average_of, q.title, got, want, old, candidates, scalars))
+    if q.mask and out.tokens:
+        real = real_tokens(case_args, kwargs, q.params, q.mask)
+        if real is not None:
+            facts.append(mask_fact(out.name, q.title, got, want, real, rtol, atol))
+    facts.append(flag_fact(q, out, index, case_args, kwargs, got, want, rtol, atol))
+    return [f for f in facts if f]
 
 
 def fit_average(new: np.ndarray, old: np.ndarray, candidates: list) -> tuple | None:

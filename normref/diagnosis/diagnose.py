@@ -26,8 +26,8 @@ from .. import faults as _faults
 from . import expr as E
 from .explain import differences
 from .measure import (describe, divisor_words, factor_words, per_token_factors, token_stats_words)
-from .declared import average_fact, flag_fact, mask_fact
-from .probes import _mask_of, dtype_advice, probe_facts, probes_for, run_probes, upcast_contradicts
+from .declared import declared_facts
+from .probes import dtype_advice, probe_facts, probes_for, run_probes, upcast_contradicts
 from .outputs import split
 from .questions import Output, Question
 
@@ -288,36 +288,12 @@ def _output_facts(q: Question, case_args: tuple, kwargs: dict, seen: tuple) -> t
     return [f for f in first if f], [f for f in summaries if f], [f for f in others if f]
 
 
-def _declared_facts(q: Question, out: Output, case_args: tuple, kwargs: dict, got, want, rtol: float,
-                    atol: float) -> list[str]:
-    """What the question's declarations let one output be measured by (:mod:`.declared`): a
-    running average fitted, a mask's padded positions, a flag flipped."""
-    facts = []
-    index = next((i for i, o in enumerate(q.outputs) if o.name == out.name), None) if len(q.outputs) > 1 else None
-    if out.average_of and out.statistics is not None:
-        old = _f64(q.value(out.average_of, case_args, kwargs))
-        try:
-            candidates = list(out.statistics(case_args, kwargs))
-        except Exception:  # noqa: BLE001 - a declaration that cannot read this call says nothing
-            candidates = []
-        scalars = {k: float(v) for k, v in zip(q.params, case_args) if isinstance(v, float)}
-        scalars.update({k: float(v) for k, v in kwargs.items() if isinstance(v, float)})
-        if old is not None and candidates:
-            facts.append(average_fact(out, out.average_of, q.title, got, want, old, candidates, scalars))
-    if q.mask and out.tokens:
-        real = _mask_of(case_args, kwargs, q.params, q.mask)
-        if real is not None:
-            facts.append(mask_fact(out.name, q.title, got, want, real, rtol, atol))
-    facts.append(flag_fact(q, out, index, case_args, kwargs, got, want, rtol, atol))
-    return [f for f in facts if f]
-
-
 def _one_output_facts(q: Question, out: Output, x, case_args: tuple, kwargs: dict, got, want, rtol: float,
                       atol: float, sizes: dict) -> tuple[list[str], list[str]]:
     """``(facts, summaries)`` of one output that differs: what it is against the reference's
     (declared measurements, a norm's divisor, 0 everywhere, a constant factor), else its per-row
     statistics and regularities (``summaries``)."""
-    facts: list[str] = _declared_facts(q, out, case_args, kwargs, got, want, rtol, atol)
+    facts: list[str] = declared_facts(q, out, case_args, kwargs, got, want, rtol, atol)
     like_x = out.tokens and x is not None and x.shape == got.shape
     if not facts and q.norm and like_x:
         facts += _norm_facts(q, x, case_args, kwargs, got, want, rtol)

@@ -45,7 +45,7 @@ from .responses import (_alpha_fact, _element_fact, _eps_fact, _param_fact, _pla
                         _scale_fact, _shift_fact, _slope_fact, _upcast_fact)
 from .spans import f64 as _f64
 from .spans import moved as _moved
-from .spans import pad_fact, span_words
+from .spans import pad_fact, real_tokens, span_words
 
 __all__ = ["PROBES", "Probed", "run_probes", "probe_facts", "probes_for"]
 
@@ -108,19 +108,6 @@ def _params_in_other_dtype(args: tuple, params: tuple) -> list[str]:
             and hasattr(args[pos[p]], "dtype") and _dtype(args[pos[p]]) != _dtype(x)]
 
 
-def _mask_of(args: tuple, kwargs: dict, params: tuple, mask: str | None) -> np.ndarray | None:
-    """The real tokens of one call (``[B, T]`` bool) of a question declaring its mask parameter
-    ``mask``; all True where the call gives no mask; None for a question without one."""
-    if mask is None:
-        return None
-    m = kwargs.get(mask, args[params.index(mask)] if mask in params and params.index(mask) < len(args) else None)
-    x = args[0]
-    if m is None:
-        return np.ones(tuple(x.shape[:-1]), dtype=bool) if getattr(x, "ndim", 0) >= 2 else None
-    v = _f64(m)
-    return None if v is None else v != 0
-
-
 def _base_case(battery: list, args_of: Callable, probe: str, params: tuple = (), mask: str | None = None):
     """The battery case a probe is made on (from the battery alone)."""
     def x_of(case):
@@ -138,7 +125,7 @@ def _base_case(battery: list, args_of: Callable, probe: str, params: tuple = (),
         return None
     if probe == "pad":  # the first case with padding
         def padded(c):
-            real = _mask_of(*args_of(c), params, mask)
+            real = real_tokens(*args_of(c), params, mask)
             return real is not None and not real.all() and real.any()
 
         return next((c for c in usable if padded(c)), None)
@@ -159,7 +146,7 @@ def _changed(probe: str, params: tuple, args: tuple, kwargs: dict, mask: str | N
     pos = {p: i for i, p in enumerate(params)}
     x = args[0]
     if probe == "pad":
-        real = _mask_of(tuple(args), kwargs, params, mask)
+        real = real_tokens(tuple(args), kwargs, params, mask)
         if real is None or real.all():
             return None
         if isinstance(x, np.ndarray):
@@ -371,7 +358,7 @@ def probe_facts(probed: list[Probed], title: str, kind: str | None = None, param
     facts: dict[str, tuple] = {}
     pos = {n: i for i, n in enumerate(params)}
     element = next((p for p in probed if p.probe == "element"), None)
-    span = _reference_span(probed, _mask_of(*element.base, params, mask)) if element is not None else None
+    span = _reference_span(probed, real_tokens(*element.base, params, mask)) if element is not None else None
     for p in probed:
         args = p.base[0]
         given = {n: args[i] for n, i in pos.items() if i < len(args) and args[i] is not None}
@@ -381,9 +368,9 @@ def probe_facts(probed: list[Probed], title: str, kind: str | None = None, param
             b = _f64(args[pos["bias"]])
         try:
             if p.probe == "element":
-                f = _element_fact(p, title, output, _mask_of(*p.base, params, mask))
+                f = _element_fact(p, title, output, real_tokens(*p.base, params, mask))
             elif p.probe == "pad":
-                real = _mask_of(*p.base, params, mask)
+                real = real_tokens(*p.base, params, mask)
                 f = None if real is None else pad_fact(p.got0, p.got1, p.want0, p.want1, real, title, output)
             elif p.probe == "scale":
                 f = _scale_fact(p, title, b)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["f64", "moved", "moved_words", "span_words", "element_words", "pad_fact"]
+__all__ = ["f64", "moved", "real_tokens", "moved_words", "span_words", "element_words", "pad_fact"]
 
 
 def f64(a) -> np.ndarray | None:
@@ -37,6 +37,19 @@ def moved(a: np.ndarray, b: np.ndarray, ref: np.ndarray) -> np.ndarray:
     """Where ``b`` differs from ``a`` by more than 1e-4 of the reference's size there."""
     tol = 1e-4 * (np.abs(ref) + 1.0)
     return np.abs(a - b) > tol
+
+
+def real_tokens(args: tuple, kwargs: dict, params: tuple, mask: str | None) -> np.ndarray | None:
+    """The real tokens of one call (``[B, T]`` bool) of a question declaring its mask parameter
+    ``mask``; all True where the call gives no mask; None for a question without one."""
+    if mask is None:
+        return None
+    m = kwargs.get(mask, args[params.index(mask)] if mask in params and params.index(mask) < len(args) else None)
+    x = args[0]
+    if m is None:
+        return np.ones(tuple(x.shape[:-1]), dtype=bool) if getattr(x, "ndim", 0) >= 2 else None
+    v = f64(m)
+    return None if v is None else v != 0
 
 
 def _feature_words(f: np.ndarray) -> str:
