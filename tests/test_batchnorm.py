@@ -125,7 +125,7 @@ def _witness(variant: str, case) -> bool:
     if variant == "padding_not_zeroed":  # right at the real tokens, not 0 at the padded ones
         y = _call(variant, case)[0]
         return np.allclose(y[real], y_ref[real], rtol=1e-4, atol=1e-4) and np.all(np.abs(y[~real]) > 1e-3)
-    if variant == "low_precision_stats":  # right on the same values in float32
+    if variant == "stats_in_float16":  # right on the same values in float32
         return np.allclose(_call(variant, case, x=case.x.float())[0], y_ref, rtol=1e-3, atol=1e-3)
     return True
 
@@ -156,7 +156,7 @@ def _phrases(variant: str, case) -> list[str]:
                 "changing running_mean or running_var does not change your y: yours uses neither"]
     if variant == "padding_not_zeroed":
         return ["your y differs from BatchNorm's only at the padded positions (mask False)", "BatchNorm's is 0."]
-    if variant == "low_precision_stats":
+    if variant == "stats_in_float16":
         x = _np(case.x)
         sq = float(np.max((x - x[real].mean(0)) ** 2))
         assert sq > 65504, "the float16 case's squares overflow float16 (the battery's promise)"
@@ -168,7 +168,7 @@ def _phrases(variant: str, case) -> list[str]:
 
 _HEAD = re.compile(r"^case '.*?': (y|new_running_mean|new_running_var): max abs error [^;]*; (.*)$", re.S)
 _WRONG = ("ignores_mask", "per_token_stats", "biased_running_var", "eval_uses_batch_stats", "padding_not_zeroed",
-          "momentum_reversed", "low_precision_stats")
+          "momentum_reversed", "stats_in_float16")
 
 
 @pytest.mark.parametrize("seed", (None, *SEEDS), ids=["public", *(f"drawn{s}" for s in SEEDS)])

@@ -73,7 +73,7 @@ _ANSWERS = {
     "momentum_reversed": _bn(update="        new_mean = momentum * running_mean + (1 - momentum) * mean\n"
                                     "        new_var = momentum * running_var + (1 - momentum) * var * n / (n - 1)\n"),
     # the statistics in the input's dtype: float16 squares overflow
-    "low_precision_stats": _bn(real=_REAL.replace("    xf = x.float()\n", "    xf = x  # no cast: float16 stays\n")
+    "stats_in_float16": _bn(real=_REAL.replace("    xf = x.float()\n", "    xf = x  # no cast: float16 stays\n")
                                .replace("    w = real[..., None].float()  # [B, T, 1]\n",
                                         "    w = real[..., None].to(x.dtype)  # [B, T, 1]\n")),
     # one real token: no error, the unbiased variance divides by n - 1 = 0
@@ -109,7 +109,7 @@ _EXPECTED = {
     # the running averages are wrong in every training case (1, 2, 4, 5, 6): 2 of 7
     "momentum_reversed": _e(batch_norm_quick=0.0, batch_norm_battery=1.14),
     # float16's squares overflow in 5 only (the others are float32): 6 of 7
-    "low_precision_stats": _e(batch_norm_battery=3.43),
+    "stats_in_float16": _e(batch_norm_battery=3.43),
     # 7 returns a value where it must raise: 6 of 7
     "no_value_error": _e(batch_norm_battery=3.43),
 }
