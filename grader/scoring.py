@@ -57,7 +57,7 @@ from .batteries import question_generator
 from .questions import Question, questions
 
 __all__ = ["QUESTIONS", "Question", "prepare_inputs", "run_check", "plan_cases", "drawn_cases", "question_inputs",
-           "probe_calls", "new_seed", "inputs_stage", "short_answers", "torch_free_assignments"]
+           "probe_calls", "new_seed", "short_answers", "torch_free_assignments"]
 
 
 class _RepoQuestions(Mapping):
@@ -172,11 +172,6 @@ def prepare_inputs(course_root: Path, *, seed: int | None = None, log=print,
         os.environ[ENV] = str(path.resolve())
     log(f"scoring: graded inputs drawn for {len(qs)} questions (seed in {folder / 'seeds.jsonl'})")
     return seed, path
-
-
-def inputs_stage(b) -> None:
-    """``grade_class`` stage before autograde: draw this run's graded inputs (a new seed)."""
-    b.found.scoring_seed, _ = prepare_inputs(b.services.tree.root, log=b.services.log)
 
 
 def short_answers(course_root: Path | None = None) -> dict[str, tuple[str, dict]]:

@@ -129,14 +129,14 @@ def _compare(case: BatchNormCase, got) -> CaseResult:
             res.message = res.message.replace(f"case '{name}': ", f"case '{name}': {label}: ", 1)
             return res
         results.append(res)
-    observed = observe({label: (to_f64(g), to_f64(w)) for label, g, w in zip(OUTPUTS, got, want)},
-                       *tolerance(dtype_name(case.x)))
     bad = next((r for r in results if not r.passed), None)
+    label = None if bad is None else OUTPUTS[results.index(bad)]
+    observed = observe({label: (to_f64(g), to_f64(w)) for label, g, w in zip(OUTPUTS, got, want)},
+                       *tolerance(dtype_name(case.x)), failed=label)
     if bad is None:
         ok = results[0]
         ok.observed = observed
         return ok
-    label = OUTPUTS[results.index(bad)]
     bad.message = bad.message.replace(f"case '{name}': ", f"case '{name}': {label}: ", 1)
     bad.observed = observed
     return bad
@@ -178,8 +178,44 @@ def _reference(x, weight, bias, running_mean, running_var, mask=None, training=T
     return expected(BatchNormCase("", x, weight, bias, running_mean, running_var, mask, training, momentum, eps))
 
 
+def _statistics(args: tuple, kwargs: dict) -> dict:
+    """The per-feature statistics ``[D]`` (float64) of one call's batch that a running average may
+    take in, by the words that name them: over the real tokens (the reference's), and, where the
+    call has padding, over every token with the padding included."""
+    import numpy as np
+
+    x = to_f64(args[0])  # [B, T, D]
+    mask = kwargs.get("mask")
+    real = np.ones(x.shape[:2], bool) if mask is None else to_f64(mask) != 0  # [B, T]
+    out = {}
+    for rows, padded in ((x[real], False), (x.reshape(-1, x.shape[-1]), True)):  # [N, D]
+        n = rows.shape[0]
+        if n < 2 or (padded and real.all()):
+            continue
+        mean, var = (f"the mean over all {n} tokens, padding included", f"the variance over all {n} tokens, "
+                     "padding included,") if padded else ("the batch's mean", "the batch's variance")
+        c = rows - rows.mean(0)
+        out[mean] = rows.mean(0)
+        out[f"{var} divided by n = {n} (biased)"] = (c * c).sum(0) / n
+        out[f"{var} divided by n - 1 = {n - 1} (unbiased)"] = (c * c).sum(0) / (n - 1)
+    return out
+
+
+def _means(args: tuple, kwargs: dict) -> list:
+    return [(w, v) for w, v in _statistics(args, kwargs).items() if "mean" in w]
+
+
+def _variances(args: tuple, kwargs: dict) -> list:
+    return [(w, v) for w, v in _statistics(args, kwargs).items() if "variance" in w]
+
+
+# the probes: one element moved (which axes the statistics span), the padded tokens moved (does
+# padding enter the statistics), each parameter and running average changed, float16 in float32
 declare(Question("batch_norm", "batch_norm(x, weight, bias, running_mean, running_var, mask=None, training=True, "
                  "momentum=0.1, eps=1e-5)", _reference, "BatchNorm", lambda c: c.call(), traceable=False,
-                 identify=False, probes=("element", "weight", "bias", "eps", "upcast"),
-                 outputs=(Output("y"), Output("new_running_mean", tokens=False),
-                          Output("new_running_var", tokens=False))))
+                 identify=False, mask="mask",
+                 probes=("element", "pad", "weight", "bias", "eps", "running_mean", "running_var", "upcast"),
+                 outputs=(Output("y"),
+                          Output("new_running_mean", tokens=False, average_of="running_mean", statistics=_means),
+                          Output("new_running_var", tokens=False, average_of="running_var",
+                                 statistics=_variances))))
