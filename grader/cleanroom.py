@@ -11,7 +11,8 @@ rules, forked from the worker's zygote, else fresh), which
   definitions (a helper function or constant in another cell of the student's is one); nothing
   else of a cell runs (no expression statement, loop, ``with``, ``try`` or ``if`` at module level);
   the names each hidden test hands back (``hand_back("rms_norm_battery", rms_norm)``) are the
-  graded objects; each question sees the definitions of the cells above its test only;
+  graded objects; each question sees the definitions of the cells above its test only, and of a
+  cell that stopped in the kernel (an error, the time limit) only those above where it stopped;
 * seals itself before any of that runs (:mod:`grader.cleanroom_seal`): the references absent;
 * performs each question's calls, drawn by the grader (:mod:`grader.scoring`), with the course's
   own hand-back code (:mod:`grader.cleanroom_box`), and answers with their records in the
@@ -20,16 +21,19 @@ rules, forked from the worker's zygote, else fresh), which
 
 The grader's own objects that a question hands the student's code (Pre-LN's norm, the block's
 swapped-in submodules) never enter the clean room: the worker runs them for it, for that unit of
-work only (:class:`Handed`). What the clean room answers goes into the autograded notebook's
-metadata (:data:`METADATA`, written over whatever the submission had there), where
-:func:`grader.scores.score_notebook` takes every code question's records from; the kernel's own
-hand-backs score only the short answers. The practice assignment (short answers) has no clean room.
+work only (:class:`Handed`). What the clean room answers becomes the one output of each code
+question's test cell in the autograded notebook (:func:`put`), after every output the kernel
+showed there in the hand-back's format is removed: :func:`grader.scores.score_notebook` reads
+it there, and nothing the kernel showed can change a code question's score (the kernel's own
+hand-backs score only the short answers). The practice assignment (short answers) has no
+clean room.
 """
 from __future__ import annotations
 
 import ast
 import json
 import os
+import re
 import select
 import struct
 import subprocess
@@ -39,8 +43,6 @@ import time
 import types
 from pathlib import Path
 
-#: ``nb.metadata["normref"][METADATA]``: ``{"bundles": {grade_id: bundle}, "notes": [...]}``.
-METADATA = "cleanroom"
 #: Seconds one clean room may run in all (its start, the definitions, every question's calls).
 TIMEOUT_S = 180.0
 #: Largest message from a clean room (bytes), and most calls of the grader's objects per unit.
@@ -130,14 +132,18 @@ def hidden_test_targets(cell_source: str, grade_id: str) -> list[str] | None:
 
 
 def definitions(cells: list, roots: set[str]) -> list[list[tuple[str, str]]]:
-    """Per cell of ``cells`` (``[(label, source or None for a hidden test)]``), the statements the
-    clean room executes there, ``[(label, source)]``: the module-level imports, functions,
-    classes and assignments that bind a name of ``roots`` or one a kept statement reads, in
-    order (imports narrowed to the names needed)."""
+    """Per cell of ``cells`` (``[(label, source or None for a hidden test, ran to)]``), the
+    statements the clean room executes there, ``[(label, source)]``: the module-level imports,
+    functions, classes and assignments that bind a name of ``roots`` or one a kept statement
+    reads, in order (imports narrowed to the names needed). ``ran to``: None for a cell that ran
+    to its end in the kernel, else the line where it stopped (:func:`ran_to`): only statements
+    that end before it count, as in the kernel."""
     stmts = []  # (cell index, label, node, binds, uses)
-    for i, (label, source) in enumerate(cells):
+    for i, (label, source, stop) in enumerate(cells):
         tree = _source(source) if source is not None else None
         for node in tree.body if tree is not None else ():
+            if stop is not None and (node.end_lineno or node.lineno) >= stop:
+                break
             if isinstance(node, _KINDS) and not (isinstance(node, ast.AnnAssign) and node.value is None):
                 try:
                     stmts.append((i, label, node, _binds(node), _uses(ast.unparse(node))))
@@ -157,6 +163,21 @@ def definitions(cells: list, roots: set[str]) -> list[list[tuple[str, str]]]:
         if j in chosen:
             out[i].append((label, ast.unparse(_narrowed(node, needed))))
     return out
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_TOP_LINE = re.compile(r"Cell In\[\d+\], line (\d+)")
+
+
+def ran_to(cell) -> int | None:
+    """How far a code cell ran in the kernel: None when it ran to its end, else the line of its own
+    where it stopped (an error, nbgrader's time limit's interrupt, the guard's refusal: the first
+    frame of its traceback), 0 when that cannot be told (nothing of it counts)."""
+    errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+    if not errors:
+        return None
+    m = _TOP_LINE.search(_ANSI.sub("", "".join(errors[0].get("traceback") or [])))
+    return int(m.group(1)) if m else 0
 
 
 def preimports(statements: list[tuple[str, str]]) -> tuple[list[str], list[list[str]]]:
@@ -289,7 +310,7 @@ class Room:
             from .sandbox import sandbox_env
 
             cmd, env = [sys.executable, str(here / "cleanroom_box.py")], sandbox_env(os.environ, nproc_rlimit=False)
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None if os.environ.get("NORMREF_CLEANROOM_DEBUG") else subprocess.DEVNULL,
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      env=env, cwd="/")
         self.to_fd, self.from_fd = self.proc.stdin.fileno(), self.proc.stdout.fileno()
         self.how = "fresh" if sandboxed else "unsandboxed"
@@ -374,13 +395,17 @@ def _setup(nb, questions, statements, torch: bool) -> dict:
             "preimport": modules, "preimport_names": names}
 
 
-def run_notebook(nb, inputs: dict, *, torch: bool, sandboxed: bool = True) -> dict:
+def run_notebook(nb, inputs: dict, *, sandboxed: bool = True) -> dict:
     """Run the clean room of one autograded notebook ``nb`` (``inputs``: the run's ``{grade_id:
-    text}``; ``torch``: the assignment's kernels have torch) and put its records in ``nb``'s
-    metadata (:data:`METADATA`). Returns that entry, ``{"bundles", "notes", "how", "seconds"}``;
-    a notebook without a code question gets ``{"bundles": {}}``."""
+    text}``) and put its records in ``nb``'s code questions' test cells (:func:`put`). Returns
+    ``{"bundles", "notes", "how", "seconds"}``; a notebook without a code question gets
+    ``{"bundles": {}}``. A notebook whose questions are all numpy ones gets a clean room
+    without torch (no torch norm, no autograd: it cannot be imported there)."""
+    from .scoring import QUESTIONS
+
     t0 = time.monotonic()
     questions = _questions(nb, inputs)
+    torch = any(QUESTIONS[gid].backend != "numpy" for _, gid, _ in questions)
     entry: dict = {"bundles": {}, "notes": []}
     if questions:
         test_cells = {i for i, _, _ in questions}
@@ -389,16 +414,36 @@ def run_notebook(nb, inputs: dict, *, torch: bool, sandboxed: bool = True) -> di
             nbg = cell.get("metadata", {}).get("nbgrader", {})
             hidden = nbg.get("grade") and not nbg.get("solution")
             label = nbg.get("grade_id") or f"cell {i + 1}"
-            cells.append((label, None if hidden or i in test_cells or cell.cell_type != "code" else cell.source))
+            code = not hidden and i not in test_cells and cell.cell_type == "code"
+            cells.append((label, cell.source if code else None, ran_to(cell) if code else None))
         roots = {n.id for _, _, ts in questions for t in ts for n in ast.walk(ast.parse(t, mode="eval"))
                  if isinstance(n, ast.Name)}
         statements = definitions(cells, roots)
         entry = _drive(questions, statements, _setup(nb, questions, statements, torch), inputs, sandboxed,
                        t0 + TIMEOUT_S)
+    put(nb, entry["bundles"])
     entry["seconds"] = round(time.monotonic() - t0, 3)
-    meta = nb.metadata.get("normref")
-    nb.metadata["normref"] = {**(meta if isinstance(meta, dict) else {}), METADATA: entry}
     return entry
+
+
+def put(nb, bundles: dict) -> None:
+    """Every code question's test cell of ``nb`` with the kernel's outputs in the hand-back's
+    format (:data:`normref.wire.MIME`) removed (a kernel hands back no code question: one there
+    is forged), then ``bundles[grade_id]`` as its one such output (none when absent)."""
+    import nbformat
+
+    from normref.wire import MIME
+
+    from .scoring import QUESTIONS
+
+    for cell in nb.cells:
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if cell.cell_type != "code" or gid not in QUESTIONS or QUESTIONS[gid].kind == "values":
+            continue
+        cell.outputs = [o for o in cell.get("outputs", []) if MIME not in o.get("data", {})]
+        if gid in bundles:
+            cell.outputs.append(nbformat.v4.new_output("display_data", data={
+                MIME: bundles[gid], "text/plain": f"{gid}: outputs from the grader's clean room"}))
 
 
 def _drive(questions, statements, setup: dict, inputs: dict, sandboxed: bool, deadline: float) -> dict:
@@ -444,4 +489,4 @@ def _drive(questions, statements, setup: dict, inputs: dict, sandboxed: bool, de
     return {"bundles": bundles, "notes": notes, "how": room.how if room is not None else None}
 
 
-__all__ = ["run_notebook", "definitions", "hidden_test_targets", "preimports", "Handed", "METADATA", "TIMEOUT_S"]
+__all__ = ["run_notebook", "put", "definitions", "hidden_test_targets", "preimports", "Handed", "TIMEOUT_S"]

@@ -334,8 +334,9 @@ def main() -> int:
     try:
         if not setup.get("torch"):
             _block_torch()
-        _preimport(["linecache", "pickle", "normref.calling", "normref.handback", "normref.plan", "normref.wire",
-                    "normref.reference_code", *(["torch"] if setup.get("torch") else []), *setup.get("preimport", [])], setup.get("preimport_names", []))
+        own = ["linecache", "pickle", "normref.calling", "normref.handback", "normref.plan", "normref.wire",
+               "normref.reference_code", *(["torch"] if setup.get("torch") else [])]
+        _preimport(own + list(setup.get("preimport", [])), setup.get("preimport_names", []))
         _warm_up_harness()
         torch = sys.modules.get("torch")
         if torch is not None:

@@ -33,7 +33,7 @@ SEED = 7
 # ------------------------------------------------------------------ what runs: the definitions
 
 def _cells(*sources):
-    return [(f"cell {i}", s) for i, s in enumerate(sources)]
+    return [(f"cell {i}", s, None) for i, s in enumerate(sources)]
 
 
 def _defined(cells, roots):
@@ -67,6 +67,14 @@ def test_the_definitions_are_what_the_graded_names_need_and_nothing_else():
     # IPython's syntax is what the kernel makes of it: a magic is a call (not run), the def stays
     got = _defined(_cells("%matplotlib inline\ndef f(x):\n    return x\n"), {"f"})
     assert got == [["def f(x):\n    return x"]]
+    # a cell that stopped in the kernel (line 3: an error, the time limit) defines what was above
+    stopped = nbformat.v4.new_code_cell("A = 1\nB = 2\nwhile True:\n    pass\ndef f():\n    return A + B\n")
+    stopped.outputs = [nbformat.v4.new_output("error", ename="KeyboardInterrupt", evalue="", traceback=[
+        "Traceback \x1b[36m(most recent call last)\x1b[39m:\n",
+        "\x1b[36m  \x1b[39m\x1b[36mCell\x1b[39m\x1b[36m \x1b[39m\x1b[32mIn[3]\x1b[39m\x1b[32m, line 3\x1b[39m\n"])]
+    assert cleanroom.ran_to(stopped) == 3
+    assert _defined([("c", stopped.source, 3)], {"f", "A", "B"}) == [["A = 1", "B = 2"]]
+    assert _defined([("c", stopped.source, 0)], {"f"}) == [[]]  # stopped, where not known: nothing
 
 
 # ------------------------------------------------------------------ attacks, in one clean room
