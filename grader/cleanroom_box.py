@@ -331,6 +331,11 @@ def main() -> int:
     sys.modules.pop("cleanroom_seal", None)  # kept as seal_module; not the student's to import
     _own_streams()
     setup = receive().get("setup", {})
+    if os.environ.get("NORMREF_NPROC_RLIMIT") == "1":  # no pids cgroup: capped in this sandbox's user namespace
+        import resource
+
+        n = int(os.environ.get("NORMREF_MAX_PROCS", "64"))
+        resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
     try:
         if not setup.get("torch"):
             _block_torch()
