@@ -196,11 +196,11 @@ class HandbackInputs(NbGraderPreprocessor):
     (:func:`without_inputs`: its graded calls run in the grader's clean room, after the kernel).
 
     ``make grade`` draws every question's inputs, new every run, into a file no kernel can read
-    (``grader.scoring.prepare_inputs``). This puts, as the notebook's first cell,
-    ``<name> = normref.handback.seal()`` (``<name>`` random, new per notebook: the hand-back as
-    it is before any student cell runs; ``seal(torch=False)`` for :data:`TORCH_FREE_ASSIGNMENTS`),
-    and rewrites each hidden test's ``hand_back("<grade_id>", ...)`` into the question's inputs
-    given to ``<name>`` and a call of it (:func:`with_inputs`). So an answer cell, which runs
+    (``grader.scoring.prepare_inputs``). For a short answer (:func:`kernel_hands_back`) this puts,
+    as the notebook's first cell, ``<name> = normref.handback.seal()`` (``<name>`` random, new
+    per notebook: the hand-back as it is before any student cell runs; ``seal(torch=False)`` for
+    :data:`TORCH_FREE_ASSIGNMENTS`), and rewrites its hidden test's ``hand_back("<grade_id>",
+    ...)`` into the question's inputs given to ``<name>`` and a call of it (:func:`with_inputs`). So an answer cell, which runs
     before, cannot read a question's inputs: they are in no file of the kernel's and in no cell
     that ran; and patching ``normref.handback`` afterwards changes no hand-back unnoticed.
     :class:`HandbackInputsRemoved` undoes both right after ``Execute``: neither the inputs nor

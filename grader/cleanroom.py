@@ -58,13 +58,21 @@ class Stopped(RuntimeError):
 
 # ------------------------------------------------------------------ what runs: the definitions
 
+#: Cell magics that run their cell as Python: their cell counts as if the magic were not there.
+_PYTHON_CELL_MAGICS = ("%%time", "%%timeit", "%%capture", "%%prun")
+
+
 def _source(cell_source: str) -> ast.Module | None:
     """A cell as Python (IPython's magics and shell escapes turned into calls, as the kernel
-    does), or None when it does not parse (the kernel could not run it either)."""
+    does; a ``%%time`` or ``%%capture`` line dropped: the cell is Python), or None when it does
+    not parse (the kernel could not run it either)."""
     from IPython.core.inputtransformer2 import TransformerManager
 
     from normref._syntax import parse
 
+    first, _, rest = cell_source.lstrip("\n").partition("\n")
+    if first.split(" ")[0].strip() in _PYTHON_CELL_MAGICS:
+        cell_source = "\n" * (len(cell_source) - len(cell_source.lstrip("\n")) + 1) + rest  # same line numbers
     try:
         return parse(TransformerManager().transform_cell(cell_source))
     except (SyntaxError, ValueError):

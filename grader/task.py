@@ -15,7 +15,8 @@ with the instructor's machine:
 * **on the worker**: a scratch course folder with those files, and nbgrader's own autograde
   converter (``nbgrader.converters.Autograde``: the preprocessors of ``nbgrader autograde``)
   with every kernel in the bubblewrap sandbox (:mod:`grader.sandbox`), warm from the worker's
-  zygote when it can be (:mod:`grader.warm`);
+  zygote when it can be (:mod:`grader.warm`); then each autograded notebook's code questions
+  called in its clean room (:mod:`grader.cleanroom`), their outputs put in their test cells;
 * **out** (bytes): the files of ``autograded/<student>/<assignment>/`` (the executed notebook
   with its captured outputs), nbgrader's log, the grade rows the worker's scratch gradebook
   received (per cell: auto score, auto comment; per notebook: late penalty; the submission's

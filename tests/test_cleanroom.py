@@ -65,8 +65,9 @@ def test_the_definitions_are_what_the_graded_names_need_and_nothing_else():
     assert cleanroom.hidden_test_targets('x = 1\nhand_back("rms_norm_battery", rms_norm)\n',
                                          "rms_norm_battery") == ["rms_norm"]
     # IPython's syntax is what the kernel makes of it: a magic is a call (not run), the def stays
-    got = _defined(_cells("%matplotlib inline\ndef f(x):\n    return x\n"), {"f"})
-    assert got == [["def f(x):\n    return x"]]
+    got = _defined(_cells("%matplotlib inline\ndef f(x):\n    return x\n", "%%time\ndef g(x):\n    return x\n"),
+                   {"f", "g"})
+    assert got == [["def f(x):\n    return x"], ["def g(x):\n    return x"]]
     # a cell that stopped in the kernel (line 3: an error, the time limit) defines what was above
     stopped = nbformat.v4.new_code_cell("A = 1\nB = 2\nwhile True:\n    pass\ndef f():\n    return A + B\n")
     stopped.outputs = [nbformat.v4.new_output("error", ename="KeyboardInterrupt", evalue="", traceback=[
