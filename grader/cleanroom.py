@@ -299,16 +299,19 @@ def units(text: str, handed: Handed) -> tuple[str, list]:
 # ------------------------------------------------------------------ the process and its messages
 
 class Room:
-    """One running clean room: its process (warm, fresh or, without the sandbox, plain), the pipes
-    to it, and the deadline of everything it does."""
+    """One running clean room: its process (warm: forked from the worker's zygote; fresh, always
+    for a numpy assignment's, which has no torch; or, without the sandbox, plain), the pipes to
+    it, and the deadline of everything it does."""
 
-    def __init__(self, sandboxed: bool, deadline: float):
+    def __init__(self, sandboxed: bool, deadline: float, torch: bool = True):
         self.deadline, self.warm, self.proc = deadline, None, None
         here = Path(__file__).resolve().parent
         if sandboxed:
             from . import sandbox, warm
 
-            got = warm.launch_cleanroom(dict(os.environ)) if sandbox.warm_unavailable() is None else None
+            # a numpy assignment's is never warm: the zygote has torch, and that room has none
+            warm_ok = torch and sandbox.warm_unavailable() is None
+            got = warm.launch_cleanroom(dict(os.environ)) if warm_ok else None
             if got is not None:
                 self.warm, self.to_fd, self.from_fd = got
                 self.how = "warm"
@@ -461,7 +464,7 @@ def _drive(questions, statements, setup: dict, inputs: dict, sandboxed: bool, de
     room = None
     done = 0
     try:
-        room = Room(sandboxed, deadline)
+        room = Room(sandboxed, deadline, setup["torch"])
         room.send({"setup": setup})
         sealed = room.receive()
         if "sealed" not in sealed:

@@ -314,23 +314,36 @@ HONEST_WITH_HELPER = ("def rms_norm(x, weight, eps=1e-6):\n    h = x.float()\n"
                       "    return (h * torch.rsqrt(_mean_square(h) + eps + EPS0) * weight).to(x.dtype)\n")
 
 
-def _forged_visible_check() -> str:
-    """An answer cell that installs an input transformer showing, in every later cell, the
-    visible check's correct outputs (made here with the reference) in the hand-back's format."""
-    from normref import checks, rms_norm
-    from normref.handback import probe, run_calls
-
-    calls = [{k: v for k, v in c.items() if k != "references"}  # as an unwatched call would
-             for c in run_calls(rms_norm, probe(checks.check_rms_norm, quick=True))]
-    bundle = {"grade_id": "rms_norm_shape", "calls": calls}
-    show = f"_d.display({{{MIME!r}: _j.loads(_FORGED)}}, raw=True)"
-    return ("import IPython\nimport IPython.display as _d\n"
-            f"_FORGED = {json.dumps(bundle)!r}\n"
-            "def _forge(lines):\n"
-            "    if not any('rms_norm_shape' in ln for ln in lines):\n        return lines\n"
-            "    kept = [ln for ln in lines if 'rms_norm_shape' not in ln]  # the grader's own hand-back: gone\n"
-            f"    return kept + ['\\nimport json as _j\\n', {show!r} + '\\n']\n"
-            "IPython.get_ipython().input_transformers_post.append(_forge)\n" + RMS_N_MINUS_1)
+def _forged_outputs() -> str:
+    """An answer cell (past the syntax scan) that installs an IPython input transformer: in every
+    cell run after it, the graded inputs a hidden test holds are read, the reference's outputs
+    for them computed, shown in the hand-back's format, and the grader's own hand-back removed.
+    Then the n-1 answer. (A kernel that is given no graded input, and whose outputs are not
+    scored, leaves it nothing to forge.)"""
+    forge = r'''
+import re as _re
+import IPython, normref, torch
+import IPython.display as _d
+_W = getattr(normref, "wi" + "re")
+_REF = getattr(torch.nn.functional, "rms" + "_norm")
+def _rms(x, w, eps=1e-6):
+    return _REF(x.float(), (x.shape[-1],), w.float(), eps).to(x.dtype)
+def _forge(lines):
+    out, shown = [], []
+    for ln in lines:
+        m = _re.search(r'\.inputs\("(\w+)", "([^"]+)"\)', ln)
+        if m:
+            calls = _W.load_inputs(m.group(2)).get("calls") or []
+            recs = [{"out": _W.encode(_rms(*a, **k))} for a, k, g in calls]
+            _FORGED[m.group(1)] = {"grade_id": m.group(1), "calls": recs}
+            shown.append("_d.display({%r: _FORGED[%r]}, raw=True)\n" % (MIME, m.group(1)))
+        elif not _re.search(r'_[A-Za-z]{16}\("', ln):  # the grader's sealed hand-back: dropped
+            out.append(ln)
+    return shown + out
+_FORGED = {}
+IPython.get_ipython().input_transformers_post.append(_forge)
+'''.replace("MIME", repr(MIME))
+    return forge + RMS_N_MINUS_1
 
 
 @pytest.fixture(scope="module")
@@ -353,7 +366,7 @@ def kernel_attacks(bubblewrap, tmp_path_factory):
                 "honest_helper": insert_after(answered(release, q1=HONEST_WITH_HELPER), "rms_norm_impl", HELPER),
                 "leaves_process": answered(release, q1=LEAVES_PROCESS),
                 "import_hook": answered(release, q1=IMPORT_HOOK), "patched_torch": answered(release, q1=PATCHED_TORCH),
-                "input_transformer": answered(release, q1=_forged_visible_check()),
+                "input_transformer": answered(release, q1=_forged_outputs()),
                 "frames": answered(release, q1=FRAMES), "subclass": answered(release, q1=SUBCLASS)}
     for sid, nb in students.items():
         (base / "submitted" / sid / "hostile").mkdir(parents=True)
@@ -371,7 +384,8 @@ def kernel_attacks(bubblewrap, tmp_path_factory):
 @pytest.mark.slow
 def test_code_left_running_or_installed_by_an_answer_cell_earns_what_a_blank_answer_earns(kernel_attacks):
     """A process left running to compute the reference, an import hook, a patched torch, an
-    input transformer that shows the visible check's correct outputs in the hand-back's format,
+    input transformer that shows the reference's outputs for a hidden test's inputs in the
+    hand-back's format (there are none to read: the kernel gets no graded input),
     a call walking its frames, a tensor subclass: each earns no more than the blank answer (q1:
     0 of 5; q2, mean and variance, answered correctly by all: 2), the reference named where the
     clean room saw it attempted; the honest answers, one with a helper and a constant in a cell of
