@@ -399,6 +399,7 @@ def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
             with _kernel_process_state(root, env):
                 success, log, reason = _autograde(root, a, st, args, course_id)
                 if success:  # the graded calls: apart, in clean rooms (the kernel made none of them)
+                    os.environ["NBGRADER_EXECUTION"] = "autograde"  # as its kernels had it: one zygote serves both
                     out["cleanroom"] = _clean_rooms(root / "autograded" / st / a,
                                                     assignment.get("handback_inputs") or b"{}", use_sandbox)
             if use_sandbox:  # what its kernels ran into, read from their cgroups outside the sandbox
