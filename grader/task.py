@@ -404,6 +404,9 @@ def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
                                                     assignment.get("handback_inputs") or b"{}", use_sandbox)
             if use_sandbox:  # what its kernels ran into, read from their cgroups outside the sandbox
                 out.update(_sandbox_usage(sb, root, a, st, submission))
+        out["limit_flags"] = out["limit_flags"] + [  # a clean room that stopped: its questions scored 0, why
+            f"{name}: the grader's clean room stopped ({note}): its code questions were not graded"
+            for name, room in out["cleanroom"].items() for note in room.get("notes") or []]
         graded_dir = root / "autograded" / st / a
         if success and not any(graded_dir.glob("*.ipynb")):
             success, reason = False, NO_NOTEBOOK
