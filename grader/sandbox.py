@@ -347,7 +347,9 @@ def kernel_address_space_mb() -> int:
         return _as_measured[key]
     known = store.cached("address-space.json") or {}
     if key not in known:
-        env = {**os.environ, **dict.fromkeys(SINGLE_THREAD_VARS, "1")}
+        # the environment a kernel gets (grader.bwrap.sandbox_env: nothing else of this process's, which
+        # changes what ipykernel starts: under pytest it watches no output fds, two threads fewer)
+        env = {**_sandbox_env(os.environ, {}, SANDBOX_WORK), **dict.fromkeys(SINGLE_THREAD_VARS, "1")}
         out = subprocess.run([sys.executable, "-c", _AS_PROBE, *_KERNEL_IMPORTS], capture_output=True,
                              text=True, env=env, cwd="/", timeout=300)
         last = (out.stdout.strip().splitlines() or [""])[-1]  # after ipykernel's own notes

@@ -141,8 +141,8 @@ def native(x, weight, eps=1e-6):
     # the course's own helper that holds a norm, and normref's reference by an alias
     "helper": '''
 def helper(x, weight, eps=1e-6):
-    from normref.diagnosis import coverage
-    return coverage.student_from_variant("rms_norm", ())(x, weight, eps)
+    from normref.checks import norms
+    return norms.model_t("rms", x, weight, None, eps)  # a checker's fault model with no fault: the norm
 ''',
     "alias": '''
 def alias(x, weight, eps=1e-6):
@@ -178,8 +178,8 @@ def _run_attacks(sandboxed: bool) -> dict:
     room = cleanroom.Room(sandboxed, time.monotonic() + 120)
     try:
         room.send({"setup": {"torch": True, "torch_ops": True, "normref_names": list(
-            QUESTIONS[gid].reference["normref_names"]), "preimport": ["concurrent.futures", "normref.diagnosis"],
-            "preimport_names": [["normref", "rms_norm"], ["normref.diagnosis", "coverage"]]}})
+            QUESTIONS[gid].reference["normref_names"]), "preimport": ["concurrent.futures", "normref.checks.norms"],
+            "preimport_names": [["normref", "rms_norm"], ["normref.checks", "norms"]]}})
         assert "sealed" in room.receive()
         stmts = [(name, ast.unparse(n)) for name, src in [("imports", _IMPORTS), *_ATTACKS.items()]
                  for n in ast.parse(src).body]
@@ -219,7 +219,7 @@ def test_in_the_clean_room_the_references_are_absent_whatever_reaches_for_them(b
         assert refs[name] == ["calls torch's rms_norm"], (name, got[name])
     assert refs["refs"] == ["calls torch's reference code torch._refs._normalize"], got["refs"]
     assert refs["alias"] == ["calls normref.functional.rms_norm"], got["alias"]
-    assert refs["helper"] == ["calls the course's own normref.diagnosis.coverage.student_from_variant"], got
+    assert refs["helper"] == ["calls the course's own normref.checks.norms.model_t"], got
     raised = {name: " ".join(r) for name, (_, _, r) in got.items()}
     assert "Operation not permitted" in raised["reload"] and "_refs" in raised["reload"]
     assert "PermissionError [Errno 1] Operation not permitted" in raised["process"]
