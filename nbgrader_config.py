@@ -170,16 +170,41 @@ def with_inputs(source: str, grade_id: str, name: str, text: str) -> str:
     return "\n".join(out)
 
 
+def kernel_hands_back(text: str) -> bool:
+    """Is this question's hand-back the grading kernel's? Only a short answer's (its values are
+    what the student's cells computed); a code question's calls run in the grader's clean room
+    (``grader/cleanroom.py``), after the kernel, with these inputs (a pickle of ``{"kind":
+    "values"}`` for a short answer; a torch question's are a ``torch.save`` archive)."""
+    import base64
+    import pickle
+
+    if text.startswith("UEsDB"):  # base64 of a zip archive: torch.save's
+        return False
+    try:
+        return pickle.loads(base64.b64decode(text)).get("kind") == "values"
+    except Exception:  # noqa: BLE001 - not the grader's inputs: nothing for the kernel
+        return False
+
+
+def without_inputs(source: str, grade_id: str) -> str:
+    """``source`` (a code question's hidden test) with its ``hand_back("<grade_id>", ...)`` line
+    made a no-op: the kernel gets no graded input; the question is graded in the clean room."""
+    call = _hand_back_call(grade_id)
+    return "\n".join(f"{line[:len(line) - len(line.lstrip())]}pass  # graded apart, in the grader's clean room"
+                     if call.search(line) else line for line in source.split("\n"))
+
+
 class HandbackInputs(NbGraderPreprocessor):
-    """Autograde only, just before ``Execute``: give each hidden test its question's graded
-    inputs, and the hand-back it is to use.
+    """Autograde only, just before ``Execute``: give each short answer's hidden test its
+    question's inputs and the hand-back it is to use; take every code question's hand-back out
+    (:func:`without_inputs`: its graded calls run in the grader's clean room, after the kernel).
 
     ``make grade`` draws every question's inputs, new every run, into a file no kernel can read
-    (``grader.scoring.prepare_inputs``). This puts, as the notebook's first cell,
-    ``<name> = normref.handback.seal()`` (``<name>`` random, new per notebook: the hand-back as
-    it is before any student cell runs; ``seal(torch=False)`` where no question of the notebook needs
-torch to read its inputs, :func:`normref.wire.needs_torch`: 1.5-4 s less per notebook),
-    and rewrites each hidden test's ``hand_back("<grade_id>", ...)`` into the question's inputs
+    (``grader.scoring.prepare_inputs``). For a short answer (:func:`kernel_hands_back`) this puts,
+    as the notebook's first cell, ``<name> = normref.handback.seal()`` (``<name>`` random, new
+    per notebook: the hand-back as it is before any student cell runs; ``seal(torch=False)`` where
+    no question it hands back needs torch to read its inputs, :func:`normref.wire.needs_torch`),
+    and rewrites its hidden test's ``hand_back("<grade_id>", ...)`` into the question's inputs
     given to ``<name>`` and a call of it (:func:`with_inputs`). So an answer cell, which runs
     before, cannot read a question's inputs: they are in no file of the kernel's and in no cell
     that ran; and patching ``normref.handback`` afterwards changes no hand-back unnoticed.
@@ -197,23 +222,26 @@ torch to read its inputs, :func:`normref.wire.needs_torch`: 1.5-4 s less per not
         name = "_" + "".join(secrets.choice(string.ascii_letters) for _ in range(16))
         from normref.wire import needs_torch
 
-        originals, torch_needed = {}, False
+        originals, sealed, torch_needed = {}, False, False
         for i, cell in enumerate(nb.cells):
             gid = cell.metadata.get("nbgrader", {}).get("grade_id")
             if cell.cell_type != "code" or gid not in inputs:
                 continue
-            new = with_inputs(cell.source, gid, name, inputs[gid])
+            kernels = kernel_hands_back(inputs[gid])
+            new = with_inputs(cell.source, gid, name, inputs[gid]) if kernels else without_inputs(cell.source, gid)
             if new != cell.source:
                 originals[cell.get("id") or str(i)] = cell.source
                 cell.source = new
-                torch_needed = torch_needed or needs_torch(inputs[gid])
+                sealed = sealed or kernels
+                torch_needed = torch_needed or (kernels and needs_torch(inputs[gid]))
         if originals:
+            resources[_RESOURCE] = originals
+        if sealed:
             torch = "" if torch_needed else "torch=False"
             prologue = nbformat.v4.new_code_cell(
                 f"{name} = __import__('normref.handback', fromlist=['seal']).seal({torch})")
             prologue.metadata[_RESOURCE] = True
             nb.cells.insert(0, prologue)
-            resources[_RESOURCE] = originals
         return nb, resources
 
 

@@ -19,7 +19,9 @@ the ``normref-sandbox`` kernelspec that ``make grade`` hands nbgrader. It
   in the throw-away copy and nothing the kernel writes reaches the course's disk;
 * starts ipykernel with `bwrap <https://github.com/containers/bubblewrap>`_: new user, PID,
   IPC, UTS and network namespaces (no network: the kernel talks to nbgrader over Unix sockets,
-  ``KernelManager.transport = "ipc"``), all capabilities dropped, uid 65534, and a file system
+  ``KernelManager.transport = "ipc"``), all capabilities dropped, uid 65534, an environment of
+  its own (:func:`sandbox_env`; bubblewrap is started with none, its options read from a memfd:
+  the sandbox's PID 1 shows nothing of the grader's), and a file system
   that holds only the Python installation, the virtual environment, the ``normref`` package,
   the connection files and the scratch directory: the course's ``source/`` (solutions, hidden
   tests), ``gradebook.db`` and other students' folders do not exist in there;
@@ -48,14 +50,16 @@ try:
                           sweep_stale)
     from .kernel_guard import ENV_MAX_PROCS, ENV_MAX_WRITE_BYTES, ENV_NPROC_RLIMIT
     from .kernel_guard import PIDS_EVENTS as SANDBOX_PIDS_EVENTS
+    from .bwrap import env_args, head, hidden, sandbox_env as _sandbox_env
 except ImportError:  # run by path, as the kernelspec does
+    from bwrap import env_args, head, hidden, sandbox_env as _sandbox_env  # type: ignore[no-redef]
     import store  # type: ignore[no-redef]
     from cgroups import (MEMORY_CGROUP_ROOT, PIDS_CGROUP_ROOT, counters, hierarchy,  # type: ignore[no-redef]  # noqa: F401
                          join_memory_cgroup, join_pids_cgroup, make_cgroup, memory_cgroups_work, remove_cgroup,
                          sweep_stale)
     from kernel_guard import ENV_MAX_PROCS, ENV_MAX_WRITE_BYTES, ENV_NPROC_RLIMIT  # type: ignore[no-redef]
     from kernel_guard import PIDS_EVENTS as SANDBOX_PIDS_EVENTS  # type: ignore[no-redef]
-from normref.handback_files import HANDBACK_ENV
+from normref.handback_files import HANDBACK_ENV  # noqa: F401 - the launchers' VOLATILE (grader/zygote.py)
 
 BWRAP = shutil.which("bwrap") or "/usr/bin/bwrap"
 KERNEL_NAME = "normref-sandbox"
@@ -343,7 +347,9 @@ def kernel_address_space_mb() -> int:
         return _as_measured[key]
     known = store.cached("address-space.json") or {}
     if key not in known:
-        env = {**os.environ, **dict.fromkeys(SINGLE_THREAD_VARS, "1")}
+        # the environment a kernel gets (grader.bwrap.sandbox_env: nothing else of this process's, which
+        # changes what ipykernel starts: under pytest it watches no output fds, two threads fewer)
+        env = {**_sandbox_env(os.environ, {}, SANDBOX_WORK), **dict.fromkeys(SINGLE_THREAD_VARS, "1")}
         out = subprocess.run([sys.executable, "-c", _AS_PROBE, *_KERNEL_IMPORTS], capture_output=True,
                              text=True, env=env, cwd="/", timeout=300)
         last = (out.stdout.strip().splitlines() or [""])[-1]  # after ipykernel's own notes
@@ -414,7 +420,7 @@ def bwrap_argv(connection_file: str, cwd: str, kernel_args: list[str], *,
 
     Args:
         connection_file: the kernel's connection file (``ipc`` transport).
-        cwd: the student's folder, as nbgrader sees it; inside, a link to the tmpfs copy.
+        cwd: the student's folder, as nbgrader sees it (the kernel runs in its copy, /tmp/work).
         kernel_args: more ipykernel arguments.
         files: ``(path relative to cwd, open file descriptor)`` copied into the tmpfs.
         connection_fd: an open descriptor of the connection file (else it is opened here).
@@ -434,13 +440,7 @@ def bwrap_argv(connection_file: str, cwd: str, kernel_args: list[str], *,
     if connection_fd is None:
         connection_fd = os.open(connection_file, os.O_RDONLY)
         os.set_inheritable(connection_fd, True)
-    argv = [BWRAP, "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534",
-            "--cap-drop", "ALL", "--die-with-parent", "--new-session",
-            "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev",
-            # everything the kernel may write, in one size-limited tmpfs
-            "--size", str(max_write_bytes), "--tmpfs", "/tmp",
-            "--dir", SANDBOX_WORK, "--dir", "/tmp/home"]
-    argv += _system_binds()
+    argv = head(BWRAP, max_write_bytes, SANDBOX_WORK, _system_binds())
     guard = str(Path(__file__).resolve().with_name("kernel_guard.py"))
     argv += ["--ro-bind", guard, guard,  # the grader's only file inside the sandbox
              "--file", str(connection_fd), "/tmp/connection.json",
@@ -451,9 +451,7 @@ def bwrap_argv(connection_file: str, cwd: str, kernel_args: list[str], *,
         argv += ["--file", str(fd), f"{SANDBOX_WORK}/{rel}"]
     if pids_events:
         argv += ["--ro-bind", pids_events, SANDBOX_PIDS_EVENTS]
-    # this run's graded inputs are nbgrader's to write into the hidden tests (HandbackInputs in
-    # nbgrader_config.py): the kernel gets neither their file nor where it is
-    argv += ["--unsetenv", HANDBACK_ENV]
+    # its environment is sandbox_env()'s: no kernel learns where the graded inputs are
     return argv + _kernel_argv(cwd, guard, kernel_args, pids_events, max_write_bytes, max_procs)
 
 
@@ -475,27 +473,25 @@ def _system_binds() -> list[str]:
     return argv
 
 
+def sandbox_env(environ, *, nproc_rlimit: bool, max_procs: int = MAX_PROCS,
+                max_write_bytes: int = MAX_WRITE_BYTES) -> dict[str, str]:
+    """A kernel's or clean room's whole environment (:func:`grader.bwrap.sandbox_env`): home, matplotlib's
+    and IPython's folders in the tmpfs (no start-up file is read), no user site, the caps, and whether
+    the guard sets ``RLIMIT_NPROC`` (no pids cgroup: counted per user namespace, i.e. per sandbox)."""
+    return _sandbox_env(environ, {
+        "HOME": "/tmp/home", "MPLCONFIGDIR": "/tmp/home/mpl", "IPYTHONDIR": "/tmp/home/ipython",
+        "NORMREF_GRADING": "1", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1",
+        ENV_MAX_PROCS: str(max_procs), ENV_MAX_WRITE_BYTES: str(max_write_bytes),
+        ENV_NPROC_RLIMIT: "1" if nproc_rlimit else "0"}, SANDBOX_WORK)
+
+
 def _kernel_argv(cwd: str, guard: str, kernel_args: list[str], pids_events: str | None,
                  max_write_bytes: int, max_procs: int) -> list[str]:
-    """bwrap's last arguments: the kernel's folder and environment, then the guarded kernel."""
-    return ["--symlink", SANDBOX_WORK, cwd,  # the student's folder: a private, writable copy
-            "--chdir", cwd,
-            "--setenv", "HOME", "/tmp/home", "--setenv", "MPLCONFIGDIR", "/tmp/home/mpl",
-            "--setenv", "IPYTHONDIR", "/tmp/home/ipython", "--setenv", "NORMREF_GRADING", "1",
-            "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
-            # no user site (usercustomize.py, *.pth under ~/.local); HOME and IPYTHONDIR (below)
-            # are empty folders of the tmpfs, so no profile's startup/ or ipython_config.py is read
-            "--setenv", "PYTHONNOUSERSITE", "1",
-            "--setenv", ENV_MAX_PROCS, str(max_procs),
-            "--setenv", ENV_MAX_WRITE_BYTES, str(max_write_bytes),
-            # without a cgroup, the guard sets RLIMIT_NPROC inside: counted per (user
-            # namespace, uid), i.e. per sandbox (set outside, it would count all our processes)
-            "--setenv", ENV_NPROC_RLIMIT, "0" if pids_events else "1",
-            # ipykernel would see its parent as PID 1 in the new PID namespace and exit;
-            # bwrap's --die-with-parent already ends the kernel with its parent.
-            "--unsetenv", "JPY_PARENT_PID",
-            sys.executable, guard,
-            "-f", "/tmp/connection.json",
+    """bwrap's last arguments: the kernel's folder (the student's, a private writable copy) and its
+    whole environment (no JPY_PARENT_PID: ipykernel would take PID 1 for its parent and exit;
+    --die-with-parent ends it with its parent), then the guarded kernel."""
+    env = sandbox_env(os.environ, nproc_rlimit=not pids_events, max_procs=max_procs, max_write_bytes=max_write_bytes)
+    return ["--chdir", SANDBOX_WORK, *env_args(env), sys.executable, guard, "-f", "/tmp/connection.json",
             *kernel_args]
 
 
@@ -545,15 +541,7 @@ def prepare(args: list[str], extra_procs: int = 0) -> tuple[list[str], list[int]
     max_write = int(os.environ.get(ENV_MAX_WRITE_BYTES, MAX_WRITE_BYTES))
     # A record of this kernel (its folder, its cgroup) for make grade, outside the sandbox
     # (NORMREF_SCRATCH_ROOT is removed after the run; nothing of ours outlives bwrap).
-    root = os.environ.get(ENV_SCRATCH_ROOT) or tempfile.gettempdir()
-    os.makedirs(root, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="kernel-", dir=root))
-    cgroup = memory = None
-    mem_mb = default_mem_mb()
-    if os.environ.get(ENV_PIDS_CGROUP):
-        cgroup = join_pids_cgroup(Path(os.environ[ENV_PIDS_CGROUP]), work.name, max_procs + extra_procs)
-    if os.environ.get(ENV_MEMORY_CGROUP):
-        memory = join_memory_cgroup(Path(os.environ[ENV_MEMORY_CGROUP]), work.name, mem_mb)
+    work, cgroup, memory, mem_mb = join_cgroups("kernel-", max_procs + extra_procs)
     (work / "record.json").write_text(json.dumps({"cwd": cwd, "cgroup": str(cgroup) if cgroup else None,
                                                   "max_procs": max_procs, "mem_mb": mem_mb,
                                                   "memory_cgroup": str(memory) if memory else None}))
@@ -577,6 +565,21 @@ def prepare(args: list[str], extra_procs: int = 0) -> tuple[list[str], list[int]
     return cmd, [connection_fd] + [fd for _, fd in files]
 
 
+def join_cgroups(prefix: str, max_procs: int) -> tuple[Path, Path | None, Path | None, int]:
+    """A record folder for this process under ``NORMREF_SCRATCH_ROOT`` (outside the sandbox) and its
+    pids and memory cgroups, joined where the session has them: ``(folder, pids, memory, MiB)``."""
+    root = os.environ.get(ENV_SCRATCH_ROOT) or tempfile.gettempdir()
+    os.makedirs(root, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+    cgroup = memory = None
+    mem_mb = default_mem_mb()
+    if os.environ.get(ENV_PIDS_CGROUP):
+        cgroup = join_pids_cgroup(Path(os.environ[ENV_PIDS_CGROUP]), work.name, max_procs)
+    if os.environ.get(ENV_MEMORY_CGROUP):
+        memory = join_memory_cgroup(Path(os.environ[ENV_MEMORY_CGROUP]), work.name, mem_mb)
+    return work, cgroup, memory, mem_mb
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if "-f" not in args:
@@ -592,7 +595,8 @@ def main(argv: list[str] | None = None) -> int:
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
     if os.getppid() != parent:
         return 1
-    os.execv(cmd[0], cmd)
+    argv, _ = hidden(cmd)
+    os.execve(argv[0], argv, {})  # nothing of the grader's for the sandbox's PID 1 (bwrap.hidden)
     return 127  # pragma: no cover - execv does not return
 
 

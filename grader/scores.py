@@ -7,10 +7,18 @@ by case (the class report groups wrong answers by it, :mod:`grader.groups`, with
 code). The questions, their batteries and the drawing of a run's inputs are
 :mod:`grader.scoring`'s.
 
+Where the outputs come from: a code question's (a function's calls, a class's plan) from the
+grader's clean room (:mod:`grader.cleanroom`), which put them in the question's test cell after
+the kernel was gone, having removed whatever the kernel had shown there in their format (the
+kernel hands back no code question: its hidden test's line is a no-op, ``nbgrader_config.py``);
+a short answer's values from the kernel's hidden test (what the student's cells computed is the
+answer).
+
 A cell that hands back no outputs, or more than one set, scores 0 (flagged when it is more
-than one); so does a hand-back that says the grader's hand-back code was changed in the kernel
-(its outputs may not be the grader's), and a call in which a reference normalization was seen
-running (:func:`normref.rules.observed_reference`: the one rule finding that takes points).
+than one; a code question the clean room could not run says why); so does a hand-back that says
+the grader's hand-back code was changed in the kernel (its outputs may not be the grader's),
+and a call in which a reference normalization was seen running
+(:func:`normref.rules.observed_reference`: the one rule finding that takes points).
 Everything else the rules find is scored on the outputs and flagged for the instructor's review
 (:func:`normref.rules.review_message`), in the feedback and the class report: what the tamper scan
 finds in the cells the question's code comes from (:func:`normref.checks.cells.question_findings`,
@@ -77,8 +85,9 @@ def _handbacks(cell) -> list[dict]:
     return out
 
 
-def _not_handed_back(nb, cell, gid: str, found: list) -> Scored:
-    """A test cell with no hand-back, or several, or another question's: 0 points, and why."""
+def _not_handed_back(nb, cell, gid: str, found: list, why: str | None = None) -> Scored:
+    """A test cell with no hand-back, or several, or another question's, or a code question the
+    clean room could not run (``why``): 0 points, and why."""
     flags = ([f"{gid}: {len(found)} sets of outputs in one test cell (one is handed back): scored 0"]
              if len(found) > 1 else [])
     removed = _removed_answer(nb, cell)
@@ -86,7 +95,7 @@ def _not_handed_back(nb, cell, gid: str, found: list) -> Scored:
         return Scored(gid, 0.0, f"{gid}: 0 points: {removed}", flags, [])
     errors = [f"{o.get('ename')}: {o.get('evalue')}" for o in cell.get("outputs", [])
               if o.get("output_type") == "error"]
-    why = errors[-1] if errors else "no outputs were handed back"
+    why = why or (errors[-1] if errors else "no outputs were handed back")
     return Scored(gid, 0.0, f"{gid}: not graded ({why}): 0 points", flags)
 
 
@@ -215,9 +224,9 @@ def other_cells_reviews(nb, course_root: Path | None = None) -> list[str]:
 
 def score_notebook(nb, seed: int, course_root: Path | None = None) -> dict[str, Scored]:
     """Score every question's cell (``course_root``'s questions, :func:`grader.questions.questions`;
-    default this repository's) of an autograded notebook from its handed-back outputs:
-    ``{grade_id: Scored}``. A cell with no hand-back (the student's code never got
-    there, e.g. the function is undefined) or several scores 0."""
+    default this repository's) of an autograded notebook from its handed-back outputs (a code
+    question's from the clean room: see the module's doc): ``{grade_id: Scored}``. A cell with no
+    hand-back (e.g. the function is undefined) or several scores 0."""
     out = {}
     qs = questions(course_root)
     for cell in nb.cells:
@@ -227,6 +236,8 @@ def score_notebook(nb, seed: int, course_root: Path | None = None) -> dict[str, 
         found = [h for h in _handbacks(cell) if isinstance(h, dict)]
         if len(found) != 1 or found[0].get("grade_id") != gid:
             out[gid] = _not_handed_back(nb, cell, gid, found)
+        elif "missing" in found[0]:  # the clean room could not make the calls (the answer is undefined...)
+            out[gid] = _not_handed_back(nb, cell, gid, [], str(found[0]["missing"])[:300])
         elif found[0].get("changed"):
             out[gid] = _changed_hand_back(gid, found[0]["changed"], question_findings_in(nb, cell), course_root)
         else:
@@ -316,11 +327,12 @@ def score_class(course_root: Path, pairs, seed: int, *, db_url: str | None = Non
                     grade.auto_score = round(float(grade.max_score) * s.fraction, 2)
                     if (questions(root)[gid].all_or_nothing and in_kernel is not None and s.fraction == 0
                             and float(in_kernel) >= float(grade.max_score) > 0):
-                        # same checker, same public inputs, same function: only a change made
-                        # inside the kernel (or a function that is not deterministic) does this
+                        # same checker, same public inputs: a change made inside the kernel (or a
+                        # function that is not deterministic), or an answer that needs more of its
+                        # notebook than its definitions (all the clean room runs)
                         s.flags.append(f"{gid}: the notebook's own check passed in its kernel, the grader's "
-                                       "scoring of the same outputs did not (checkers changed at run time?): "
-                                       "scored 0")
+                                       "scoring did not (checkers changed at run time, or the answer needs "
+                                       "code of its notebook that is not a definition?): scored 0")
                     if s.flags:
                         flags.setdefault((a, st), []).extend(s.flags)
                 gb.db.commit()

@@ -15,8 +15,9 @@ its assignment's folder's ``grading.py``; :data:`QUESTIONS` is this repository's
    (outside every sandbox): the autograde preprocessor ``HandbackInputs`` (``nbgrader_config.py``)
    writes a question's inputs into its hidden test just before it runs, the kernel's only view
    of the question.
-2. In the kernel, the hidden test ``hand_back(grade_id, fn)`` (:mod:`normref.handback`) makes
-   those calls and shows the outputs (or exceptions) as one output of its MIME type.
+2. After the kernel, the notebook's clean room (:mod:`grader.cleanroom`: the answer's
+   definitions only, the references absent) makes those calls with :mod:`normref.handback`'s
+   code, and its outputs (or exceptions) become the test cell's one output of that MIME type.
 3. :func:`grader.scores.score_notebook`, after autograde, reads that output from the autograded
    notebook (nothing pickled: arrays as ``.npy``, tensors with dtype and shape), replays it
    through the same checker on the same cases (:class:`grader.replay.Replay` stands in for the

@@ -15,7 +15,8 @@ with the instructor's machine:
 * **on the worker**: a scratch course folder with those files, and nbgrader's own autograde
   converter (``nbgrader.converters.Autograde``: the preprocessors of ``nbgrader autograde``)
   with every kernel in the bubblewrap sandbox (:mod:`grader.sandbox`), warm from the worker's
-  zygote when it can be (:mod:`grader.warm`);
+  zygote when it can be (:mod:`grader.warm`); then each autograded notebook's code questions
+  called in its clean room (:mod:`grader.cleanroom`), their outputs put in their test cells;
 * **out** (bytes): the files of ``autograded/<student>/<assignment>/`` (the executed notebook
   with its captured outputs), nbgrader's log, the grade rows the worker's scratch gradebook
   received (per cell: auto score, auto comment; per notebook: late penalty; the submission's
@@ -329,6 +330,29 @@ def _sandbox_usage(sb, root: Path, a: str, st: str, submission: dict) -> dict:
             "peak_mb": max(sb.peak_memory_mb().values(), default=None)}
 
 
+def _clean_rooms(folder: Path, inputs: bytes, sandboxed: bool) -> dict:
+    """Each autograded notebook of ``folder`` through the grader's clean room
+    (:func:`grader.cleanroom.run_notebook`: its code questions' records into its metadata), in this
+    worker, with the kernels' environment. Returns ``{notebook: {"how", "seconds", "notes"}}``."""
+    import json
+
+    import nbformat
+
+    from . import cleanroom
+
+    run_inputs = json.loads(inputs)
+    out = {}
+    for path in sorted(folder.glob("*.ipynb")):
+        try:
+            nb = nbformat.read(path, as_version=4)
+        except Exception:  # noqa: BLE001 - nbgrader wrote it; one that does not read is scored 0 later
+            continue
+        entry = cleanroom.run_notebook(nb, run_inputs, sandboxed=sandboxed)
+        nbformat.write(nb, path)
+        out[path.name] = {k: entry.get(k) for k in ("how", "seconds", "notes")}
+    return out
+
+
 def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
     """Autograde one submission in a scratch course folder on this worker (the engine's task).
 
@@ -343,8 +367,9 @@ def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
         ``{"assignment", "student", "success", "reason", "log", "kernel_output", "files": {rel: bytes},
         "rows": {"timestamp", "notebooks": {name: {"grades", "comments", "late_submission_penalty"}}},
         "limit_flags": [note], "kernels": {"warm", "fresh", "why"}, "peak_mb": float | None,
-        "worker", "seconds"}``; ``success`` is False when nbgrader could not grade it, with
-        ``reason`` the exception the submission raised there (e.g. its kernel died) as one line.
+        "cleanroom": {notebook: {"how", "seconds", "notes"}}, "worker", "seconds"}``; ``success`` is
+        False when nbgrader could not grade it, with ``reason`` the exception the submission raised
+        there (e.g. its kernel died) as one line.
 
     Raises:
         RuntimeError: the sandbox was asked for and bubblewrap cannot start on this worker.
@@ -365,7 +390,7 @@ def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
                **({HANDBACK_ENV: str(inputs)} if assignment.get("handback_inputs") else {})}
         args = list(options.get("config_args", []))
         out = {"assignment": a, "student": st, "limit_flags": [], "kernels": {}, "peak_mb": None,
-               "files": {}, "rows": None, "worker": os.uname().nodename}
+               "files": {}, "rows": None, "cleanroom": {}, "worker": os.uname().nodename}
         with sandbox.SandboxSession(root) if use_sandbox else contextlib.nullcontext() as sb:
             if use_sandbox:
                 more_args, more_env = sb.worker(0)
@@ -373,8 +398,15 @@ def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
                 env.update(more_env)
             with _kernel_process_state(root, env):
                 success, log, reason = _autograde(root, a, st, args, course_id)
+                if success:  # the graded calls: apart, in clean rooms (the kernel made none of them)
+                    os.environ["NBGRADER_EXECUTION"] = "autograde"  # as its kernels had it: one zygote serves both
+                    out["cleanroom"] = _clean_rooms(root / "autograded" / st / a,
+                                                    assignment.get("handback_inputs") or b"{}", use_sandbox)
             if use_sandbox:  # what its kernels ran into, read from their cgroups outside the sandbox
                 out.update(_sandbox_usage(sb, root, a, st, submission))
+        out["limit_flags"] = out["limit_flags"] + [  # a clean room that stopped: its questions scored 0, why
+            f"{name}: the grader's clean room stopped ({note}): its code questions were not graded"
+            for name, room in out["cleanroom"].items() for note in room.get("notes") or []]
         graded_dir = root / "autograded" / st / a
         if success and not any(graded_dir.glob("*.ipynb")):
             success, reason = False, NO_NOTEBOOK

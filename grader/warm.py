@@ -113,8 +113,8 @@ class _Zygote:
             raise Refused(f"the zygote refused to start: {reply.get('refused')}")
         self.modules, self.cpu_s = reply["ready"], reply["cpu_s"]
 
-    def fork(self) -> tuple[int, socket.socket, int]:
-        """``(child pid, the kernel's socket, the write end of its stdin)``.
+    def fork(self, out: int = 1) -> tuple[int, socket.socket, int]:
+        """``(child pid, the kernel's socket, the write end of its stdin)``; its stdout is ``out``.
 
         Raises:
             Refused: the zygote refused; EOFError or OSError: it is gone."""
@@ -124,7 +124,7 @@ class _Zygote:
             with self.lock:
                 self.sock.settimeout(REPLY_TIMEOUT_S)
                 self.sock.sendmsg([b"fork"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
-                                               array.array("i", [theirs.fileno(), stdin_r, 1, 2]))])
+                                               array.array("i", [theirs.fileno(), stdin_r, out, 2]))])
                 reply = _recv(self.sock)
         except BaseException:
             mine.close()
@@ -155,9 +155,9 @@ class WarmKernel:
         self.code: int | None = None
         self._killed_at: float | None = None
 
-    def start(self, argv: list[str], cwd: str, env: dict[str, str]) -> None:
+    def start(self, argv: list[str], cwd: str, env: dict[str, str], cleanroom: bool = False) -> None:
         self.sock.settimeout(REPLY_TIMEOUT_S)
-        _send(self.sock, argv=argv, cwd=cwd, env=env)
+        _send(self.sock, argv=argv, cwd=cwd, env=env, cleanroom=cleanroom)
         reply = _recv(self.sock)
         if "started" not in reply:
             raise Refused(f"the warm kernel could not enter its sandbox: {reply.get('refused')}")
@@ -250,6 +250,32 @@ def launch(argv: list[str], cwd: str, env: dict[str, str]) -> WarmKernel | None:
         kernel, why = None, str(e)
     _record(env, why)
     return kernel
+
+
+def launch_cleanroom(env: dict[str, str]) -> tuple[WarmKernel, int, int] | None:
+    """A clean room (:mod:`grader.cleanroom`) forked from this worker's zygote into a sandbox of its
+    own (:mod:`grader.cleanroom_launch`): ``(its process, the write end of its stdin, the read end
+    of its stdout)``, or None when the zygote cannot serve (the caller starts one fresh)."""
+    from .cleanroom_launch import cleanroom_argv
+
+    zenv = {k: v for k, v in bwrap_env(env, cleanroom_argv("-" if env.get(sandbox.ENV_PIDS_CGROUP) else None))[0]
+            .items() if k not in VOLATILE}
+    out_r, out_w = os.pipe()
+    try:
+        child, sock, stdin_w = _worker_zygote(zenv).fork(out=out_w)
+    except (Refused, OSError, EOFError, ValueError):
+        os.close(out_r)
+        return None
+    finally:
+        os.close(out_w)
+    kernel = WarmKernel(child, sock, stdin_w)
+    try:
+        kernel.start([sys.executable], "/", env, cleanroom=True)
+    except (Refused, OSError, EOFError, ValueError):
+        kernel.close()
+        os.close(out_r)
+        return None
+    return kernel, stdin_w, out_r
 
 
 def _record(env: dict[str, str], why: str | None) -> None:

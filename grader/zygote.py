@@ -20,8 +20,10 @@ import time
 from pathlib import Path
 
 try:
-    from . import sandbox
+    from . import bwrap, cleanroom_launch, sandbox
 except ImportError:  # run by path, as the zygote is
+    import bwrap  # type: ignore[no-redef]
+    import cleanroom_launch  # type: ignore[no-redef]
     import sandbox  # type: ignore[no-redef]
 
 #: What the zygote imports: what every grading kernel has loaded once its hand-back is sealed.
@@ -48,19 +50,6 @@ REPLY_TIMEOUT_S = 60   # a fork, or a child entering its sandbox
 #: it, the kernel included: no sandbox outlives its child (PID 1 of a PID namespace ignores
 #: signals it has no handler for, SIGTERM included; ``sleep infinity`` there ran forever).
 LIFELINE = "/usr/bin/cat" if os.path.exists("/usr/bin/cat") else "/bin/cat"
-#: bubblewrap 0.8's options and how many arguments each takes (anything else: refused).
-_ARITY = {**dict.fromkeys(
-    ("--unshare-all", "--share-net", "--unshare-user", "--unshare-user-try", "--unshare-ipc", "--unshare-pid",
-     "--unshare-net", "--unshare-uts", "--unshare-cgroup", "--unshare-cgroup-try", "--disable-userns",
-     "--assert-userns-disabled", "--clearenv", "--new-session", "--die-with-parent", "--as-pid-1"), 0),
-    **dict.fromkeys(
-    ("--args", "--userns", "--userns2", "--pidns", "--uid", "--gid", "--hostname", "--chdir", "--unsetenv",
-     "--lock-file", "--sync-fd", "--remount-ro", "--exec-label", "--file-label", "--proc", "--dev", "--tmpfs",
-     "--mqueue", "--dir", "--seccomp", "--add-seccomp-fd", "--block-fd", "--userns-block-fd", "--info-fd",
-     "--json-status-fd", "--cap-add", "--cap-drop", "--perms", "--size"), 1),
-    **dict.fromkeys(
-    ("--setenv", "--bind", "--bind-try", "--dev-bind", "--dev-bind-try", "--ro-bind", "--ro-bind-try",
-     "--bind-fd", "--ro-bind-fd", "--file", "--bind-data", "--ro-bind-data", "--symlink", "--chmod"), 2)}
 
 
 class Refused(RuntimeError):
@@ -70,33 +59,15 @@ class Refused(RuntimeError):
 # -- the kernel's view: what bubblewrap would give its command --------------------------------------
 
 def bwrap_env(env: dict[str, str], argv: list[str]) -> tuple[dict[str, str], str | None, int]:
-    """What bubblewrap gives the command of ``argv`` (a ``bwrap ...`` list) started with ``env``.
-
-    Returns:
-        ``(environment, working directory or None, index in argv where the command starts)``;
-        bubblewrap applies ``--setenv``/``--unsetenv``/``--clearenv`` in order and sets ``PWD``.
+    """:func:`grader.bwrap.bwrap_env`: what bubblewrap gives the command of ``argv`` started with
+    ``env`` (``(environment, working directory or None, where the command starts)``).
 
     Raises:
-        Refused: an option this does not know (so it cannot say what it does).
-    """
-    env, cwd, i = dict(env), None, 1
-    while i < len(argv) and argv[i].startswith("--"):
-        opt = argv[i]
-        if opt not in _ARITY:
-            raise Refused(f"unknown bubblewrap option {opt}")
-        args = argv[i + 1:i + 1 + _ARITY[opt]]
-        if opt == "--setenv":
-            env[args[0]] = args[1]
-        elif opt == "--unsetenv":
-            env.pop(args[0], None)
-        elif opt == "--clearenv":
-            env.clear()
-        elif opt == "--chdir":
-            cwd = args[0]
-        i += 1 + _ARITY[opt]
-    if cwd:
-        env["PWD"] = cwd
-    return env, cwd, i
+        Refused: an option it does not know (so it cannot say what it does)."""
+    try:
+        return bwrap.bwrap_env(env, argv)
+    except ValueError as e:
+        raise Refused(str(e)) from None
 
 
 # -- system calls ----------------------------------------------------------------------------------
@@ -226,26 +197,29 @@ def _supervise(sock_fd: int, stdin_fd: int, out_fd: int, err_fd: int) -> None:
         os.close(src)
     sock = socket.socket(fileno=sock_fd)
     os.setsid()  # no controlling terminal; in the sandbox, its group and session read as 0
-    bwrap = pid1 = None
+    bwrap_proc = pid1 = None
     try:
         req = _recv(sock, 1 << 22)
         env, cwd = req["env"], req["cwd"]
-        cmd, fds, kenv, kcwd, at = _kernel_command(req["argv"], cwd, env)
+        cmd, fds, kenv, kcwd, at = _kernel_command(req["argv"], cwd, env, req.get("cleanroom", False))
         info_r, info_w = os.pipe()
         block_r, block_w = os.pipe()
         life_r, _life_w = os.pipe()  # held until this process ends (LIFELINE); the kernel closes its copy
-        bwrap = subprocess.Popen(cmd[:at] + ["--info-fd", str(info_w), "--block-fd", str(block_r), LIFELINE],
-                                 pass_fds=[*fds, info_w, block_r], stdin=life_r, env=env, cwd=cwd)
-        for f in (*fds, info_w, block_r, life_r):
+        argv, args_fd = bwrap.hidden(cmd[:at] + ["--info-fd", str(info_w), "--block-fd", str(block_r), LIFELINE])
+        bwrap_proc = subprocess.Popen(argv, pass_fds=[*fds, info_w, block_r, args_fd], stdin=life_r, env={}, cwd=cwd)
+        for f in (*fds, info_w, block_r, args_fd, life_r):
             os.close(f)
-        child, pid1 = _sandbox_pid1(bwrap, info_r)
+        child, pid1 = _sandbox_pid1(bwrap_proc, info_r)
         _enter_sandbox(child)
         alive_r, alive_w = os.pipe()
         kpid = os.fork()
         if kpid == 0:
             os.close(alive_w)
             sock.detach()
-            _kernel(kenv, kcwd, cmd[at:], alive_r)
+            command = cmd[at:]
+            # the student's code can walk its frames down to this one: nothing of the worker's here
+            req = env = cwd = cmd = fds = argv = None  # noqa: F841
+            _kernel(kenv, kcwd, command, alive_r)
         os.close(alive_r)
         kfd = os.pidfd_open(kpid)
         os.write(block_w, b"x")  # bwrap's PID 1 now runs LIFELINE and reaps
@@ -255,9 +229,9 @@ def _supervise(sock_fd: int, stdin_fd: int, out_fd: int, err_fd: int) -> None:
         if pid1 is not None:  # the sandbox's PID 1 first: it outlives bubblewrap's own process
             with contextlib.suppress(OSError):
                 signal.pidfd_send_signal(pid1, signal.SIGKILL)
-        if bwrap is not None:
-            bwrap.kill()
-            bwrap.wait()
+        if bwrap_proc is not None:
+            bwrap_proc.kill()
+            bwrap_proc.wait()
         with contextlib.suppress(OSError):
             _send(sock, refused=str(e) if isinstance(e, Refused) else f"{type(e).__name__}: {e}")
         os._exit(1)
@@ -265,25 +239,29 @@ def _supervise(sock_fd: int, stdin_fd: int, out_fd: int, err_fd: int) -> None:
     with contextlib.suppress(OSError):  # the whole sandbox ends with its PID 1
         signal.pidfd_send_signal(pid1, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
-        bwrap.wait(timeout=10)
+        bwrap_proc.wait(timeout=10)
     with contextlib.suppress(OSError):
         _send(sock, exit=code)
     os._exit(0)
 
 
-def _kernel_command(argv: list, cwd: str, env: dict) -> tuple[list, list, dict, str, int]:
-    """The worker's kernel command, checked to be the grading sandbox's with the zygote's own
-    environment and Python, in this process's cwd and environment: ``(bwrap command, its fds,
-    the kernel's env, the kernel's cwd, index of the kernel's argv in the command)``.
+def _kernel_command(argv: list, cwd: str, env: dict, cleanroom: bool = False) -> tuple[list, list, dict, str, int]:
+    """The worker's kernel command (or, ``cleanroom``, a clean room's: :mod:`grader.cleanroom_launch`),
+    checked to be the grading sandbox's with the zygote's own environment and Python, in this
+    process's cwd and environment: ``(bwrap command, its fds, the kernel's env, the kernel's cwd,
+    index of the kernel's argv in the command)``.
 
     Raises:
         Refused: another kernelspec, environment or Python."""
-    if argv[1] != str(Path(sandbox.__file__).resolve()) or "-f" not in argv:
+    if not cleanroom and (argv[1] != str(Path(sandbox.__file__).resolve()) or "-f" not in argv):
         raise Refused("not the grading sandbox's kernelspec")
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
-    cmd, fds = sandbox.prepare(argv[2:], extra_procs=EXTRA_PROCS)
+    if cleanroom:
+        cmd, fds = cleanroom_launch.prepare(extra_procs=EXTRA_PROCS), []
+    else:
+        cmd, fds = sandbox.prepare(argv[2:], extra_procs=EXTRA_PROCS)
     kenv, kcwd, at = bwrap_env(env, cmd)
     differ = sorted(k for k in set(kenv) | set(_ZYGOTE_ENV)
                     if k not in VOLATILE and kenv.get(k) != _ZYGOTE_ENV.get(k))
@@ -393,7 +371,8 @@ def _kernel(env: dict[str, str], cwd: str, command: list[str], alive_r: int) -> 
         os.environ.update(env)
         sys.argv = command[1:]
         _reseed()
-        sys.modules.pop("sandbox", None)
+        for name in ("sandbox", "bwrap", "cleanroom_launch"):  # the zygote's, run by path: not the student's to import
+            sys.modules.pop(name, None)
         runpy.run_path(command[1], run_name="__main__")
         code = 0
     except SystemExit as e:

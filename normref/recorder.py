@@ -559,7 +559,12 @@ def recorder_for(reference: dict | None, handed_in=(), sealed: dict | None = Non
     """The recorder of one graded call: ``reference`` (the question's names, :mod:`normref.rules`)
     with what :func:`normref.handback.seal` captured at kernel start (``sealed``): the
     references' code objects, the kernel's threads, the allowed code; no checker function is
-    exempt (grading calls none of its own under the recorder)."""
+    exempt (grading calls none of its own under the recorder). ``sealed["recorder"]``, when
+    given, makes the recorder instead (``(reference, handed_in) -> context manager`` with
+    ``found``): the grader's clean room, where the references are absent, not watched
+    (:mod:`grader.cleanroom_box`)."""
+    if sealed is not None and sealed.get("recorder") is not None:
+        return sealed["recorder"](reference, handed_in)
     kw = dict(reference or {})
     if sealed is not None:
         kw.setdefault("codes", sealed["codes"])

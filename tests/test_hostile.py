@@ -574,18 +574,18 @@ def test_red_team_routes_through_make_grade(graded):
     for sid in corpus:
         page = (course_copy / "feedback" / (RED_TEAM + sid) / "hostile" / "hostile.html").read_text()
         assert not any(t in page for t in inputs.values()) and ".inputs(" not in page, sid
-    # 2. seen by the scan (the alias is a module this cell imported) and when the hidden test ran
-    assert any(REVIEW_PREFIX + "modifies h.run_calls" in f for f in flags["alias_patch"]), flags["alias_patch"]
-    for sid in ("alias_patch", "alias_patch_unseen"):
-        assert any("changed the grader's hand-back" in f and "normref.handback.run_calls" in f
-                   for f in flags[sid]), flags[sid]
-    # 3. the reference, called through normref.blocks.post_ln, is still the student's call
-    assert any("calls torch's rms_norm" in f for f in flags["launder"]), flags["launder"]
-    # 4. a pool and TorchScript: work the recorder cannot see, flagged for review by the scan
-    # (and the pool's thread, the notebook's own, by the recorder)
-    assert any(REVIEW_PREFIX + "imports concurrent.futures" in f for f in flags["pool"]), flags["pool"]
-    assert any(REVIEW_PREFIX + "runs code in another thread" in f for f in flags["pool"]), flags["pool"]
-    assert any(REVIEW_PREFIX + "uses TorchScript" in f for f in flags["torchscript"]), flags["torchscript"]
+    # 2. seen by the scan (the alias is a module this cell imported); spelled past it, the patch
+    # changes nothing: the graded calls run in the grader's clean room, where the reference is absent
+    assert any("modifies h.run_calls" in f for f in flags["alias_patch"]), flags["alias_patch"]
+    assert any("calls torch's rms_norm" in f for f in flags["alias_patch_unseen"]), flags["alias_patch_unseen"]
+    # 3. the course's own Post-LN is absent there too: every call raised (no rule named: Post-LN
+    # is not this question's reference; the norm handed to it was never reached)
+    outputs = _cells(autograded("launder"), "rms_norm_battery")[0].outputs
+    said = "".join(o.get("data", {}).get("text/plain", "") for o in outputs)
+    assert "normref.blocks.post_ln is not available while the grader runs your code" in " ".join(said.split()), said
+    # 4. a pool and TorchScript: work the recorder cannot see, flagged by the scan
+    assert any("imports concurrent.futures" in f for f in flags["pool"]), flags["pool"]
+    assert any("TorchScript" in f for f in flags["torchscript"]), flags["torchscript"]
     # 5. nothing was removed: each flagged question's feedback says the review line, never a NameError
     for sid in ("alias_patch", "pool", "torchscript"):
         outputs = _cells(autograded(sid), "rms_norm_battery")[0].outputs

@@ -1,7 +1,8 @@
 """torch is imported only where it is used (issue 22): ``import normref`` and the numpy-only
 assignments' grading kernels (layernorm, layernorm_backward, practice) never import it, their
-hand-backs and self-checks show what they showed with torch loaded, and the reference recorder
-still sees a torch normalization that a numpy answer imports and calls itself.
+hand-backs and self-checks show what they showed with torch loaded, and a torch normalization
+that a numpy answer imports and calls itself costs the question (the self-check says the rule;
+the grader's clean room has no torch for a numpy assignment).
 
 Each kernel here is a fresh interpreter running the notebook's cells in order, as the grading
 kernel does: the sealing cell that nbgrader_config.py's ``HandbackInputs`` puts first (run on the
@@ -118,17 +119,21 @@ def _handed_back(result: dict) -> list:
 @pytest.mark.slow
 @pytest.mark.parametrize("assignment", ["layernorm", "layernorm_backward", "practice"])
 def test_a_numpy_assignments_kernel_never_imports_torch_and_hands_back_the_same(assignment, inputs):
-    """The solution notebook in a fresh kernel: torch never imported (sealed without it), every
-    question handed back; and what it shows (self-checks and hand-backs) is what the same cells
-    show in a kernel where torch is loaded and the seal is the torch one."""
+    """The solution notebook in a fresh kernel: torch never imported; the short answers handed
+    back (sealed without torch), the code questions not (their calls are the grader's clean
+    room's, grader/cleanroom.py); and what it shows (self-checks and hand-backs) is what the same
+    cells show in a kernel where torch is loaded and the seal is the torch one."""
+    from grader.scoring import QUESTIONS
+
     cells = kernel_cells(assignment, inputs)
-    assert "seal(torch=False)" in cells[0]
+    want = {c.metadata["nbgrader"]["grade_id"] for c in nbformat.read(
+        REPO / "source" / assignment / f"{assignment}.ipynb", 4).cells if "hand_back(" in c.source}
+    want = {g for g in want if QUESTIONS[g].kind == "values"}
+    assert ("seal(torch=False)" in cells[0]) == bool(want)
     lazy = run_kernel(cells, env=_env(inputs))
     assert lazy["torch"] is False
     assert not [s for s in lazy["shown"] if isinstance(s, dict) and "error" in s], lazy["shown"]
     backs = _handed_back(lazy)
-    want = {c.metadata["nbgrader"]["grade_id"] for c in nbformat.read(
-        REPO / "source" / assignment / f"{assignment}.ipynb", 4).cells if "hand_back(" in c.source}
     assert {b["grade_id"] for b in backs} == want and all("changed" not in b for b in backs)
     eager = run_kernel([cells[0].replace("seal(torch=False)", "seal()"), *cells[1:]], preload_torch=True,
                        env=_env(inputs))
@@ -137,12 +142,13 @@ def test_a_numpy_assignments_kernel_never_imports_torch_and_hands_back_the_same(
 
 
 @pytest.mark.slow
-def test_the_torch_assignments_seal_imports_torch_as_before(inputs):
+def test_a_torch_assignments_kernel_hands_back_nothing(inputs):
+    """rmsnorm's kernel gets neither a sealed hand-back nor any graded input: its questions are
+    the clean room's; the visible checks still run in it (its self-check, with torch)."""
     cells = kernel_cells("rmsnorm", inputs)
-    assert cells[0].endswith(".seal()")
+    assert not any(".seal(" in c for c in cells)
     result = run_kernel(cells, env=_env(inputs))
-    assert result["torch"] is True
-    assert {b["grade_id"] for b in _handed_back(result)} == {"rms_norm_shape", "rms_norm_battery"}
+    assert result["torch"] is True and _handed_back(result) == []
 
 
 # A numpy LayerNorm answer that calls torch's own layer_norm, importing torch itself inside the call:
@@ -172,18 +178,27 @@ _TORCH_INSIDE = {
 @pytest.mark.slow
 @pytest.mark.parametrize("how", sorted(_TORCH_INSIDE))
 def test_a_numpy_answer_that_imports_torch_and_calls_its_norm_is_still_caught(how, inputs):
+    """In the kernel, the self-check (the visible test) says the rule; in the grader's clean room
+    (a numpy assignment's has no torch: it cannot be imported there) every graded call of it
+    raises, and the question earns 0."""
+    from grader import cleanroom
+    from grader.scores import score_notebook
+
     answer = {"layer_norm_impl": "import numpy as np\n" + _TORCH_INSIDE[how]}
     result = run_kernel(kernel_cells("layernorm", inputs, answer), env=_env(inputs))
     assert result["torch"] is True  # the answer imported it
-    for back in _handed_back(result):
-        refs = [r for call in back["calls"] for r in call.get("references", [])]
-        assert refs, (how, back["grade_id"], back["calls"][:1])
-        assert all(r.startswith("calls ") for r in refs), refs
-        if how != "normref_module":
-            assert "calls torch's layer_norm" in refs, refs
-    # the self-check (the visible test) says so too: the rule costs the question
     errors = [s for s in result["shown"] if isinstance(s, dict) and "error" in s]
     assert errors and errors[0]["message"].startswith("0 points: "), result["shown"]
+    nb = nbformat.read(REPO / "source" / "layernorm" / "layernorm.ipynb", as_version=4)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "layer_norm_impl":
+            cell.source = answer["layer_norm_impl"]
+    entry = cleanroom.run_notebook(nb, json.loads(inputs.read_text()), sandboxed=False)
+    for gid in ("layer_norm_seed", "layer_norm_battery"):
+        calls = entry["bundles"][gid]["calls"]
+        assert calls and all("raised" in c for c in calls), (how, gid, calls[:1])
+    assert {g: s.fraction for g, s in score_notebook(nb, 20261122).items()} == {
+        "layer_norm_seed": 0.0, "layer_norm_battery": 0.0}
 
 
 def test_a_notebook_is_sealed_without_torch_exactly_when_no_question_of_it_needs_torch(course_copy, monkeypatch):

@@ -426,17 +426,30 @@ def test_each_question_s_inputs_are_written_into_its_hidden_test_just_before_it_
     assert len(calls) == len(want) and all(torch.equal(a[0][0], b[0][0]) for a, b in zip(calls, want))
 
     ns = _config_namespace()
+    monkeypatch.setenv(HANDBACK_ENV, str(path))
+    # a code question's calls are the grader's clean room's (grader/cleanroom.py): its kernel gets
+    # none of its inputs, its hand-back line is a no-op, and no sealing cell is added for it
     source = nbformat.read(REPO / "source" / "rmsnorm" / "rmsnorm.ipynb", as_version=4)
     nb = nbformat.reads(nbformat.writes(source), as_version=4)
-    monkeypatch.setenv(HANDBACK_ENV, str(path))
     resources: dict = {}
     nb, resources = ns["HandbackInputs"]().preprocess(nb, resources)
-    name = re.fullmatch(r"(_[A-Za-z]{16}) = __import__\('normref.handback', fromlist=\['seal'\]\)\.seal\(\)",
+    assert len(nb.cells) == len(source.cells) and not any(t in nbformat.writes(nb) for t in inputs.values())
+    for c in nb.cells:
+        if c.metadata.get("nbgrader", {}).get("grade_id") in ("rms_norm_shape", "rms_norm_battery"):
+            assert "hand_back(" not in c.source and "pass  # graded apart, in the grader's clean room" in c.source
+    nb, resources = ns["HandbackInputsRemoved"]().preprocess(nb, resources)
+    assert nbformat.writes(nb) == nbformat.writes(source)
+    # a short answer's values are the kernel's to hand back: its inputs and the sealed hand-back
+    source = nbformat.read(REPO / "source" / "practice" / "practice.ipynb", as_version=4)
+    nb = nbformat.reads(nbformat.writes(source), as_version=4)
+    resources = {"nbgrader": {"assignment": "practice"}}
+    nb, resources = ns["HandbackInputs"]().preprocess(nb, resources)
+    name = re.fullmatch(r"(_[A-Za-z]{16}) = __import__\('normref.handback', fromlist=\['seal'\]\)\.seal\(torch=False\)",
                         nb.cells[0].source).group(1)
     hidden = {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells
-              if c.metadata.get("nbgrader", {}).get("grade_id") in ("rms_norm_shape", "rms_norm_battery")}
+              if c.metadata.get("nbgrader", {}).get("grade_id") in ("practice_rms", "trace_rms_shape")}
     for gid, src in hidden.items():
-        given = f'{name}.inputs("{gid}", "{inputs[gid]}")\n{name}("{gid}", rms_norm)'
+        given = f'{name}.inputs("{gid}", "{inputs[gid]}")\n{name}("{gid}", '
         assert given in src and "hand_back(" not in src
         # the call's own line holds no inputs: a traceback of it (a timeout's) shows none
         assert inputs[gid] not in src.split(given.split("\n")[0], 1)[1]
