@@ -201,10 +201,10 @@ def test_a_numpy_answer_that_imports_torch_and_calls_its_norm_is_still_caught(ho
         "layer_norm_seed": 0.0, "layer_norm_battery": 0.0}
 
 
-def test_a_notebook_is_sealed_without_torch_exactly_when_no_question_of_it_needs_torch(course_copy, monkeypatch):
-    """HandbackInputs seals a notebook without torch when none of its questions' inputs needs
-    torch to read (normref.wire.needs_torch): the assignments whose every question is numpy or a
-    short answer (grader.questions.Assignment.torch_free), and only those."""
+def test_the_kernel_is_sealed_only_to_hand_back_short_answers_and_then_without_torch(course_copy, monkeypatch):
+    """HandbackInputs seals a kernel only where it hands something back, a short answer (a code
+    question's calls run in the clean room), and then without torch: no short answer's inputs need
+    it (normref.wire.needs_torch)."""
     from grader.apps import Course
     from grader.questions import assignments
     from grader.scoring import prepare_inputs
@@ -214,12 +214,12 @@ def test_a_notebook_is_sealed_without_torch_exactly_when_no_question_of_it_needs
                if p.__name__ == "HandbackInputs"]
     _, path = prepare_inputs(course_copy, log=lambda *_: None, set_env=False)
     monkeypatch.setenv(HANDBACK_ENV, str(path))
-    free = {a.name for a in assignments(course_copy).values() if a.torch_free}
-    assert {"layernorm", "layernorm_backward", "practice"} <= free and "rmsnorm" not in free
-    for name in assignments(course_copy):
+    for name, a in assignments(course_copy).items():
         (src,) = sorted((course_copy / "source" / name).glob("*.ipynb"))  # its hidden tests, as autograde runs them
         nb, _ = give().preprocess(nbformat.read(src, 4), {"nbgrader": {"assignment": name}})
-        assert nb.cells[0].source.endswith(".seal(torch=False)") == (name in free), (name, nb.cells[0].source)
+        short = any(q.kind == "values" for q in a.questions)
+        assert nb.cells[0].source.endswith(".seal(torch=False)") == short, (name, nb.cells[0].source)
+    assert any(q.kind == "values" for q in assignments(course_copy)["practice"].questions)
 
 
 def test_inputs_are_written_without_torch_for_numpy_questions(inputs):
