@@ -534,14 +534,12 @@ TORCHSCRIPT = ("CU = torch.jit.CompilationUnit('''\ndef f(x, w, eps: float):\n"
 def build_red_team(root) -> dict:
     """The red team's answers to q1: ``{name: (answer, expected points)}``."""
     inputs_path = root / "logs" / "scoring" / "handback-inputs.json"
-    # the pool's thread (started before the call) and TorchScript run the reference where the
-    # kernel's recorder does not look: flagged for review, scored on the outputs (issue 30: only a
-    # reference seen running takes points; the isolated grading process, where the references are
-    # absent, is what decides them)
+    # the pool's thread and TorchScript run the reference where the kernel's recorder does not look;
+    # in the clean room, where the references are absent, their call is seen: 0 (issue 30)
     return {"honest": (RMS_CORRECT, FULL),
             "read_inputs": (f"INPUTS_PATH = {str(inputs_path)!r}\n" + READ_INPUTS, Q1_ZERO),
             "alias_patch": (ALIAS_PATCH, Q1_ZERO), "alias_patch_unseen": (ALIAS_PATCH_UNSEEN, Q1_ZERO),
-            "launder": (LAUNDER, Q1_ZERO), "pool": (POOL, FULL), "torchscript": (TORCHSCRIPT, FULL)}
+            "launder": (LAUNDER, Q1_ZERO), "pool": (POOL, Q1_ZERO), "torchscript": (TORCHSCRIPT, Q1_ZERO)}
 
 
 @pytest.mark.slow
@@ -583,9 +581,12 @@ def test_red_team_routes_through_make_grade(graded):
     outputs = _cells(autograded("launder"), "rms_norm_battery")[0].outputs
     said = "".join(o.get("data", {}).get("text/plain", "") for o in outputs)
     assert "normref.blocks.post_ln is not available while the grader runs your code" in " ".join(said.split()), said
-    # 4. a pool and TorchScript: work the recorder cannot see, flagged by the scan
+    # 4. a pool and TorchScript: work the kernel's recorder cannot see, flagged by the scan; their
+    # call of the reference seen in the clean room (the pool's thread, TorchScript's dispatcher)
     assert any("imports concurrent.futures" in f for f in flags["pool"]), flags["pool"]
     assert any("TorchScript" in f for f in flags["torchscript"]), flags["torchscript"]
+    for sid in ("pool", "torchscript"):
+        assert any("calls torch's rms_norm" in f for f in flags[sid]), flags[sid]
     # 5. nothing was removed: each flagged question's feedback says the review line, never a NameError
     for sid in ("alias_patch", "pool", "torchscript"):
         outputs = _cells(autograded(sid), "rms_norm_battery")[0].outputs
