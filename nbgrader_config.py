@@ -70,10 +70,6 @@ class StandardAnswers(NbGraderPreprocessor):
 
 
 _RESOURCE = "normref_handback"
-#: The assignments whose questions are numpy or short answers: their grading kernel starts
-#: without torch (``seal(torch=False)``: 1.5-4 s less per notebook); the others' seal imports it.
-#: tests/test_lazy_torch.py checks this against grader.scoring's questions.
-TORCH_FREE_ASSIGNMENTS = frozenset({"layernorm", "layernorm_backward", "practice"})
 
 
 def _inputs_file() -> str | None:
@@ -206,9 +202,10 @@ class HandbackInputs(NbGraderPreprocessor):
     ``make grade`` draws every question's inputs, new every run, into a file no kernel can read
     (``grader.scoring.prepare_inputs``). For a short answer (:func:`kernel_hands_back`) this puts,
     as the notebook's first cell, ``<name> = normref.handback.seal()`` (``<name>`` random, new
-    per notebook: the hand-back as it is before any student cell runs; ``seal(torch=False)`` for
-    :data:`TORCH_FREE_ASSIGNMENTS`), and rewrites its hidden test's ``hand_back("<grade_id>",
-    ...)`` into the question's inputs given to ``<name>`` and a call of it (:func:`with_inputs`). So an answer cell, which runs
+    per notebook: the hand-back as it is before any student cell runs; ``seal(torch=False)`` where
+    no question it hands back needs torch to read its inputs, :func:`normref.wire.needs_torch`),
+    and rewrites its hidden test's ``hand_back("<grade_id>", ...)`` into the question's inputs
+    given to ``<name>`` and a call of it (:func:`with_inputs`). So an answer cell, which runs
     before, cannot read a question's inputs: they are in no file of the kernel's and in no cell
     that ran; and patching ``normref.handback`` afterwards changes no hand-back unnoticed.
     :class:`HandbackInputsRemoved` undoes both right after ``Execute``: neither the inputs nor
@@ -223,7 +220,9 @@ class HandbackInputs(NbGraderPreprocessor):
         with open(path) as f:
             inputs = json.load(f)
         name = "_" + "".join(secrets.choice(string.ascii_letters) for _ in range(16))
-        originals, sealed = {}, False
+        from normref.wire import needs_torch
+
+        originals, sealed, torch_needed = {}, False, False
         for i, cell in enumerate(nb.cells):
             gid = cell.metadata.get("nbgrader", {}).get("grade_id")
             if cell.cell_type != "code" or gid not in inputs:
@@ -234,10 +233,11 @@ class HandbackInputs(NbGraderPreprocessor):
                 originals[cell.get("id") or str(i)] = cell.source
                 cell.source = new
                 sealed = sealed or kernels
+                torch_needed = torch_needed or (kernels and needs_torch(inputs[gid]))
         if originals:
             resources[_RESOURCE] = originals
         if sealed:
-            torch = "torch=False" if resources.get("nbgrader", {}).get("assignment") in TORCH_FREE_ASSIGNMENTS else ""
+            torch = "" if torch_needed else "torch=False"
             prologue = nbformat.v4.new_code_cell(
                 f"{name} = __import__('normref.handback', fromlist=['seal']).seal({torch})")
             prologue.metadata[_RESOURCE] = True
@@ -426,6 +426,10 @@ c = get_config()  # noqa: F821 - injected by traitlets when nbgrader loads this 
 
 c.CourseDirectory.course_id = "lesson16-normalization"
 c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
+# An assignment folder's grading knowledge (grader/questions.py: its questions, batteries and answer
+# bank) is the grader's: never copied into release/ nor into a student's autograded folder.
+c.CourseDirectory.ignore = [*CourseDirectory.class_traits()["ignore"].default(), "grading.py", "answer_bank.py",
+                            "reference.py"]
 
 # The slowest honest cell is a cold `import torch` plus a full checker battery (~3 s here);
 # 60 s leaves a wide margin on a loaded 2-core machine.

@@ -111,6 +111,7 @@ class Services:
     jobs: int  # the engine's workers (``GradeOptions.jobs``, or all cores)
     engine: object = None  # grader.engine.Engine: this machine's process pool, or grader.cluster.DaskCluster
     course: Course | None = None
+    workers: list[str] | None = None  # the Dask workers the tasks may run on (None: any; the canary pins one)
 
 
 @dataclass

@@ -8,15 +8,14 @@ Every draw reads one ``torch.Generator`` (:func:`question_generator`: the run's 
 question's name), never torch's global RNG: the sublayers' weights too
 (:func:`normref.checks.core.seeded_module`). The same seed draws the same battery, in any
 thread, whatever else runs. The checker takes the drawn battery as its ``cases`` argument.
-Lesson 04's batteries are in :mod:`grader.modern_batteries`.
+Each assignment's own batteries are in its folder's ``grading.py`` (:mod:`grader.questions`);
+the norms' battery here is shared by ``rmsnorm`` and ``layernorm``.
 """
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["FLOAT16_OVERFLOW_VALUES", "question_generator", "draw_token", "pick", "draw_norm_battery",
-           "draw_backward_battery",
-           "draw_placement_battery", "draw_module_battery", "draw_block_battery"]
+__all__ = ["FLOAT16_OVERFLOW_VALUES", "question_generator", "draw_token", "pick", "draw_norm_battery"]
 
 
 #: The float16 overflow row's values a drawn battery takes (``[v, -v, v, -v]``): every square is
@@ -219,162 +218,3 @@ def _numpy_cases(cases: list) -> list:
 
     return [NormCase(c.name, conv(c.x), conv(c.weight), conv(c.bias), c.eps)
             for c in cases if c.x.dtype != torch.bfloat16]
-
-
-def draw_backward_battery(g) -> list:
-    """A drawn LayerNorm-backward battery (float64 numpy): a token with a one-hot ``dy``,
-    ``[B, T, D]`` with a trained gamma, ``B = T = D``, tiny values with eps = 1e-4."""
-    import torch
-
-    from normref.checks.backward import _BackwardCase
-    from normref.functional import LAYER_NORM_EPS
-
-    def rnd(*shape, scale=1.0, shift=0.0):
-        return (torch.randn(*shape, generator=g, dtype=torch.float64) * scale + shift).numpy()
-
-    tok = np.sort(draw_token(g).double().numpy())  # dy = (1, 0, 0) on the smallest: every term shows
-    dy = np.array([1.0, 0.0, 0.0])
-    b_, t_, d, n, d2 = pick(g, [2, 3]), pick(g, [3, 4]), pick(g, [6, 8]), pick(g, [3, 4, 5]), pick(g, [4, 5, 6])
-    return [
-        _BackwardCase(f"token {tuple(int(v) for v in tok)} with dy = (1, 0, 0)", dy, tok, np.ones(3), LAYER_NORM_EPS),
-        _BackwardCase(f"[{b_}, {t_}, {d}] with a trained gamma", rnd(b_, t_, d), rnd(b_, t_, d, shift=0.5),
-                      1 + 0.5 * rnd(d), LAYER_NORM_EPS),
-        _BackwardCase(f"B = T = D [{n}, {n}, {n}] (a wrong axis still broadcasts)", rnd(n, n, n),
-                      rnd(n, n, n, scale=2.0, shift=1.0), 1 + 0.5 * rnd(n), LAYER_NORM_EPS),
-        _BackwardCase(f"tiny values 1e-3 [2, {d2}] with eps=1e-4 (where eps sits matters)", rnd(2, d2),
-                      rnd(2, d2, scale=1e-3), 1 + 0.5 * rnd(d2), 1e-4),
-    ]
-
-
-def draw_placement_battery(g) -> list:
-    """A drawn Pre-/Post-LN battery: a token through F(v) = 2v and then F(v) = (v3, v1, v2)
-    (:class:`normref.checks.placement.Roll`), with LayerNorm without eps; ``[B, T, 8]``
-    through tanh(v W + c) and an RMSNorm with a trained gamma; ``B = T = D`` through
-    tanh(v W + c) and a LayerNorm with gamma and beta; ``[2, T, 8]`` through causal
-    self-attention and an RMSNorm. Every object is the course's own class."""
-    import torch
-    from torch import nn
-
-    from normref.blocks import CausalSelfAttention
-    from normref.checks.core import seeded_module
-    from normref.checks.placement import Roll, ToySublayer, _PlacementCase
-    from normref.modules import LayerNorm, RMSNorm
-
-    def rnd(*shape, scale=1.0, shift=0.0):
-        return torch.randn(*shape, generator=g) * scale + shift
-
-    def seed():
-        return int(torch.randint(2**31 - 1, (1,), generator=g))
-
-    twice = nn.Linear(3, 3, bias=False, device="meta").to_empty(device="cpu")  # no weights drawn: set here
-    with torch.no_grad():
-        twice.weight.copy_(2 * torch.eye(3))
-    b_, t_, n, t2 = pick(g, [2, 3]), pick(g, [3, 4]), pick(g, [3, 4, 5]), pick(g, [4, 5, 6])
-    rms8, ln = RMSNorm(8), LayerNorm(n)
-    with torch.no_grad():
-        rms8.weight.copy_(1 + 0.5 * rnd(8))
-        ln.weight.copy_(1 + 0.5 * rnd(n))
-        ln.bias.copy_(0.3 * rnd(n))
-    attn = seeded_module(torch.Generator().manual_seed(seed()), CausalSelfAttention, 8, 2)
-    rms8b = RMSNorm(8)
-    with torch.no_grad():
-        rms8b.weight.copy_(1 + 0.5 * rnd(8))
-    tok = draw_token(g)
-    return [
-        _PlacementCase(f"token {tuple(int(v) for v in tok.tolist())}, F(v) = 2v, then F(v) = (v3, v1, v2), "
-                       "LayerNorm without eps", tok, twice, LayerNorm(3, eps=0.0), Roll()),
-        _PlacementCase(f"[{b_}, {t_}, 8], F(v) = tanh(v W + c), RMSNorm with a trained gamma",
-                       rnd(b_, t_, 8, scale=2.0, shift=0.5), ToySublayer(8, seed()), rms8),
-        _PlacementCase(f"B = T = D [{n}, {n}, {n}], F(v) = tanh(v W + c), LayerNorm with gamma and beta",
-                       rnd(n, n, n, scale=3.0, shift=1.0), ToySublayer(n, seed()), ln),
-        _PlacementCase(f"[2, {t2}, 8], F = causal self-attention, RMSNorm", rnd(2, t2, 8, scale=2.0), attn, rms8b),
-    ]
-
-
-def _rms_scaled(x, lo, g):
-    """``x`` with each token rescaled to an RMS drawn uniformly in ``[lo, 2 lo]``."""
-    import torch
-
-    r = lo * (1 + torch.rand(*x.shape[:-1], 1, generator=g))
-    return x / x.pow(2).mean(-1, keepdim=True).sqrt() * r
-
-
-def draw_module_battery(g) -> list:
-    """A drawn RMSNorm-module battery, the kinds of case of
-    :func:`normref.checks.module._module_battery`: the parameter (structural: ``RMSNorm(8)``,
-    as it is), ``[B, T, D]`` float32 with a trained weight, ``B = T = D``, the float16
-    overflow row, bfloat16 with a trained weight, ``eps=1e-4`` on tiny values and the default
-    eps on values of RMS 1e-3 to 2e-3 (where 1e-6 is felt against 1e-5 or 1e-8)."""
-    import torch
-
-    from normref.checks.module import _ModuleCase
-
-    def rnd(*shape, scale=1.0, shift=0.0):
-        return torch.randn(*shape, generator=g) * scale + shift
-
-    b_, t_, d = pick(g, [2, 3]), pick(g, [3, 4, 5]), pick(g, [6, 8, 10])
-    n, d5, d4 = pick(g, [3, 4, 5]), pick(g, [4, 5, 6, 7]), pick(g, [3, 4, 5, 6])
-    big = float(pick(g, FLOAT16_OVERFLOW_VALUES))
-    return [
-        _ModuleCase("RMSNorm(8): weight is an nn.Parameter of ones, shape [8], the only parameter", 8),
-        _ModuleCase(f"[{b_}, {t_}, {d}] float32 with a trained weight", d,
-                    _rms_scaled(rnd(b_, t_, d, shift=0.5), 1.0, g), weight=1 + 0.5 * rnd(d)),
-        _ModuleCase(f"B = T = D [{n}, {n}, {n}] (a wrong axis still broadcasts)", n,
-                    _rms_scaled(rnd(n, n, n, scale=2.0, shift=1.0), 1.0, g), weight=1 + 0.5 * rnd(n)),
-        _ModuleCase(f"float16 row [{big:g}, -{big:g}, {big:g}, -{big:g}] (x**2 overflows float16)", 4,
-                    torch.stack([torch.tensor([big, -big, big, -big]), rnd(4, shift=2.5)]).to(torch.float16)),
-        _ModuleCase(f"bfloat16 [{b_}, {t_}, 8] with a trained weight", 8, rnd(b_, t_, 8).to(torch.bfloat16),
-                    weight=1 + 0.5 * rnd(8)),
-        _ModuleCase(f"RMSNorm({d5}, eps=1e-4) on tiny values (where eps sits matters)", d5,
-                    _rms_scaled(rnd(2, d5), 1e-3, g), eps=1e-4),
-        _ModuleCase(f"default eps: RMSNorm({d4}) on values of RMS 1e-3 to 2e-3 (eps=1e-6 is felt)", d4,
-                    _rms_scaled(rnd(2, d4), 1e-3, g)),
-    ]
-
-
-def draw_block_battery(g) -> list:
-    """A drawn pre-norm-block battery, the kinds of case of
-    :func:`normref.checks.block._block_battery`: the build (its attributes, and forward on a drawn
-    ``[B, T, 8]`` input changes it as a block does); the wiring
-    on ``[B, T, 8]`` through the course's attention and feed-forward net (weights drawn) and
-    two RMSNorms with different trained gammas; the same with two LayerNorms with gammas and
-    betas; the student's own submodules on ``[B, T, 8]``."""
-    import torch
-
-    from normref.blocks import CausalSelfAttention, FeedForward
-    from normref.checks.block import NORM_X_SCALE, NORM_X_SHIFT, _BlockCase
-    from normref.checks.core import seeded_module
-    from normref.modules import LayerNorm, RMSNorm
-
-    def rnd(*shape, scale=1.0, shift=0.0):
-        return torch.randn(*shape, generator=g) * scale + shift
-
-    def parts(norm_cls):
-        init = torch.Generator().manual_seed(int(torch.randint(2**31 - 1, (1,), generator=g)))
-        attn, mlp = seeded_module(init, CausalSelfAttention, 8, 2), seeded_module(init, FeedForward, 8, 16)
-        n1, n2 = norm_cls(8), norm_cls(8)
-        with torch.no_grad():
-            for n in (n1, n2):
-                n.weight.copy_(1 + 0.5 * rnd(8))
-                if getattr(n, "bias", None) is not None:
-                    n.bias.copy_(0.3 * rnd(8))
-        return attn, mlp, n1, n2
-
-    b1, t1, b2, t2 = pick(g, [2, 3]), pick(g, [3, 4, 5]), pick(g, [3, 4, 5]), pick(g, [4, 5, 6])
-    b3, t3 = pick(g, [2, 3]), pick(g, [3, 4, 5])
-    b0, t0 = pick(g, [2, 3]), pick(g, [3, 4, 5])
-    cases = [
-        _BlockCase("build: block_cls(8, 2) has input_layernorm, self_attn, post_attention_layernorm, mlp (two "
-                   f"norms that normalise), and its forward changes a [{b0}, {t0}, 8] input as a block does",
-                   rnd(b0, t0, 8)),
-        _BlockCase(f"wiring [{b1}, {t1}, 8]: known attention, feed-forward and two RMSNorms with different gammas",
-                   rnd(b1, t1, 8, scale=2.0), parts(RMSNorm)),
-        _BlockCase(f"wiring [{b2}, {t2}, 8]: two LayerNorms with different gammas and betas",
-                   rnd(b2, t2, 8, scale=2.0, shift=0.5), parts(LayerNorm)),
-        _BlockCase(f"your own block on [{b3}, {t3}, 8]: shape kept, and out = h + mlp(ln2(h)) with your modules",
-                   rnd(b3, t3, 8), "own"),
-    ]
-    # the build case's norms, freshly built, must normalise a large input (drawn last: the draws
-    # above are unchanged)
-    cases[0].norm_x = rnd(b0, t0, 8, scale=NORM_X_SCALE, shift=NORM_X_SHIFT)
-    return cases

@@ -38,7 +38,7 @@ from pathlib import Path
 import nbformat
 
 from . import sandbox, store, warm
-from .batch import Batch, Findings, GradeRun, Services, read_gradebook
+from .batch import Batch, Findings, GradeRun, GradingError, Services, read_gradebook
 from .course import CONFIG, CourseTree
 
 CACHE = store.CANARY
@@ -249,43 +249,37 @@ def grade_solutions(b, scratch_root: Path, workers: list[str] | None = None) -> 
     Raises:
         CanaryFailed: generate failed for ``source/`` (nbgrader's log quoted).
     """
-    from . import engine, scoring
     from .scores import scoring_stage
-    from .apps import AppError, Course
+    from .stages.autograde import autograde_stage
+    from .stages.generate import generate
+    from .stages.inputs import inputs
 
     tree, assignments = b.services.tree, b.run.assignments
     shutil.copy2(tree.root / CONFIG, scratch_root / CONFIG)
     for a in assignments:
         shutil.copytree(tree.source(a), scratch_root / "source" / a)
     scratch = CourseTree(scratch_root)
-    course = Course(scratch)
-    auto = {}
-    for a in assignments:
-        try:
-            course.generate_assignment(a)
-        except AppError as e:  # source/ itself is broken: said as nbgrader said it, the run recorded failed
-            raise CanaryFailed(str(e)) from e
-        auto[a] = write_submission(scratch, a)
     quiet = lambda *_: None  # noqa: E731 - the canary's own lines are said by stage()
+    # the run's own stages, on a scratch course whose one student is the instructor's solutions
     sb_b = Batch(options=b.options.replace(submissions=None, fresh=True, progress=False, duedates={},
                                            course_root=scratch_root),
                  services=Services(tree=scratch, log=quiet, run_id=b.services.run_id, command=b.services.command,
-                                   jobs=max(1, min(b.services.jobs, len(assignments)))),
+                                   jobs=max(1, min(b.services.jobs, len(assignments))), engine=b.services.engine,
+                                   workers=workers),
                  run=GradeRun(course_root=scratch_root, assignments=assignments), found=Findings(fresh=True))
-    scoring.inputs_stage(sb_b)
-    sandboxed = sandbox.available() if b.options.use_sandbox is None else bool(b.options.use_sandbox)
-    extra = [f"--Execute.timeout={b.options.cell_timeout}"] if b.options.cell_timeout else []
-    out = engine.autograde(scratch, assignments, b.services.engine, course_id=course.api.coursedir.course_id, log=quiet,
-                           extra_args=extra, use_sandbox=sandboxed, workers=workers)
-    flags = {pr: list(notes) for pr, notes in out.limit_flags.items()}  # seen in the kernels' cgroups
-    if sandboxed:  # and the caps the kernel guard reported in the autograded notebooks
-        for pr, notes in sandbox.limit_flags(scratch_root, None, list(out.graded) + list(out.failed)).items():
-            flags.setdefault(pr, []).extend(notes)
+    try:
+        generate(sb_b)
+    except GradingError as e:  # source/ itself is broken: said as nbgrader said it, the run recorded failed
+        raise CanaryFailed(str(e)) from e
+    auto = {a: write_submission(scratch, a) for a in assignments}
+    inputs(sb_b)
+    autograde_stage(sb_b)
+    out = sb_b.run.autograde
+    flags = {pr: list(rep.flags) for pr, rep in sb_b.run.repairs.items()}  # the caps a kernel ran into
     peak = {a: round(mb, 1) for (a, _), mb in out.peak_mb.items()}
     raised = {a: e for a in assignments  # read before the scoring replaces the hand-backs
               if (e := next(filter(None, map(handback_error, sorted(scratch.autograded(STUDENT, a).glob("*.ipynb")))),
                             None))}
-    sb_b.run.autograde = out
     scoring_stage(sb_b)
     scores, max_points = read_gradebook(scratch, assignments)
     failures = []

@@ -381,14 +381,37 @@ class Room:
             self.proc.stdout.close()
 
 
+def _question(text: str) -> dict:
+    """What the run's inputs of one question say of it (:func:`normref.wire.load_inputs`): its
+    ``kind`` (``"function"``, ``"class"`` or ``"values"``), its rule (``reference``) and whether
+    reading them needs torch (``torch``). The worker reads the questions from the inputs alone: it
+    needs no course folder of its own (a Dask worker elsewhere)."""
+    from normref.wire import load_inputs, needs_torch
+
+    torch = needs_torch(text)
+    data = load_inputs(text)
+    return {"kind": data.get("kind", "function"), "reference": data.get("reference") or {}, "torch": torch}
+
+
+def _code_questions(nb, inputs: dict) -> dict[str, dict]:
+    """``{grade_id: _question}`` of the cells of ``nb`` that are code questions with inputs this run."""
+    out = {}
+    for cell in nb.cells:
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if cell.cell_type == "code" and gid in inputs and gid not in out:
+            q = _question(inputs[gid])
+            if q["kind"] != "values":
+                out[gid] = q
+    return out
+
+
 def _questions(nb, inputs: dict) -> list[tuple[int, str, list[str]]]:
     """``(cell index, grade_id, targets)`` of every code question of ``nb`` with inputs this run."""
-    from .scoring import QUESTIONS
-
+    code = _code_questions(nb, inputs)
     out = []
     for i, cell in enumerate(nb.cells):
         gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if cell.cell_type != "code" or gid not in QUESTIONS or QUESTIONS[gid].kind == "values" or gid not in inputs:
+        if cell.cell_type != "code" or gid not in code:
             continue
         targets = hidden_test_targets(cell.source, gid)
         if targets:
@@ -396,10 +419,8 @@ def _questions(nb, inputs: dict) -> list[tuple[int, str, list[str]]]:
     return out
 
 
-def _setup(nb, questions, statements, torch: bool) -> dict:
-    from .scoring import QUESTIONS
-
-    refs = [QUESTIONS[gid].reference for _, gid, _ in questions]
+def _setup(nb, questions, statements, torch: bool, inputs: dict) -> dict:
+    refs = [_question(inputs[gid])["reference"] for _, gid, _ in questions]
     modules, names = preimports([s for cell in statements for s in cell])
     return {"torch": torch, "torch_ops": torch and any(r.get("torch_names") for r in refs),
             "normref_names": sorted({n for r in refs for n in r.get("normref_names", ())}),
@@ -412,11 +433,9 @@ def run_notebook(nb, inputs: dict, *, sandboxed: bool = True) -> dict:
     ``{"bundles", "notes", "how", "seconds"}``; a notebook without a code question gets
     ``{"bundles": {}}``. A notebook whose questions are all numpy ones gets a clean room
     without torch (no torch norm, no autograd: it cannot be imported there)."""
-    from .scoring import QUESTIONS
-
     t0 = time.monotonic()
     questions = _questions(nb, inputs)
-    torch = any(QUESTIONS[gid].backend != "numpy" for _, gid, _ in questions)
+    torch = any(_question(inputs[gid])["torch"] for _, gid, _ in questions)
     entry: dict = {"bundles": {}, "notes": []}
     if questions:
         test_cells = {i for i, _, _ in questions}
@@ -430,14 +449,14 @@ def run_notebook(nb, inputs: dict, *, sandboxed: bool = True) -> dict:
         roots = {n.id for _, _, ts in questions for t in ts for n in ast.walk(ast.parse(t, mode="eval"))
                  if isinstance(n, ast.Name)}
         statements = definitions(cells, roots)
-        entry = _drive(questions, statements, _setup(nb, questions, statements, torch), inputs, sandboxed,
+        entry = _drive(questions, statements, _setup(nb, questions, statements, torch, inputs), inputs, sandboxed,
                        t0 + TIMEOUT_S)
-    put(nb, entry["bundles"])
+    put(nb, entry["bundles"], inputs)
     entry["seconds"] = round(time.monotonic() - t0, 3)
     return entry
 
 
-def put(nb, bundles: dict) -> None:
+def put(nb, bundles: dict, inputs: dict | None = None) -> None:
     """Every code question's test cell of ``nb`` with the kernel's outputs in the hand-back's
     format (:data:`normref.wire.MIME`) removed (a kernel hands back no code question: one there
     is forged), then ``bundles[grade_id]`` as its one such output (none when absent)."""
@@ -445,11 +464,15 @@ def put(nb, bundles: dict) -> None:
 
     from normref.wire import MIME
 
-    from .scoring import QUESTIONS
+    if inputs is not None:
+        code = set(_code_questions(nb, inputs))
+    else:  # no inputs at hand: this repository's code questions (grader.questions)
+        from .questions import questions
 
+        code = {gid for gid, q in questions().items() if q.kind != "values"}
     for cell in nb.cells:
         gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if cell.cell_type != "code" or gid not in QUESTIONS or QUESTIONS[gid].kind == "values":
+        if cell.cell_type != "code" or gid not in code:
             continue
         cell.outputs = [o for o in cell.get("outputs", []) if MIME not in o.get("data", {})]
         if gid in bundles:

@@ -1,6 +1,6 @@
 """Groups of wrong answers: submissions whose wrong outputs agree on a graded battery.
 
-No student code runs here. Each question of :data:`grader.scoring.QUESTIONS` with a drawn
+No student code runs here. Each question of the course (:func:`grader.questions.questions`) with a drawn
 battery is a hidden test that hands the student's outputs on the run's drawn inputs back to
 the grader (``hand_back(grade_id, fn)``); the scoring stage replays them through the checker in
 the grader's own process (:func:`grader.scores.score_notebook`) and keeps, in the test cell's
@@ -49,17 +49,19 @@ def handed_back_name(source: str, grade_id: str) -> str | None:
     return m.group(2) if m else None
 
 
-def question_records(nb) -> dict[str, tuple[dict, str | None]]:
+def question_records(nb, course_root: Path | None = None) -> dict[str, tuple[dict, str | None]]:
     """``{grade_id: (record, the name handed back)}`` of an autograded notebook's scored
     questions (the record :func:`grader.scores.score_class` put in the test cell's output
-    metadata). Only test cells of :data:`grader.scoring.QUESTIONS` are read."""
+    metadata). Only test cells of the course's questions (:func:`grader.questions.questions`) are read."""
+    from .questions import questions
     from .scores import RECORD_KEY
-    from .scoring import QUESTIONS
+
+    qs = questions(course_root)
 
     out: dict[str, tuple[dict, str | None]] = {}
     for cell in nb.cells:
         gid = _nbg(cell).get("grade_id")
-        if cell.get("cell_type") != "code" or gid not in QUESTIONS:
+        if cell.get("cell_type") != "code" or gid not in qs:
             continue
         for o in cell.get("outputs", []):
             rec = ((o.get("metadata") or {}).get(METADATA_KEY) or {}).get(RECORD_KEY)
@@ -68,13 +70,15 @@ def question_records(nb) -> dict[str, tuple[dict, str | None]]:
     return out
 
 
-def unrecorded_questions(nb) -> list[str]:
+def unrecorded_questions(nb, course_root: Path | None = None) -> list[str]:
     """Grade ids of the test cells that call a course checker on the student's code (not a
     quick self-check: no keyword arguments) and are not scored from handed-back outputs: their
     outputs are not kept, so they cannot be grouped."""
     from normref import checks
 
-    from .scoring import QUESTIONS
+    from .questions import questions
+
+    qs = questions(course_root)
 
     known = {fn for fn in checks.__all__ if fn.startswith("check_")}
     out = []
@@ -82,7 +86,7 @@ def unrecorded_questions(nb) -> list[str]:
         meta = _nbg(cell)
         if cell.get("cell_type") != "code" or not meta.get("grade") or meta.get("solution"):
             continue
-        if meta.get("grade_id") in QUESTIONS:
+        if meta.get("grade_id") in qs:
             continue
         if any(fn in known and "=" not in rest for fn, _, rest in _CALL.findall(cell.get("source", ""))):
             out.append(meta.get("grade_id"))
@@ -103,7 +107,7 @@ class Group:
     """Submissions of one assignment whose wrong outputs agree on one question's battery.
 
     Attributes:
-        assignment, check: where (``check``: the question's grade id, e.g. ``layer_norm_battery``).
+        assignment, check: where (``check``: the question's grade id, the test cell's ``grade_id``).
         checker: the checker's name (``CheckResult.name``, e.g. ``layer_norm``).
         students: who is in it, sorted.
         representative: whose answer cell is shown (the first in sorted order).
@@ -217,11 +221,11 @@ def mistake_groups(course_root: Path, assignments: list[str],
                 except Exception:  # noqa: BLE001 - an unreadable notebook has no record
                     missing[f"{s} ({a})"] = f"{p.name} could not be read"
                     continue
-                recs = question_records(nb)
-                for gid in unrecorded_questions(nb):
+                recs = question_records(nb, course_root)
+                for gid in unrecorded_questions(nb, course_root):
                     if gid not in unrecorded:
                         unrecorded.append(gid)
-                lost = [gid for gid in _drawn_questions(nb) if gid not in recs]
+                lost = [gid for gid in _drawn_questions(nb, course_root) if gid not in recs]
                 if lost:
                     missing[f"{s} ({a})"] = (f"{', '.join(lost)}: no outputs recorded (none handed back, or "
                                              "scored before records were kept): not grouped")
@@ -244,13 +248,15 @@ def mistake_groups(course_root: Path, assignments: list[str],
     return out, missing
 
 
-def _drawn_questions(nb) -> list[str]:
+def _drawn_questions(nb, course_root: Path | None = None) -> list[str]:
     """The grade ids of ``nb``'s test cells that are scored from handed-back outputs on drawn inputs,
     less those scored 0 for calling the reference (a broken rule, not a wrong answer to group)."""
     from normref.faults import parse_tags
 
-    from .scoring import QUESTIONS
+    from .questions import questions
+
+    qs = questions(course_root)
 
     gids = (_nbg(c).get("grade_id") for c in nb.cells if c.get("cell_type") == "code"
             and "reference_call" not in parse_tags(c))
-    return [g for g in gids if g in QUESTIONS and QUESTIONS[g].draw is not None]
+    return [g for g in gids if g in qs and qs[g].draw is not None]

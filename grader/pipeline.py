@@ -1,13 +1,14 @@
 """``grade_class``: one run of the grader, as the list of its stages (:data:`STAGES`).
 
-``prepare`` (refuse bad input, the canary, a backup, start over if asked, damaged records set
-aside) -> ``generate`` -> ``collect`` -> ``repair`` (and the tamper scan) -> ``inputs`` (drawn
-from a secret seed) -> ``autograde`` (Dask tasks or processes, sandboxed) -> ``scoring`` (outside
-the kernels) -> ``feedback`` -> ``export`` (grades.csv) -> ``score`` (per-question CSV) ->
-``report``. Every grading step is one of nbgrader's own apps run in the course root; the stages
-arrange the submissions, run the apps and read nbgrader's gradebook. Each stage is a function of
-the run's :class:`~grader.batch.Batch`, in :mod:`grader.stages` (the scoring module's for
-``inputs``); what a run keeps under ``logs/`` between runs is :mod:`grader.store`'s.
+``check`` (refuse bad input, nothing written) -> ``canary`` (the instructor's solutions graded
+by this list's own stages in a scratch course, :mod:`grader.canary`) -> ``prepare`` (a backup, or
+starting over; damaged records set aside) -> ``generate`` -> ``collect`` -> ``repair`` ->
+``inputs`` (drawn from a secret seed) -> ``autograde`` (Dask tasks or processes, sandboxed) ->
+``scoring`` (outside the kernels) -> ``feedback`` -> ``export`` (grades.csv) -> ``score``
+(per-question CSV) -> ``report``. Every grading step is one of nbgrader's own apps run in the
+course root; the stages arrange the submissions, run the apps and read nbgrader's gradebook. Each
+stage is a function of the run's :class:`~grader.batch.Batch`, one file each in
+:mod:`grader.stages`; what a run keeps under ``logs/`` between runs is :mod:`grader.store`'s.
 docs/ARCHITECTURE.md describes each stage; tests/test_docs.py checks that it, the README and this
 list name :data:`STAGES`.
 """
@@ -17,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import canary, database, scoring, state
+from . import canary, database, state
 from .batch import Batch, GradeRun, GradingError, Services, read_gradebook, run_record  # noqa: F401
 from .course import REPO_ROOT, CourseTree
 from .engine import default_jobs
@@ -25,18 +26,25 @@ from .options import DEFAULT_ENGINE, GradeOptions, args_doc, parse_duedates, sig
 from .report import summary_text  # noqa: F401 - the CLI prints it after format_table
 from .reset import GRADING_STATE, KEPT_LOGS, clean, start_over  # noqa: F401 - `make clean`'s names
 from .stages.autograde import autograde_stage
+from .stages.check import check
 from .stages.collect import collect_submissions
-from .stages.grade import repair, trusted_scoring
-from .stages.output import export, feedback, report, score
-from .stages.prepare import generate, prepare
+from .stages.export import export
+from .stages.feedback import feedback
+from .stages.generate import generate
+from .stages.inputs import inputs
+from .stages.prepare import prepare
+from .stages.repair import repair
+from .stages.report import report
+from .stages.score import score
+from .stages.scoring import trusted_scoring
 from .store import GRADED  # noqa: F401 - logs/graded.json, as tests knew it here
 from .table import format_table  # noqa: F401
 
 #: The stages of a run, in order; ``GradeRun.stage_seconds`` has one entry per stage.
-STAGES = (("prepare", prepare), ("generate", generate), ("collect", collect_submissions),
-          ("repair", repair), ("inputs", scoring.inputs_stage), ("autograde", autograde_stage),
-          ("scoring", trusted_scoring), ("feedback", feedback),
-          ("export", export), ("score", score), ("report", report))
+STAGES = (("check", check), ("canary", canary.stage), ("prepare", prepare), ("generate", generate),
+          ("collect", collect_submissions), ("repair", repair), ("inputs", inputs), ("autograde", autograde_stage),
+          ("scoring", trusted_scoring), ("feedback", feedback), ("export", export), ("score", score),
+          ("report", report))
 
 
 def list_assignments(course_root: Path) -> list[str]:

@@ -15,7 +15,7 @@ __all__ = ["for_review", "review_summary"]
 def for_review(flags: dict[str, list[str]]) -> dict[str, list[str]]:
     """The flags for the instructor's review, ``{student: [note]}`` (of the report's ``flags``,
     ``{student: ["<assignment>: <note>"]}``), each as the flag says it, e.g. ``"rmsnorm:
-    rms_norm_battery: For the instructor's review (no points taken): imports threading (line 1 of
+    <grade_id>: For the instructor's review (no points taken): imports threading (line 1 of
     the cell that defines rms_norm)"``."""
     from normref.rules import REVIEW_PREFIX
 

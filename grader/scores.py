@@ -38,7 +38,8 @@ from normref.wire import MIME, Shown, decode_answer, opaque
 
 from .repair import REMOVED_PREFIX
 from .replay import Replay, ReplayClass
-from .scoring import QUESTIONS, plan_cases, run_check
+from .questions import questions
+from .scoring import plan_cases, run_check
 
 @dataclass
 class Scored:
@@ -98,14 +99,14 @@ def _not_handed_back(nb, cell, gid: str, found: list, why: str | None = None) ->
     return Scored(gid, 0.0, f"{gid}: not graded ({why}): 0 points", flags)
 
 
-def _changed_hand_back(gid: str, changed, findings: list | None = None) -> Scored:
+def _changed_hand_back(gid: str, changed, findings: list | None = None, course_root: Path | None = None) -> Scored:
     """A hand-back that says the grader's hand-back code was changed in the kernel: 0 points (its
     outputs may not be the grader's: there is nothing to score), flagged; with what the scan found
     in the question's cells, for review."""
     from normref.checks.core import rule_lines
 
     names = ", ".join(str(c)[:120] for c in list(changed)[:8]) if isinstance(changed, list) else "?"
-    _, reviews = rule_lines(findings or [], [], QUESTIONS[gid].backend)
+    _, reviews = rule_lines(findings or [], [], questions(course_root)[gid].backend)
     return Scored(gid, 0.0, "\n".join([f"{gid}: 0 points: the grader's hand-back code was changed in the kernel "
                                        f"before it ran ({names}); a hand-back that may not be the grader's is not "
                                        "scored"] + [f"{gid}: {r}" for r in reviews]),
@@ -113,21 +114,21 @@ def _changed_hand_back(gid: str, changed, findings: list | None = None) -> Score
                   + [f"{gid}: {r}" for r in reviews], [])
 
 
-def _replayed(gid: str, seed: int, bundle: dict) -> tuple:
+def _replayed(gid: str, seed: int, bundle: dict, course_root: Path | None = None) -> tuple:
     """The question's checker run on the hand-back (a :class:`grader.replay.Replay` or
     :class:`grader.replay.ReplayClass` in place of the student's code): ``(CheckResult, the
     records of every call of the student's code)``."""
-    q = QUESTIONS[gid]
+    q = questions(course_root)[gid]
     calls = bundle.get("cases" if q.kind == "class" else "calls")
     if isinstance(calls, dict) and "not_callable" in calls:
-        return run_check(gid, seed, opaque(calls["not_callable"])), []
+        return run_check(gid, seed, opaque(calls["not_callable"]), course_root), []
     if q.kind == "class":
         records = [r if isinstance(r, dict) else {} for r in calls] if isinstance(calls, list) else []
-        result = run_check(gid, seed, ReplayClass(records, q.plan(plan_cases(gid, seed))))
+        result = run_check(gid, seed, ReplayClass(records, q.plan(plan_cases(gid, seed, course_root))), course_root)
         # every recorded call of the student's code: forward, and the own submodules' calls
         return result, [c for r in records for c in [r.get("forward")] + list(r.get("trace") or [])]
     calls = calls if isinstance(calls, list) else []
-    return run_check(gid, seed, Replay(calls)), calls
+    return run_check(gid, seed, Replay(calls), course_root), calls
 
 
 def _broke_the_rule(gid: str, breaches: list[str], reviews: list[str]) -> Scored:
@@ -139,16 +140,17 @@ def _broke_the_rule(gid: str, breaches: list[str], reviews: list[str]) -> Scored
                   + [f"{gid}: {r}" for r in reviews], ["reference_call"])
 
 
-def _score_bundle(gid: str, seed: int, bundle: dict, findings: list | None = None) -> Scored:
+def _score_bundle(gid: str, seed: int, bundle: dict, findings: list | None = None,
+                  course_root: Path | None = None) -> Scored:
     """One question's hand-back, replayed through its checker and scored; ``findings``: what the
     tamper scan found in the cells the question's code comes from
     (:func:`normref.checks.cells.question_findings`)."""
     from normref.checks.core import rule_lines
 
-    q = QUESTIONS[gid]
+    q = questions(course_root)[gid]
     if q.kind == "values":
-        return _score_values(gid, seed, bundle)
-    result, calls = _replayed(gid, seed, bundle)
+        return _score_values(gid, seed, bundle, course_root)
+    result, calls = _replayed(gid, seed, bundle, course_root)
     refs = list(dict.fromkeys(str(w) for c in calls if isinstance(c, dict) for w in c.get("references", [])))
     breaches, reviews = rule_lines(findings or [], refs, q.backend)
     if breaches:
@@ -186,7 +188,7 @@ def question_findings_in(nb, test_cell) -> list:
         return []
 
 
-def other_cells_reviews(nb) -> list[str]:
+def other_cells_reviews(nb, course_root: Path | None = None) -> list[str]:
     """For the class report: the tamper findings (not reference spellings: comparing with the
     reference in a scratch cell is allowed) in the editable code cells that no question's code
     comes from, each a line for the instructor's review, e.g. ``"For the instructor's review (no
@@ -196,13 +198,14 @@ def other_cells_reviews(nb) -> list[str]:
     from normref.rules import review_message
     from normref.tamper import protected_bindings, scan
 
+    qs = questions(course_root)
     code = [c for c in nb.cells if c.cell_type == "code"]
     sources = [c.source for c in code]
     locked_cells = [c for c in code if c.get("metadata", {}).get("nbgrader", {}).get("locked")]
     locked = {c.source.strip() for c in locked_cells}
     covered: set[int] = set()
     for i, cell in enumerate(code):
-        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") in QUESTIONS:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") in qs:
             covered |= {j for j, _, own, _ in question_cells(sources[: i + 1], locked) if own}
     protected = protected_bindings([c.source for c in locked_cells])
     out = []
@@ -219,14 +222,16 @@ def other_cells_reviews(nb) -> list[str]:
     return out
 
 
-def score_notebook(nb, seed: int) -> dict[str, Scored]:
-    """Score every :data:`QUESTIONS` cell of an autograded notebook from its handed-back
-    outputs (a code question's from the clean room: see the module's doc): ``{grade_id: Scored}``.
-    A cell with no hand-back (e.g. the function is undefined) or several scores 0."""
+def score_notebook(nb, seed: int, course_root: Path | None = None) -> dict[str, Scored]:
+    """Score every question's cell (``course_root``'s questions, :func:`grader.questions.questions`;
+    default this repository's) of an autograded notebook from its handed-back outputs (a code
+    question's from the clean room: see the module's doc): ``{grade_id: Scored}``. A cell with no
+    hand-back (e.g. the function is undefined) or several scores 0."""
     out = {}
+    qs = questions(course_root)
     for cell in nb.cells:
         gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if cell.cell_type != "code" or gid not in QUESTIONS:
+        if cell.cell_type != "code" or gid not in qs:
             continue
         found = [h for h in _handbacks(cell) if isinstance(h, dict)]
         if len(found) != 1 or found[0].get("grade_id") != gid:
@@ -234,9 +239,9 @@ def score_notebook(nb, seed: int) -> dict[str, Scored]:
         elif "missing" in found[0]:  # the clean room could not make the calls (the answer is undefined...)
             out[gid] = _not_handed_back(nb, cell, gid, [], str(found[0]["missing"])[:300])
         elif found[0].get("changed"):
-            out[gid] = _changed_hand_back(gid, found[0]["changed"], question_findings_in(nb, cell))
+            out[gid] = _changed_hand_back(gid, found[0]["changed"], question_findings_in(nb, cell), course_root)
         else:
-            out[gid] = _score_bundle(gid, seed, found[0], question_findings_in(nb, cell))
+            out[gid] = _score_bundle(gid, seed, found[0], question_findings_in(nb, cell), course_root)
     return out
 
 
@@ -256,12 +261,12 @@ def _removed_answer(nb, test_cell) -> str | None:
     return f"the grader removed your answer cell {aid!r}: {reason}."
 
 
-def _score_values(gid: str, seed: int, bundle: dict) -> Scored:
+def _score_values(gid: str, seed: int, bundle: dict, course_root: Path | None = None) -> Scored:
     """A short answer's handed-back values, checked here by its ``normref.answers`` checker."""
     values = bundle.get("values")
     values = [decode_answer(v) for v in values[:8]] if isinstance(values, list) else []
     try:
-        result = run_check(gid, seed, tuple(values))
+        result = run_check(gid, seed, tuple(values), course_root)
     except Exception as e:  # noqa: BLE001 - a hand-back of the wrong arity (a changed hidden test)
         return Scored(gid, 0.0, f"{gid}: not graded (the answers handed back could not be checked: "
                       f"{type(e).__name__}): 0 points")
@@ -272,12 +277,12 @@ def _score_values(gid: str, seed: int, bundle: dict) -> Scored:
                   result.faults, result.variants)
 
 
-def annotate_notebook(nb, seed: int) -> dict[str, Scored]:
+def annotate_notebook(nb, seed: int, course_root: Path | None = None) -> dict[str, Scored]:
     """:func:`score_notebook`, then each scored test cell's outputs replaced by one display of
     its diagnosis (what the feedback shows), whose metadata carries the fault kinds and the
     record of the outputs (``metadata["normref"]["record"]``, read by :mod:`grader.groups`).
     Changes ``nb`` in place; returns ``{grade_id: Scored}``."""
-    scored = score_notebook(nb, seed)
+    scored = score_notebook(nb, seed, course_root)
     for cell in nb.cells:
         gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
         if gid in scored:
@@ -307,10 +312,10 @@ def score_class(course_root: Path, pairs, seed: int, *, db_url: str | None = Non
         for a, st in pairs:
             for path in sorted((root / "autograded" / st / a).glob("*.ipynb")):
                 nb = nbformat.read(path, as_version=4)
-                scored = annotate_notebook(nb, seed)
+                scored = annotate_notebook(nb, seed, root)
                 if not scored:
                     continue
-                others = other_cells_reviews(nb)
+                others = other_cells_reviews(nb, root)
                 if others:
                     flags.setdefault((a, st), []).extend(others)
                 for gid, s in scored.items():
@@ -320,7 +325,7 @@ def score_class(course_root: Path, pairs, seed: int, *, db_url: str | None = Non
                         continue
                     in_kernel = grade.auto_score
                     grade.auto_score = round(float(grade.max_score) * s.fraction, 2)
-                    if (QUESTIONS[gid].all_or_nothing and in_kernel is not None and s.fraction == 0
+                    if (questions(root)[gid].all_or_nothing and in_kernel is not None and s.fraction == 0
                             and float(in_kernel) >= float(grade.max_score) > 0):
                         # same checker, same public inputs: a change made inside the kernel (or a
                         # function that is not deterministic), or an answer that needs more of its

@@ -2,7 +2,7 @@
 and hand the outputs back, unjudged.
 
 While ``make grade`` autogrades, a question's hidden test is one line,
-``hand_back("rms_norm_battery", rms_norm)``. The grader has drawn that question's inputs from a
+``hand_back("<grade_id>", rms_norm)``. The grader has drawn that question's inputs from a
 secret seed (new every grading run), as the exact calls its checker makes
 (:func:`grader.scoring.prepare_inputs`); an nbgrader preprocessor outside the kernel
 (``HandbackInputs`` in ``nbgrader_config.py``) writes them into that cell, just before it
@@ -121,7 +121,7 @@ def hand_back(grade_id: str, fn, *more) -> float | None:
     function's outputs on the checker's calls (:func:`run_calls`); a class's record of the
     grader's plan (:func:`normref.plan.run_plan`: ``fn`` is the class); a short answer's values
     (:func:`normref.wire.encode_answer`: ``fn`` and ``more`` are the answers, e.g.
-    ``hand_back("practice_mean_var", mean_1357, var_1357)``).
+    ``hand_back("<grade_id>", mean_1357, var_1357)``).
 
     In ``make grade`` this line of the hidden test is not what runs: the grader's nbgrader
     preprocessor (``HandbackInputs`` in ``nbgrader_config.py``) replaces it, just before
@@ -135,7 +135,7 @@ def hand_back(grade_id: str, fn, *more) -> float | None:
         None outside autograde (no output: Validate judges the visible part of the cell).
 
     Raises:
-        RuntimeError: in autograde (as written, without its inputs), e.g. ``practice_rms: this
+        RuntimeError: in autograde (as written, without its inputs), e.g. ``<grade_id>: this
             hidden test ran without its inputs: it is graded by `make grade` ...``.
     """
     if os.environ.get("NBGRADER_EXECUTION") != "autograde":
@@ -258,7 +258,8 @@ def seal(torch: bool = True):
     Args:
         torch: import torch and the references that need it (``normref.modules``,
             ``normref.blocks``) now. False for a kernel whose questions are numpy or short
-            answers (``TORCH_FREE_ASSIGNMENTS`` in ``nbgrader_config.py``): those references'
+            answers (their inputs need no torch, :func:`normref.wire.needs_torch`;
+            ``HandbackInputs`` in ``nbgrader_config.py``): those references'
             code is then known by its fingerprint from their source
             (:func:`normref.reference_code.source_prints`) and, once imported, by its file
             ("calls the course's own ..."); a call that imports torch is followed by the
@@ -300,14 +301,14 @@ def as_graded(result, grade_id: str, points: float) -> None:
 
     Args:
         result: the question's :class:`normref.checks.CheckResult`.
-        grade_id: the test cell's ``grade_id``, e.g. ``"rms_norm_battery"``.
+        grade_id: the test cell's ``grade_id``, e.g. ``"<assignment>_battery"``.
         points: the cell's points.
 
     Raises:
         AssertionError: in validate, when ``result`` is not fully passed, e.g.
-            ``rms_norm_battery: 5/6 cases, 3.33 of 4 points:`` then one line ``- <cause>``
+            ``<grade_id>: 5/6 cases, 3.33 of 4 points:`` then one line ``- <cause>``
             per distinct failing cause (wrapped at 76 columns); for a broken rule, its line
-            alone, ``rms_norm_battery: 0 of 4 points: calls F.rms_norm — implement it with
+            alone, ``<grade_id>: 0 of 4 points: calls F.rms_norm — implement it with
             tensor operations``: a :class:`PointsLost`, shown without a traceback frame.
     """
     if os.environ.get("NBGRADER_EXECUTION") != "validate" or result.passed:

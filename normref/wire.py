@@ -65,6 +65,12 @@ def dump_inputs(data: dict, torch_free: bool) -> str:
     return base64.b64encode(raw).decode("ascii")
 
 
+def needs_torch(text: str) -> bool:
+    """Does reading these inputs (:func:`dump_inputs`' text) need torch? A ``torch.save`` archive
+    does; a numpy or short-answer question's pickle does not."""
+    return base64.b64decode(text[:8]).startswith(_ZIP)
+
+
 def load_inputs(text: str) -> dict:
     """What :func:`dump_inputs` wrote: ``torch.load`` for a ``torch.save`` archive, else
     ``pickle.loads`` (no torch import). Written by the grader only, into the hidden test's

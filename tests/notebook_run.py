@@ -17,6 +17,7 @@ import contextlib
 import io
 import linecache
 import os
+from pathlib import Path
 from dataclasses import dataclass, field
 
 
@@ -54,12 +55,16 @@ def _result_name(source: str) -> str | None:
     return None
 
 
-def run_cells(nb, validate: bool = True, sealed: bool = False) -> NotebookRun:
+def run_cells(nb, validate: bool = True, sealed: bool = False, beside=None) -> NotebookRun:
     """Run ``nb``'s code cells in order (see the module docstring); returns each graded cell's
     :class:`CellRun` and the namespace. The notebook is saved in a temporary folder and named by
     ``JPY_SESSION_NAME``, as JupyterLab names a kernel's notebook (the self-check reads the
     locked cells from it). ``sealed``: first keep what the grading kernel's sealing cell keeps
-    (the threads alive now, the references' code), as ``make grade`` does before any cell."""
+    (the threads alive now, the references' code), as ``make grade`` does before any cell.
+    ``beside``: the notebook's own folder, whose other files (a self-check module released with
+    it) are copied beside it and importable, as from a kernel started in that folder."""
+    import shutil
+    import sys
     import tempfile
 
     import nbformat
@@ -74,6 +79,10 @@ def run_cells(nb, validate: bool = True, sealed: bool = False) -> NotebookRun:
     folder = tempfile.TemporaryDirectory(prefix="notebook-run-")
     path = os.path.join(folder.name, "notebook.ipynb")
     nbformat.write(nb, path)
+    for f in sorted(Path(beside).iterdir()) if beside else []:
+        if f.is_file() and f.suffix != ".ipynb":
+            shutil.copy(f, folder.name)
+    sys.path.insert(0, folder.name)
     os.environ["JPY_SESSION_NAME"] = path
     if validate:
         os.environ["NBGRADER_EXECUTION"] = "validate"
@@ -108,6 +117,10 @@ def run_cells(nb, validate: bool = True, sealed: bool = False) -> NotebookRun:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+        sys.path.remove(folder.name)
+        # a module of the notebook's folder is the notebook's, not the next one's
+        for name in [m for m, mod in sys.modules.items() if str(getattr(mod, "__file__", "")).startswith(folder.name)]:
+            del sys.modules[name]
         folder.cleanup()
     return out
 

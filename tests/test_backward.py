@@ -8,8 +8,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from grader.backward import layer_norm_backward, rms_norm_backward
+from grader.questions import assignment_module
 from normref import layer_norm, rms_norm
+
+_reference = assignment_module("layernorm_backward", "reference")  # the assignment's analytic backward
+layer_norm_backward, rms_norm_backward = _reference.layer_norm_backward, _reference.rms_norm_backward
 
 
 def test_layer_norm_backward_by_hand_on_1_2_3():
@@ -124,7 +127,7 @@ def test_bad_input_is_refused():
 def test_the_self_checks_measured_gradients_are_the_analytic_ones():
     """normref.backward measures through the forward what grader/backward.py derives: on the
     self-check's own battery, on drawn graded batteries (three seeds) and at eps = 0."""
-    from grader.batteries import draw_backward_battery
+    draw_backward_battery = assignment_module("layernorm_backward").draw_backward_battery
     from grader.batteries import question_generator as _gen
     from normref.backward import layer_norm_grads
     from normref.checks.backward import _backward_battery
@@ -148,8 +151,10 @@ def test_the_graded_battery_is_scored_against_the_analytic_backward(monkeypatch)
     """Grading hands the grader's analytic backward to the checker as its reference (a wrong
     reference there fails a correct answer), and the student package has no analytic one."""
     import normref
-    from grader import backward, scoring
+    from grader import scoring
     from normref.checks import check_layer_norm_backward
+
+    grading = assignment_module("layernorm_backward")  # the assignment's grading.py: the reference it hands in
 
     right = check_layer_norm_backward(layer_norm_backward)  # the self-check: measured reference
     assert all(c.passed for c in right.cases) and right.score == 1.0, right.report()
@@ -157,7 +162,7 @@ def test_the_graded_battery_is_scored_against_the_analytic_backward(monkeypatch)
     def wrong(dy, x, w, eps):
         return rms_norm_backward(dy, x, w, eps) + (dy.sum(0),)
 
-    monkeypatch.setattr(backward, "layer_norm_backward", wrong)
+    monkeypatch.setattr(grading, "layer_norm_backward", wrong)
     assert scoring.run_check("layer_norm_backward_gradcheck", 7, layer_norm_backward).score == 0.0
     for name in ("layer_norm_backward", "rms_norm_backward"):
         assert not hasattr(normref, name) and name not in normref.__all__ and name not in normref._LAZY

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import normref
+from grader.questions import assignment_module
 from normref import TransformerBlock, TransformerStack, layer_grad_norms, post_ln, pre_ln
 
 
@@ -288,10 +289,9 @@ def test_blocks_of_real_norms_pass_the_norm_check(norm):
 def test_grading_draws_the_norm_input_and_the_plan_traces_both_norms():
     import torch as _torch
 
-    from grader import scoring
-
-    cases = scoring.draw_block_battery(_torch.Generator().manual_seed(3))
+    block = assignment_module("block")
+    cases = block.draw_block_battery(_torch.Generator().manual_seed(3))
     assert cases[0].parts is None and cases[0].norm_x is not None
-    step = scoring.block_plan(cases)[0]
+    step = block.block_plan(cases)[0]
     assert step["trace"]["calls"] == [["input_layernorm", "x"], ["post_attention_layernorm", "x"]]
     assert step["trace"]["x"] is cases[0].norm_x

@@ -14,9 +14,11 @@ import pytest
 import torch
 
 import normref
-from grader import backward as grader_backward
+from grader.questions import assignment_module
 from grader.demo.answer_bank import ANSWERS
 from normref import check_layer_norm, check_rms_norm
+
+grader_backward = assignment_module("layernorm_backward", "reference")  # the analytic backward; registers its grammar
 
 # What each answer cell defines: (assignment, grade_id of the answer cell).
 _BANK_CELLS = {
@@ -557,7 +559,7 @@ def test_a_correct_answer_that_writes_to_stderr_still_leaves_stderr_empty(capsys
 def test_backward_fault_models_are_the_autograd_gradients_of_the_faulty_forwards(options):
     # The grader's diagnosis trusts grader.backward.bwd_model; check it against torch autograd of
     # the same faulty forward (normref.checks.norms.model_t), float64, on a [3, 4, 5] input.
-    from grader.backward import bwd_model as _bwd_model
+    _bwd_model = grader_backward.bwd_model
     from normref.checks.norms import model_t as _model_t
 
     rng = np.random.default_rng(5)

@@ -420,9 +420,10 @@ def test_a_failed_generate_leaves_release_as_it_was(course_copy, tmp_path, repla
     assert not (course_copy / ".release-staging").exists()
     (run,) = [json.loads(ln) for ln in (course_copy / "logs" / "runs.jsonl").read_text().splitlines()]
     assert run["status"] == "failed", run  # not "ok"
-    # the canary (grader/canary.py) generates source/ first, in a scratch course: it stops the run there
+    # the canary (grader/canary.py) generates source/ first, in a scratch course: it stops the run there,
+    # after the check (which writes nothing)
     assert run["error"].startswith("CanaryFailed: `nbgrader generate_assignment layernorm` failed")
-    assert "\n" not in run["error"] and set(run["stage_seconds"]) == {"canary"}
+    assert "\n" not in run["error"] and set(run["stage_seconds"]) == {"check", "canary"}
 
 
 def test_an_interrupted_run_is_logged_as_interrupted_with_its_signal(course_copy, tmp_path, monkeypatch, replayed):
@@ -435,12 +436,13 @@ def test_an_interrupted_run_is_logged_as_interrupted_with_its_signal(course_copy
 
     only_assignments(course_copy, {"rmsnorm"})
     with monkeypatch.context() as m:
-        m.setattr(pipeline, "STAGES", (pipeline.STAGES[0], ("generate", stopped)))
+        m.setattr(pipeline, "STAGES", (*pipeline.STAGES[:3], ("generate", stopped)))  # check, canary, prepare
         with pytest.raises(KeyboardInterrupt):
             pipeline.grade_class(course_root=course_copy, engine="processes", log=lambda *_: None,
                                  submissions=submitted_tree(tmp_path / "in", {"ada": "correct"}))
     (run,) = [json.loads(ln) for ln in (course_copy / "logs" / "runs.jsonl").read_text().splitlines()]
-    assert (run["status"], run["error"], set(run["stage_seconds"])) == ("interrupted", "SIGTERM", {"prepare", "canary"})
+    assert (run["status"], run["error"], set(run["stage_seconds"])) == ("interrupted", "SIGTERM",
+                                                                         {"check", "canary", "prepare"})
     assert (course_copy / ".grader.lock").read_text() == ""  # the lock is free again
 
 

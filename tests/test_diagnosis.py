@@ -20,13 +20,15 @@ import torch.nn.functional as F
 from torch import nn
 
 import normref
-from grader import backward as grader_backward  # registers the backward's grammar (the grader's)
+from grader.questions import assignment_module
 from normref import faults
 from diagnosis_coverage import (CHECKERS, battery_of, grammar_for, observation_case, run_checker,
                                 student_from_variant)
 from normref.diagnosis import Observation, norm_case, norm_grammar, reproduces, search, variant_id
 from normref.diagnosis.measure import describe
 from normref.diagnosis.norms import evaluate_norm, to_bf16
+
+grader_backward = assignment_module("layernorm_backward", "reference")  # the analytic backward; registers its grammar
 
 
 def _variant_tags(result) -> set[str]:

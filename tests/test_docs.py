@@ -80,7 +80,7 @@ def test_readme_is_a_first_screen_per_reader():
 
 def test_stage_names_are_the_pipelines_own():
     names = _stage_names()
-    assert names[0] == "prepare" and names[-1] == "report" and len(set(names)) == len(names)
+    assert names[0] == "check" and names[-1] == "report" and len(set(names)) == len(names)
 
 
 def test_readme_lists_the_stages_of_the_code():
@@ -103,8 +103,8 @@ def test_pipeline_docstring_lists_the_stages_of_the_code():
     import grader.pipeline
 
     doc = grader.pipeline.__doc__
-    line = re.search(r"``prepare``.*?``report``", doc, flags=re.S)
-    assert line, "grader/pipeline.py's docstring: the stages, ``prepare`` -> ... -> ``report``"
+    line = re.search(r"``check``.*?``report``", doc, flags=re.S)
+    assert line, "grader/pipeline.py's docstring: the stages, ``check`` -> ... -> ``report``"
     assert re.findall(r"``(\w+)``", line[0]) == _stage_names()
 
 

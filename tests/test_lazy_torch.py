@@ -201,23 +201,25 @@ def test_a_numpy_answer_that_imports_torch_and_calls_its_norm_is_still_caught(ho
         "layer_norm_seed": 0.0, "layer_norm_battery": 0.0}
 
 
-def test_torch_free_assignments_have_only_numpy_or_short_answer_questions():
-    """nbgrader_config.py's TORCH_FREE_ASSIGNMENTS (sealed without torch) against the questions
-    grader.scoring scores: every handed-back question of those is numpy or a short answer, and every
-    other assignment has a torch question."""
+def test_the_kernel_is_sealed_only_to_hand_back_short_answers_and_then_without_torch(course_copy, monkeypatch):
+    """HandbackInputs seals a kernel only where it hands something back, a short answer (a code
+    question's calls run in the clean room), and then without torch: no short answer's inputs need
+    it (normref.wire.needs_torch)."""
     from grader.apps import Course
-    from grader.scoring import QUESTIONS
+    from grader.questions import assignments
+    from grader.scoring import prepare_inputs
+    from normref.handback_files import HANDBACK_ENV
 
-    (give,) = [p for p in Course(REPO).config.Autograde.autograde_preprocessors if p.__name__ == "HandbackInputs"]
-    free = give.preprocess.__globals__["TORCH_FREE_ASSIGNMENTS"]
-    for src in sorted((REPO / "source").glob("*/*.ipynb")):
-        gids = {c.metadata.get("nbgrader", {}).get("grade_id") for c in nbformat.read(src, 4).cells} & set(QUESTIONS)
-        backends = {"values" if QUESTIONS[g].kind == "values" else QUESTIONS[g].backend for g in gids}
-        assert gids, src
-        if src.parent.name in free:
-            assert backends <= {"numpy", "values"}, (src.parent.name, backends)
-        else:
-            assert "torch" in backends, (src.parent.name, backends)
+    (give,) = [p for p in Course(course_copy).config.Autograde.autograde_preprocessors
+               if p.__name__ == "HandbackInputs"]
+    _, path = prepare_inputs(course_copy, log=lambda *_: None, set_env=False)
+    monkeypatch.setenv(HANDBACK_ENV, str(path))
+    for name, a in assignments(course_copy).items():
+        (src,) = sorted((course_copy / "source" / name).glob("*.ipynb"))  # its hidden tests, as autograde runs them
+        nb, _ = give().preprocess(nbformat.read(src, 4), {"nbgrader": {"assignment": name}})
+        short = any(q.kind == "values" for q in a.questions)
+        assert nb.cells[0].source.endswith(".seal(torch=False)") == short, (name, nb.cells[0].source)
+    assert any(q.kind == "values" for q in assignments(course_copy)["practice"].questions)
 
 
 def test_inputs_are_written_without_torch_for_numpy_questions(inputs):

@@ -20,10 +20,12 @@ import pytest
 import torch
 from torch import nn
 
-from grader import backward as _grader_backward  # noqa: F401 - the backward's grammar, as grading has it
+from grader.questions import assignment_module
 from normref import checks
 from normref.diagnosis.measure import factor_words
 from normref.diagnosis.probes import probe_facts, run_probes
+
+_grader_backward = assignment_module("layernorm_backward", "reference")  # the backward's grammar, as grading has it
 
 
 @pytest.fixture(autouse=True)

@@ -277,14 +277,15 @@ def _graded_cells():
 
 def _score(imports: str, expr: str, answers: dict) -> float:
     """What grading gives: the hidden test hands the values back (``hand_back(gid, *values)``)
-    and the grader scores them with ``grader.scoring.PRACTICE``'s checker and settings."""
-    from grader.scoring import PRACTICE
+    and the grader scores them with the checker and setting the practice assignment declares."""
+    from grader.scoring import short_answers
     from normref import answers as checkers
 
     ns: dict = {}
     exec(imports, ns)
     ns.update(answers)
-    ns["hand_back"] = lambda gid, *values: getattr(checkers, PRACTICE[gid][0])(*values, **PRACTICE[gid][1]).score
+    practice = short_answers()
+    ns["hand_back"] = lambda gid, *values: getattr(checkers, practice[gid][0])(*values, **practice[gid][1]).score
     return float(eval(expr, ns))
 
 

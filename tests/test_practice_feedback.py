@@ -125,7 +125,7 @@ def _mv(x):
 
 _SQ5 = math.sqrt(5)
 QUESTIONS = [
-    # -- the practice assignment's settings (grader.scoring.PRACTICE)
+    # -- the practice assignment's settings (source/practice/grading.py)
     ("practice_mean_var", _mv((1, 3, 5, 7)), (4.0, 5.0), "pair", {1, 3, 5, 7, 4},
      [(16, 5), (4, 20 / 3), (4, 20), (4, 21), (16, 20 / 3), (3, 6), (4, "about five")],
      {"sum_not_mean", "unbiased_variance", "sum_of_squares", "uncentered_variance", "wrong_values", "bad_format"}),

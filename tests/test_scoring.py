@@ -44,15 +44,22 @@ QUESTION_FN = {"rms_norm_battery": ("rmsnorm", "rms_norm", 4), "layer_norm_batte
                "practice_subtracts_mean": ("practice", "rms_shift_changes", 1),
                "practice_pre_ln_formula": ("practice", "pre_ln_formula", 1),
                "practice_shape": ("practice", "norm_keeps_shape", 1), "trace_rms_shape": ("practice", "rms_shape", 1),
-               "retrieval_stats_axis": ("practice", "stats_axis", 1)}
+               "retrieval_stats_axis": ("practice", "stats_axis", 1),
+               # an assignment whose self-check is released beside its notebook (source/batchnorm/)
+               "batch_norm_battery": ("batchnorm", "batch_norm", 4), "batch_norm_quick": ("batchnorm", "batch_norm", 1)}
 DRAWN = sorted(g for g in QUESTION_FN if scoring.QUESTIONS[g].draw is not None)
 VISIBLE = sorted(g for g in QUESTION_FN if scoring.QUESTIONS[g].draw is None)
 
 
 def namespace(assignment: str, variant: str) -> dict:
     """The notebook's globals after its import cells and the variant's answer cells ran."""
+    import sys
+
     nb = nbformat.read(REPO / "release" / assignment / f"{assignment}.ipynb", as_version=4)
     ns: dict = {}
+    folder = str(REPO / "release" / assignment)  # a self-check module released beside the notebook
+    if folder not in sys.path:
+        sys.path.append(folder)
     for c in nb.cells:
         meta = c.metadata.get("nbgrader", {})
         if c.cell_type != "code" or meta.get("grade") or "display(" in c.source:
@@ -293,12 +300,12 @@ def test_practice_checks_are_scored_with_the_visible_checks_settings():
     seen = {}
     for c in nb.cells:
         gid = c.metadata.get("nbgrader", {}).get("grade_id")
-        if gid in scoring.PRACTICE:
+        if gid in scoring.short_answers():
             call = next(n.value for n in ast.parse(c.source).body  # the hidden test is a bare call
                         if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call))
             seen[gid] = (call.func.id, {k.arg: ast.literal_eval(k.value) for k in call.keywords},
                          ", ".join(a.id for a in call.args))
-    assert seen == {g: (*scoring.PRACTICE[g], QUESTION_FN[g][1]) for g in scoring.PRACTICE}
+    assert seen == {g: (*a, QUESTION_FN[g][1]) for g, a in scoring.short_answers().items()}
 
 
 def test_short_answers_travel_with_their_types():

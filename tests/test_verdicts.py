@@ -157,7 +157,7 @@ def test_the_self_check_validate_and_grading_agree_on_the_answer_bank(assignment
     bad = []
     for variant, answers in ANSWERS[assignment].items():
         want = {g: p for g, p in EXPECTED[assignment][variant].items() if g not in manual}
-        run = run_cells(fill_answers(_release(assignment), answers))
+        run = run_cells(fill_answers(_release(assignment), answers), beside=_release(assignment).parent)
         student = graded_class.student(assignment, variant)
         autograded = nbformat.read(graded_class.notebook("autograded", assignment, student), as_version=4)
         feedback = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in autograded.cells}

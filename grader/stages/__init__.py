@@ -1,11 +1,9 @@
-"""The stages of a grading run, each a function of the run's :class:`~grader.batch.Batch`;
-:data:`grader.pipeline.STAGES` lists them in order.
+"""The stages of a grading run, one file each, each a function of the run's
+:class:`~grader.batch.Batch`; :data:`grader.pipeline.STAGES` lists them in order:
 
-* :mod:`grader.stages.prepare`: ``prepare`` and ``generate``;
-* :mod:`grader.stages.collect`: ``collect`` (and which submissions this run grades);
-* :mod:`grader.stages.grade`: ``repair``, and ``scoring`` with the record of what is graded;
-* :mod:`grader.stages.autograde`: ``autograde`` (its engine, the sandbox, hand grades carried over);
-* :mod:`grader.stages.output`: ``feedback``, ``export``, ``score`` and ``report``.
-
-``inputs`` is :func:`grader.scoring.inputs_stage`.
+``check`` (refuse bad input, nothing written) -> ``canary`` (:mod:`grader.canary`: the
+instructor's solutions through this run's own stages) -> ``prepare`` (a backup, or starting
+over) -> ``generate`` -> ``collect`` -> ``repair`` -> ``inputs`` (drawn from a secret seed) ->
+``autograde`` -> ``scoring`` (outside the kernels) -> ``feedback`` -> ``export`` -> ``score`` ->
+``report``.
 """

@@ -59,7 +59,8 @@ def autograde_stage(b: Batch) -> None:
                 log(line)
     log(f"autograde: {len(run.autograde.graded)} notebooks in {run.autograde.seconds:.1f} s")
     describe_handed_in(b)
-    carry_hand_grades(b)
+    if b.found.collected is not None:  # the canary's scratch course collected nothing: no hand grades to carry
+        carry_hand_grades(b)
 
 
 def describe_handed_in(b: Batch) -> None:

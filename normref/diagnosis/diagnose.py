@@ -26,6 +26,7 @@ from .. import faults as _faults
 from . import expr as E
 from .explain import differences
 from .measure import (describe, divisor_words, factor_words, per_token_factors, token_stats_words)
+from .declared import declared_facts
 from .probes import dtype_advice, probe_facts, probes_for, run_probes, upcast_contradicts
 from .outputs import split
 from .questions import Output, Question
@@ -260,26 +261,41 @@ def _is(out: Output) -> str:
     return "are" if out.plural else "is"
 
 
-def _output_facts(q: Question, case_args: tuple, kwargs: dict, seen: tuple) -> list[str]:
-    """What the outputs of one case show against the reference's: each output that differs,
-    said by its name."""
+def _output_facts(q: Question, case_args: tuple, kwargs: dict, seen: tuple) -> tuple[list, list, list]:
+    """What the outputs of one case show against the reference's, each output that differs said
+    by its name: ``(first, summaries, others)``. Where the record names the output the case
+    failed on (:attr:`.outputs.Observed.failed`), ``first`` is what that output shows, its
+    per-row summaries (``summaries``) wait until the probes have spoken, and the other outputs'
+    facts come last (``others``); otherwise every output's facts are ``first``, in order."""
     _, _, rtol, atol = seen
     sizes = _sizes(case_args)
     x = _f64(case_args[0]) if case_args else None
-    facts: list[str] = []
+    failed = getattr(seen, "failed", None)
+    first: list[str] = []
+    summaries: list[str] = []
+    others: list[str] = []
     for out, got, want in _outputs(q, seen):
         if got.shape != want.shape or not np.all(np.isfinite(got)) or \
                 np.allclose(got, want, rtol=rtol, atol=atol):
             continue
-        facts += _one_output_facts(q, out, x, case_args, kwargs, got, want, rtol, atol, sizes)
-    return [f for f in facts if f]
+        strong, weak = _one_output_facts(q, out, x, case_args, kwargs, got, want, rtol, atol, sizes)
+        if failed is None:
+            first += strong + weak
+        elif out.name == failed:
+            first, summaries = strong, weak
+        else:
+            others += strong + weak
+    return [f for f in first if f], [f for f in summaries if f], [f for f in others if f]
 
 
 def _one_output_facts(q: Question, out: Output, x, case_args: tuple, kwargs: dict, got, want, rtol: float,
-                      atol: float, sizes: dict) -> list[str]:
-    facts: list[str] = []
+                      atol: float, sizes: dict) -> tuple[list[str], list[str]]:
+    """``(facts, summaries)`` of one output that differs: what it is against the reference's
+    (declared measurements, a norm's divisor, 0 everywhere, a constant factor), else its per-row
+    statistics and regularities (``summaries``)."""
+    facts: list[str] = declared_facts(q, out, case_args, kwargs, got, want, rtol, atol)
     like_x = out.tokens and x is not None and x.shape == got.shape
-    if q.norm and like_x:
+    if not facts and q.norm and like_x:
         facts += _norm_facts(q, x, case_args, kwargs, got, want, rtol)
     if not facts and np.all(np.abs(got) <= atol) and not np.all(np.abs(want) <= atol):
         facts.append(f"{_your(out)} {_is(out)} 0 everywhere")
@@ -289,15 +305,18 @@ def _one_output_facts(q: Question, out: Output, x, case_args: tuple, kwargs: dic
             w = factor_words(ratio, sizes)
             said = f" = {w}" if w and w != f"{ratio:g}" else ""
             facts.append(f"{_your(out)} {_is(out)} the reference's times {ratio:.4g}{said}")
-    if not facts and out.tokens:
+    if facts:
+        return facts, []
+    summaries: list[str] = []
+    if out.tokens:
         t = token_stats_words(got, want, q.title, out.name, out.rows)
         if t:
-            facts.append(t)
-    if not facts and out.tokens:
+            summaries.append(t)
+    if not summaries and out.tokens:
         t = describe(x if like_x else None, got, want, out.name, out.rows)
         if t:
-            facts.append(t.removeprefix("measured: ").rstrip("."))
-    return facts
+            summaries.append(t.removeprefix("measured: ").rstrip("."))
+    return [], summaries
 
 
 def _norm_facts(q: Question, x: np.ndarray, args: tuple, kwargs: dict, got, want, rtol: float) -> list[str]:
@@ -383,11 +402,13 @@ def _constant_ratio(got: np.ndarray, want: np.ndarray) -> float | None:
 
 
 def _largest_difference(q: Question, seen: tuple) -> str | None:
-    """Where the outputs differ most: in the output that differs most, at an index of its own
-    shape (None when the record's outputs cannot be told apart)."""
+    """Where the outputs differ most: in the output the case failed on where the record names it
+    (:attr:`.outputs.Observed.failed`), else in the output that differs most, at an index of its
+    own shape (None when the record's outputs cannot be told apart)."""
     best = None
+    failed = getattr(seen, "failed", None)
     for out, got, want in _outputs(q, seen):
-        if got.shape != want.shape or not got.size:
+        if got.shape != want.shape or not got.size or (failed is not None and out.name != failed):
             continue
         diff = np.abs(np.nan_to_num(got - want, nan=np.inf))
         k = int(np.argmax(diff))
@@ -490,11 +511,15 @@ def diagnose(q: Question, battery: Sequence, results: Sequence, answer=None, cal
         if text is None:
             seen = getattr(r, "observed", None)
             found = list(q.facts(args, kwargs, seen) or []) if q.facts is not None and seen is not None else []
-            found += (_output_facts(q, args, kwargs, seen) if seen is not None and not found else [])
+            first, summaries, others = (_output_facts(q, args, kwargs, seen) if seen is not None and not found
+                                        else ([], [], []))
+            found += first
             if contradicted:
                 found.insert(0, "on the same values in float32 your output is wrong too, so float16 is not what "
                              "fails here")
-            found += [f for f, where in facts.values() if f not in found and where in (None, case)]
+            found += [f for f, where in facts.values() if f not in found and (
+                where is None or (where is case and (seen is None or _probed_differs(q, seen))))]
+            found += summaries + others
             if seen is not None and not found:
                 found = [w for w in (_largest_difference(q, seen),) if w]
             if not found:
@@ -519,6 +544,34 @@ def _probe_facts(q: Question, battery: Sequence, answer, call) -> tuple[dict, li
         return c if c is not None else ((), {})
 
     usable = [c for c in battery if q.args(c) is not None]
+    index, out = _probed_output(q)
+    n = len(q.outputs)
+
+    def pick(o):  # the probed output of an answer of several
+        if index is None:
+            return _f64(o)
+        return _f64(o[index]) if isinstance(o, (tuple, list)) and len(o) == n else None
+
     probed = run_probes(probes, q.params, usable, args_of, lambda a, k: call(answer, a, k),
-                        lambda *a, **k: q.reference(*a, **k))
-    return probe_facts(probed, q.title, q.norm, q.params), probed
+                        lambda *a, **k: q.reference(*a, **k), pick=pick, mask=q.mask)
+    return probe_facts(probed, q.title, q.norm, q.params, out.name, q.mask), probed
+
+
+def _probed_differs(q: Question, seen: tuple) -> bool:
+    """Whether the output the probes read differs in one case's record (a probe said of that
+    case alone, the float16 step that overflowed, is about that output)."""
+    name = _probed_output(q)[1].name
+    for out, got, want in _outputs(q, seen):
+        if out.name == name:
+            _, _, rtol, atol = seen
+            return got.shape != want.shape or not np.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
+    return True
+
+
+def _probed_output(q: Question) -> tuple[int | None, Output]:
+    """``(index, output)`` the probes read: a question's only output (index None), else the
+    first declared output whose rows are tokens."""
+    if len(q.outputs) == 1:
+        return None, q.outputs[0]
+    i = next((i for i, o in enumerate(q.outputs) if o.tokens), 0)
+    return i, q.outputs[i]

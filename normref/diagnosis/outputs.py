@@ -21,26 +21,30 @@ class Observed(tuple):
     """``(got, want, rtol, atol)`` of one case (a 4-tuple, as every reader unpacks it), with the
     outputs it holds: ``parts``, ``((name, shape), ...)`` in order, where ``got`` and ``want`` are
     their values flattened and joined (one named output keeps its own shape); ``()``: one
-    output, unnamed (the question's only output)."""
+    output, unnamed (the question's only output). ``failed``: the output the checker failed
+    the case on (its message names it), or None: the diagnosis speaks of it first."""
 
     parts: tuple
+    failed: str | None
 
-    def __new__(cls, got, want, rtol, atol, parts=()):
+    def __new__(cls, got, want, rtol, atol, parts=(), failed=None):
         self = super().__new__(cls, (got, want, rtol, atol))
         self.parts = tuple((str(n), tuple(int(s) for s in shape)) for n, shape in parts)
+        self.failed = None if failed is None else str(failed)
         return self
 
     def __reduce__(self):  # pickled and copied with its parts
-        return (Observed, (*self, self.parts))
+        return (Observed, (*self, self.parts, self.failed))
 
 
-def observe(outputs: dict, rtol: float, atol: float) -> Observed:
+def observe(outputs: dict, rtol: float, atol: float, failed: str | None = None) -> Observed:
     """The record of one case of an answer with named outputs.
 
     Args:
         outputs: ``{name: (got, want)}`` in the answer's order, each a float64 array (the
             student's and the expected, one shape).
         rtol, atol: the case's tolerance.
+        failed: the name of the output the case failed on (what the checker's message names).
 
     Returns:
         :class:`Observed`: one output keeps its shape; several are flattened and joined.
@@ -55,10 +59,10 @@ def observe(outputs: dict, rtol: float, atol: float) -> Observed:
     parts = tuple((n, g.shape) for n, g, _ in items)
     if len(items) == 1:
         _, g, w = items[0]
-        return Observed(g, w, rtol, atol, parts)
+        return Observed(g, w, rtol, atol, parts, failed)
     got = np.concatenate([g.ravel() for _, g, _ in items])
     want = np.concatenate([w.ravel() for _, _, w in items])
-    return Observed(got, want, rtol, atol, parts)
+    return Observed(got, want, rtol, atol, parts, failed)
 
 
 def split(seen: tuple, default: str | None = None) -> list[tuple[str, np.ndarray, np.ndarray]]:

@@ -6,12 +6,17 @@ made on one case of its battery, chosen from the battery alone (never from the a
 outputs), so the calls are the same whoever answers: grading's hand-back records them as it
 records the battery's calls (:func:`normref.handback.probe`), and the grader replays them.
 
-* ``element``: one element of ``x`` moved: which outputs change (the axes the statistics span);
+* ``element``: one element of ``x`` moved: which outputs change (the axes the statistics span,
+  the answer's against the reference's, :mod:`.spans`);
+* ``pad``: the padded tokens' values moved (a question that declares a mask): do the answer's
+  outputs at the real tokens follow them (does padding enter its statistics)?
 * ``scale``, ``shift``: one token multiplied by 3, or 5 added to each of its features (a norm's
   invariances: RMSNorm's and LayerNorm's outputs do not change when a token is scaled,
   LayerNorm's not when it is shifted);
 * ``weight``, ``bias``, ``alpha``, ``eps``: one parameter changed ("changing alpha does not
-  change your output");
+  change your output"); any other parameter of the signature named as a probe (a running
+  average, ``running_mean``) is changed likewise, on the first case where that changes the
+  reference's output;
 * ``double_x``, ``half_x``: the input doubled or halved (against doubling ``alpha``: does alpha
   multiply x?);
 * ``saturate``: the input scaled up 100 times (where the output levels off);
@@ -25,21 +30,28 @@ records the battery's calls (:func:`normref.handback.probe`), and the grader rep
   the weight after it), so "cast back" is not the advice it needs.
 
 :func:`run_probes` makes the calls; :func:`probe_facts` says, for each probe where the answer
-and the reference respond differently, what the answer does, in the student's words.
+and the reference respond differently, what the answer does, in the student's words. An answer
+of several outputs is probed on one of them (``pick``: the first declared output whose rows are
+tokens), named in the sentences ("your y").
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
+from .responses import (_alpha_fact, _element_fact, _eps_fact, _param_fact, _plateau_fact, _saturate_fact,
+                        _scale_fact, _shift_fact, _slope_fact, _upcast_fact)
+from .spans import f64 as _f64
+from .spans import moved as _moved
+from .spans import pad_fact, real_tokens, span_words
+
 __all__ = ["PROBES", "Probed", "run_probes", "probe_facts", "probes_for"]
 
 #: Every probe, in the order it is made.
-PROBES = ("element", "scale", "shift", "weight", "bias", "alpha", "double_x", "half_x", "eps", "saturate", "zero",
-          "slope", "upcast", "param_dtype")
+PROBES = ("element", "pad", "scale", "shift", "weight", "bias", "alpha", "double_x", "half_x", "eps", "saturate",
+          "zero", "slope", "upcast", "param_dtype")
 
 
 def probes_for(params: tuple, norm: bool) -> tuple:
@@ -58,21 +70,6 @@ def probes_for(params: tuple, norm: bool) -> tuple:
     if "weight" in params or "bias" in params:
         out.append("param_dtype")
     return tuple(dict.fromkeys(o for o in PROBES if o in out))
-
-
-def _f64(a) -> np.ndarray | None:
-    from .._torch import is_tensor
-
-    try:
-        if is_tensor(a):
-            import torch
-
-            return a.detach().to("cpu", torch.float64).numpy()
-        if isinstance(a, np.ndarray):
-            return a.astype(np.float64)
-    except Exception:  # noqa: BLE001 - an odd output is no measurement
-        return None
-    return None
 
 
 def _copy(a):
@@ -111,7 +108,7 @@ def _params_in_other_dtype(args: tuple, params: tuple) -> list[str]:
             and hasattr(args[pos[p]], "dtype") and _dtype(args[pos[p]]) != _dtype(x)]
 
 
-def _base_case(battery: list, args_of: Callable, probe: str, params: tuple = ()):
+def _base_case(battery: list, args_of: Callable, probe: str, params: tuple = (), mask: str | None = None):
     """The battery case a probe is made on (from the battery alone)."""
     def x_of(case):
         a, _ = args_of(case)
@@ -126,6 +123,12 @@ def _base_case(battery: list, args_of: Callable, probe: str, params: tuple = ())
     usable = [c for c in usable if _dtype(x_of(c)) in ("float32", "float64")]
     if not usable:
         return None
+    if probe == "pad":  # the first case with padding
+        def padded(c):
+            real = real_tokens(*args_of(c), params, mask)
+            return real is not None and not real.all() and real.any()
+
+        return next((c for c in usable if padded(c)), None)
     if probe == "eps":  # where eps is felt: the smallest mean square against eps
         def felt(c):
             a, kw = args_of(c)
@@ -136,13 +139,23 @@ def _base_case(battery: list, args_of: Callable, probe: str, params: tuple = ())
     return usable[0]
 
 
-def _changed(probe: str, params: tuple, args: tuple, kwargs: dict):
+def _changed(probe: str, params: tuple, args: tuple, kwargs: dict, mask: str | None = None):
     """The probe's change of one call's ``(args, kwargs)`` (copies), or None."""
     args = [_copy(a) for a in args]
-    kwargs = dict(kwargs)
+    kwargs = {k: _copy(v) for k, v in kwargs.items()}
     pos = {p: i for i, p in enumerate(params)}
     x = args[0]
-    if probe == "element":
+    if probe == "pad":
+        real = real_tokens(tuple(args), kwargs, params, mask)
+        if real is None or real.all():
+            return None
+        if isinstance(x, np.ndarray):
+            x[~real] += 7.0
+        else:
+            import torch
+
+            x[torch.as_tensor(~real)] += 7.0
+    elif probe == "element":
         x[(0,) * x.ndim] += 1.0 + abs(float(x[(0,) * x.ndim]))
     elif probe == "scale":
         x[(0,) * (x.ndim - 1)] *= 3
@@ -176,6 +189,14 @@ def _changed(probe: str, params: tuple, args: tuple, kwargs: dict):
         for p in names:
             a = args[pos[p]]
             args[pos[p]] = a.astype(x.dtype) if isinstance(a, np.ndarray) else a.to(x.dtype)
+    elif probe in PROBES:
+        pass
+    elif probe in kwargs and hasattr(kwargs[probe], "shape"):  # any other parameter, by keyword
+        kwargs[probe] = kwargs[probe] + 0.5
+    elif probe in pos and pos[probe] < len(args) and hasattr(args[pos[probe]], "shape"):
+        args[pos[probe]] = args[pos[probe]] + 0.5
+    else:
+        return None
     return tuple(args), kwargs
 
 
@@ -184,24 +205,49 @@ def _changed(probe: str, params: tuple, args: tuple, kwargs: dict):
 PROBES_BUDGET_S = 10.0
 
 
+def _responds(reference: Callable, pick: Callable, case, args_of: Callable, probe: str, params: tuple) -> bool:
+    """Whether changing the parameter ``probe`` on ``case`` changes the reference's output."""
+    args, kwargs = args_of(case)
+    changed = _changed(probe, params, args, kwargs)
+    if changed is None:
+        return False
+    try:
+        a = pick(reference(*[_copy(v) for v in args], **{k: _copy(v) for k, v in kwargs.items()}))
+        b = pick(reference(*changed[0], **changed[1]))
+    except Exception:  # noqa: BLE001 - a case the reference cannot take is no base
+        return False
+    return a is not None and b is not None and a.shape == b.shape and not np.allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
 def run_probes(probes: tuple, params: tuple, battery: list, args_of: Callable, call: Callable,
-               reference: Callable) -> list[Probed]:
+               reference: Callable, pick: Callable | None = None, mask: str | None = None) -> list[Probed]:
     """Make each probe: the answer (``call(args, kwargs) -> output or None``, the checker's
     safe call) and the reference on its base case and on the changed case, in this order,
-    for at most :data:`PROBES_BUDGET_S` seconds."""
+    for at most :data:`PROBES_BUDGET_S` seconds. ``pick(output) -> float64 array or None``: the
+    output probed, of an answer of several (default: the output itself); ``mask``: the
+    parameter marking real tokens (the ``pad`` probe's). A probe named after a parameter of
+    the signature other than ``weight``, ``bias``, ``alpha`` and ``eps`` is made on the first
+    case where changing that parameter changes the reference's output (chosen from the battery
+    and the reference alone, so grading replays the same calls)."""
     import time
 
+    pick = _f64 if pick is None else pick
     start = time.monotonic()
     out: list[Probed] = []
     bases: dict = {}  # one base call per case, shared by the probes made on it
     for probe in probes:
         if time.monotonic() - start > PROBES_BUDGET_S:
             break
-        case = _base_case(battery, args_of, probe, params)
+        if probe in PROBES:
+            case = _base_case(battery, args_of, probe, params, mask)
+        else:  # another parameter of the signature: where the reference's output follows it
+            case = next((c for c in battery if getattr(args_of(c)[0][0], "ndim", 0) >= 2 and
+                         _dtype(args_of(c)[0][0]) in ("float32", "float64") and
+                         _responds(reference, pick, c, args_of, probe, params)), None)
         if case is None:
             continue
         args, kwargs = args_of(case)
-        changed = _changed(probe, params, args, kwargs)
+        changed = _changed(probe, params, args, kwargs, mask)
         if changed is None:
             continue
         if probe in ("upcast", "param_dtype"):
@@ -210,250 +256,49 @@ def run_probes(probes: tuple, params: tuple, battery: list, args_of: Callable, c
         else:
             base = (tuple(_copy(a) for a in args), dict(kwargs))
             if id(case) not in bases:
-                bases[id(case)] = _f64(call(*base))
+                bases[id(case)] = pick(call(*base))
             got0 = bases[id(case)]
         out1 = call(*changed)  # call(args, kwargs)
-        got1 = _f64(out1)
+        got1 = pick(out1)
         try:
-            want0, want1 = _f64(reference(*base[0], **base[1])), _f64(reference(*changed[0], **changed[1]))
+            want0, want1 = pick(reference(*base[0], **base[1])), pick(reference(*changed[0], **changed[1]))
         except Exception:  # noqa: BLE001 - a probe the reference cannot take says nothing
             continue
+        if want0 is None or want1 is None:
+            continue
         out.append(Probed(probe, base, changed, got0, got1, want0, want1, case,
-                          _dtype(out1) if got1 is not None else ""))
+                          _dtype(_first(out1, pick)) if got1 is not None else ""))
     return out
 
 
-# --------------------------------------------------------------------------- what they show
-
-
-def _moved(a: np.ndarray, b: np.ndarray, ref: np.ndarray) -> np.ndarray:
-    tol = 1e-4 * (np.abs(ref) + 1.0)
-    return np.abs(a - b) > tol
-
-
-_AXIS = {3: ("the batch", "the sequence"), 2: ("the tokens",)}
-
-
-def _element_fact(p: Probed, title: str) -> str | None:
-    if p.got0 is None or p.got1 is None or p.got0.shape != p.want0.shape:
+def _first(out, pick: Callable):
+    """The probed output itself (for its dtype): the one of a tuple that ``pick`` reads."""
+    if isinstance(out, (tuple, list)):
+        for o in out:
+            v = _f64(o)
+            if v is not None and np.array_equal(v, pick(out), equal_nan=True):
+                return o
         return None
-    ms, mr = _moved(p.got0, p.got1, p.want0), _moved(p.want0, p.want1, p.want0)
-    if np.array_equal(ms, mr):
-        return None
-    nd = ms.ndim
-    where = f"x[{', '.join('0' * nd).replace('00', '0, 0')}]" if nd else "x[0]"
-    where = "x[" + ", ".join(["0"] * nd) + "]"
-    own = np.zeros_like(ms)
-    own[(0,) * nd] = True
-    other_tokens = ms.copy()
-    other_tokens[(0,) * (nd - 1)] = False
-    if other_tokens.any():
-        axes = [a for a in range(nd - 1) if np.any(np.moveaxis(other_tokens, a, 0)[1:])]
-        names = _AXIS.get(nd, ())
-        said = ", ".join(f"axis {a}" + (f" ({names[a]})" if a < len(names) else "") for a in axes)
-        return (f"moving one element, {where}, changes your outputs of other tokens too (along {said}): "
-                f"your statistics span {said}, where {title}'s span only the d features of one token")
-    if np.array_equal(ms, own) and mr.sum() > 1:
-        return (f"moving one element, {where}, changes only that element of your output: nothing else of "
-                f"the token depends on it, where {title} takes statistics over the token's d features")
-    if mr.sum() == 1 and ms.sum() > 1:
-        return (f"moving one element, {where}, changes {int(ms.sum())} of your outputs, where {title}'s "
-                "output at each position depends only on that element")
-    return None
+    return out
 
 
-def _token_factor(a: np.ndarray, b: np.ndarray) -> float | None:
-    a, b = a.ravel(), b.ravel()
-    bb = float(b @ b)
-    if bb < 1e-20:
+def _reference_span(probed: list[Probed], real: np.ndarray | None) -> tuple | None:
+    """``(axes, words)`` the reference's statistics span, read from the ``element`` probe where
+    they reach beyond one token (None where they stay within it, or nothing was probed)."""
+    p = next((p for p in probed if p.probe == "element"), None)
+    if p is None or p.want0.ndim < 2:
         return None
-    k = float(a @ b) / bb
-    return k if np.allclose(a, k * b, rtol=1e-3, atol=1e-6) else None
-
-
-def _scale_fact(p: Probed, title: str, offset: np.ndarray | None) -> str | None:
-    if p.got0 is None or p.got1 is None or p.got0.shape != p.want0.shape:
+    mr = _moved(p.want0, p.want1, p.want0)
+    k = mr.any(-1)
+    if k.sum() <= 1:
         return None
-    t0 = (0,) * (p.got0.ndim - 1)
-    off = 0.0 if offset is None else offset
-    still_ref = np.allclose(p.want0[t0], p.want1[t0], rtol=1e-3, atol=1e-5)
-    still_got = np.allclose(p.got0[t0], p.got1[t0], rtol=1e-3, atol=1e-5)
-    if not still_ref or still_got:
+    words = span_words(mr, real)
+    if words is None:
         return None
-    k = _token_factor(p.got1[t0] - off, p.got0[t0] - off)
-    if k is None or k <= 0:
-        return (f"multiplying one token by 3 changes your output for it, where {title}'s stays the same "
-                "(it divides the token by its own scale)")
-    power = math.log(k) / math.log(3)
-    why = {1: "nothing divides it by the token's scale", 2: "you multiply by the token's scale instead of dividing",
-           -1: "you divide by the square of the scale (a mean square or variance without the square root)"}
-    r = round(power)
-    words = why.get(r) if abs(power - r) < 0.02 else None
-    return (f"multiplying one token by 3 multiplies your output for it by {k:.3g}"
-            + (f" = 3^{r}: {words}" if words else "") + f", where {title}'s stays the same")
-
-
-def _shift_fact(p: Probed, title: str, kind: str | None) -> str | None:
-    if p.got0 is None or p.got1 is None or p.got0.shape != p.want0.shape:
-        return None
-    t0 = (0,) * (p.got0.ndim - 1)
-    still_ref = np.allclose(p.want0[t0], p.want1[t0], rtol=1e-3, atol=1e-5)
-    still_got = np.allclose(p.got0[t0], p.got1[t0], rtol=1e-3, atol=1e-5)
-    if still_ref and not still_got:
-        return (f"adding 5 to every feature of one token changes your output for it, where {title}'s stays "
-                "the same: it subtracts the token's mean")
-    if still_got and not still_ref:
-        return (f"adding 5 to every feature of one token leaves your output unchanged: you subtract the mean, "
-                f"where {title} does not")
-    return None
-
-
-def _param_fact(p: Probed, title: str, weight: np.ndarray | None) -> str | None:
-    if p.got0 is None or p.got1 is None or p.got0.shape != p.want0.shape:
-        return None
-    ds, dr = p.got1 - p.got0, p.want1 - p.want0
-    name = {"weight": "the weight (gamma)", "bias": "the bias (beta)"}.get(p.probe, p.probe)
-    tol = 1e-4 * (np.abs(p.want0) + 1.0)
-    if np.all(np.abs(dr) <= tol):
-        return None
-    if np.all(np.abs(ds) <= tol):
-        return f"changing {name} does not change your output: yours does not use it"
-    if np.allclose(ds, dr, rtol=1e-3, atol=1e-5):
-        return None
-    d = ds.shape[-1] if ds.ndim else 1
-    rows_s, rows_r = ds.reshape(-1, d), dr.reshape(-1, d)
-    if p.probe == "bias" and np.allclose(rows_s, rows_s[:1], rtol=1e-3, atol=1e-6):
-        per = rows_s[0] / 0.5
-        if weight is not None and np.allclose(per, weight, rtol=1e-3, atol=1e-6):
-            return ("changing the bias by 0.5 changes your output by 0.5 * weight: your bias is multiplied by "
-                    f"the weight, where {title} adds it after the weight, weight * xhat + bias")
-        if np.allclose(per, -1, rtol=1e-3):
-            return f"raising the bias by 0.5 lowers your output by 0.5: you subtract it, where {title} adds it"
-    if p.probe == "bias" and not np.allclose(rows_s, rows_s[:1], rtol=1e-2, atol=1e-4):
-        return (f"changing the bias changes your output by a different amount at each token: the bias enters "
-                f"before something that depends on x, where {title} adds it last")
-    if p.probe == "weight" and np.allclose(rows_s, rows_s[:1], rtol=1e-3, atol=1e-6) and \
-            not np.allclose(rows_r, rows_r[:1], rtol=1e-3, atol=1e-6):
-        return (f"changing the weight shifts your output by the same amount at every token: the weight is added, "
-                f"where {title} multiplies by it")
-    k = _token_factor(ds, dr)
-    if k is not None:
-        return f"your output responds to {name} {k:.3g} times as strongly as {title}'s"
-    return None
-
-
-def _alpha_fact(probed: list[Probed], title: str) -> str | None:
-    """What doubling alpha does, against doubling or halving x (in DyT, tanh(alpha * x):
-    doubling alpha is doubling x)."""
-    by = {p.probe: p for p in probed}
-    a, dx, hx = by.get("alpha"), by.get("double_x"), by.get("half_x")
-    if a is None or a.got0 is None or a.got1 is None:
-        return None
-    if np.allclose(a.got0, a.got1, rtol=1e-4, atol=1e-6) and not np.allclose(a.want0, a.want1, rtol=1e-4, atol=1e-6):
-        return "changing alpha does not change your output: yours does not use it"
-    if dx is not None and dx.got1 is not None and np.allclose(a.got1, dx.got1, rtol=1e-3, atol=1e-5):
-        return None  # alpha multiplies x, as it should
-    if hx is not None and hx.got1 is not None and np.allclose(a.got1, hx.got1, rtol=1e-3, atol=1e-5):
-        return (f"doubling alpha does to your output what halving x does: your alpha divides x, where {title} "
-                "multiplies x by alpha")
-    if dx is not None and dx.got1 is not None:
-        return (f"doubling alpha changes your output otherwise than doubling x does: in yours alpha is not the factor "
-                f"of x, where {title} computes tanh(alpha * x)")
-    return None
-
-
-def _plateau_fact(p: Probed, title: str, weight) -> str | None:
-    """Where the output levels off on large inputs, feature by feature, against ``+-weight``."""
-    if p.got1 is None or p.got1.shape != p.want1.shape or weight is None or p.got1.ndim < 2:
-        return None
-    d = p.got1.shape[-1]
-    g, r = p.got1.reshape(-1, d), p.want1.reshape(-1, d)
-    if np.allclose(g, r, rtol=2e-2, atol=2e-2):
-        return None
-    half_g, half_r = (g.max(0) - g.min(0)) / 2, (r.max(0) - r.min(0)) / 2
-    both = np.isclose(half_r, np.abs(weight), rtol=5e-2)  # features that saturate on both sides
-    if both.sum() < max(2, d // 2):
-        return None
-    half_g, weight = half_g[both], np.abs(weight[both])
-    if np.allclose(half_g, 1.0, rtol=2e-2) and not np.allclose(weight, 1.0, rtol=2e-2):
-        return (f"where the input is large your output levels off at +-1 around the bias, where {title}'s levels off "
-                "at +-weight: the weight does not multiply tanh's output")
-    if np.allclose(half_g, np.abs(weight), rtol=2e-2):
-        return None
-    return None
-
-
-def _slope_fact(probed: list[Probed], title: str) -> str | None:
-    """How steeply the output rises near 0, feature by feature: ``(out(x/100) - out(0)) / (x/100)``
-    against the reference's (DyT: weight * alpha)."""
-    by = {p.probe: p for p in probed}
-    z, sl = by.get("zero"), by.get("slope")
-    if z is None or sl is None or z.got1 is None or sl.got1 is None or sl.got1.shape != sl.want1.shape:
-        return None
-    xs = _f64(sl.changed[0][0])
-    if xs is None or xs.ndim < 2:
-        return None
-    d = xs.shape[-1]
-    xs = xs.reshape(-1, d)
-    ds, dr = (sl.got1 - z.got1).reshape(-1, d), (sl.want1 - z.want1).reshape(-1, d)
-    xx = (xs * xs).sum(0)
-    if np.any(xx < 1e-12):
-        return None
-    slope_s, slope_r = (ds * xs).sum(0) / xx, (dr * xs).sum(0) / xx
-    if np.allclose(slope_s, slope_r, rtol=2e-2, atol=1e-4):
-        return None
-    k = slope_s / np.where(np.abs(slope_r) > 1e-12, slope_r, np.nan)
-    if np.all(np.isfinite(k)) and np.allclose(k, k[0], rtol=2e-2):
-        return (f"near x = 0 your output rises {k[0]:.3g} times as steeply as {title}'s (whose slope there is "
-                "weight * alpha)")
-    return (f"near x = 0 your output's slope per feature is {float(slope_s.min()):.3g} to {float(slope_s.max()):.3g}, "
-            f"where {title}'s is weight * alpha, {float(slope_r.min()):.3g} to {float(slope_r.max()):.3g}")
-
-
-def _eps_fact(p: Probed, title: str) -> str | None:
-    if p.got0 is None or p.got1 is None:
-        return None
-    moved_r = not np.allclose(p.want0, p.want1, rtol=1e-4, atol=1e-6)
-    moved_s = not np.allclose(p.got0, p.got1, rtol=1e-4, atol=1e-6)
-    if moved_r and not moved_s:
-        return "changing eps does not change your output: the eps you are given is not used"
-    return None
-
-
-def _saturate_fact(p: Probed, title: str) -> str | None:
-    if p.got1 is None or p.got1.shape != p.want1.shape:
-        return None
-    gs, gr = float(np.max(np.abs(p.got1))), float(np.max(np.abs(p.want1)))
-    if not np.isfinite(gs):
-        return None
-    if gs > 10 * gr:
-        return (f"your output does not level off: on the input times 100 it reaches {gs:.3g}, where {title}'s "
-                f"stays within {gr:.3g} (tanh bounds it by weight + bias)")
-    if np.allclose(p.got1, p.want1, rtol=2e-2, atol=2e-2):
-        return None
-    return (f"where the input is large your output levels off at up to {gs:.3g}, where {title}'s levels off at "
-            f"up to {gr:.3g} (weight + bias)")
-
-
-def _upcast_fact(p: Probed, title: str, x16: np.ndarray, kind: str | None) -> str | None:
-    if p.got1 is None or p.got1.shape != p.want1.shape:
-        return None
-    if not np.allclose(p.got1, p.want1, rtol=1e-4, atol=1e-4):
-        return None
-    centred = kind == "layer"
-    v = x16 - x16.mean(-1, keepdims=True) if centred else x16
-    name = "(x - mean)**2" if centred else "x**2"
-    sq = float(np.max(v * v))
-    d = x16.shape[-1]
-    step = None
-    if sq > 65504:
-        step = f"{name} (up to {sq:.6g}) overflows float16, whose largest number is 65504"
-    elif float(np.max((v * v).sum(-1))) > 65504:
-        top = float(np.max((v * v).sum(-1)))
-        step = f"the sum of {name} over the d = {d} features (up to {top:.6g}) overflows float16"
-    what = step or "float16's 11 bits of precision lose the statistics"
-    return (f"on the same values in float32 your output is right, so the float16 computation is what fails: {what}; "
-            "compute the statistics in float32 and cast back")
+    axes = tuple(a for a in range(k.ndim) if np.moveaxis(k, a, 0)[1:].any())
+    if mr.reshape(-1, mr.shape[-1]).any(0).sum() > 1:
+        axes += (mr.ndim - 1,)
+    return axes, words
 
 
 def dtype_advice(probed: list[Probed], params: tuple, backend: str = "torch") -> str | None:
@@ -501,14 +346,19 @@ def upcast_contradicts(probed: list[Probed]) -> object | None:
     return None
 
 
-def probe_facts(probed: list[Probed], title: str, kind: str | None = None, params: tuple = ()) -> dict[str, tuple]:
+def probe_facts(probed: list[Probed], title: str, kind: str | None = None, params: tuple = (),
+                output: str = "output", mask: str | None = None) -> dict[str, tuple]:
     """``{probe: (what the answer does, the case it says it of or None for every case)}`` for
     every probe where the answer responds otherwise than the reference (``kind``:
     ``"rms"``/``"layer"`` for a norm's words; ``weight``/``bias``: the base case's, float64, to
     recognise a bias multiplied by the weight; ``params``: the signature's names, which say where
-    the weight and bias are). The upcast's fact is the float16 case's alone."""
+    the weight and bias are; ``output``: the probed output's name, ``mask``: the parameter
+    marking real tokens). The upcast's fact is the float16 case's alone; a parameter probed
+    where the reference's output follows it (:func:`run_probes`) is said of that case alone."""
     facts: dict[str, tuple] = {}
     pos = {n: i for i, n in enumerate(params)}
+    element = next((p for p in probed if p.probe == "element"), None)
+    span = _reference_span(probed, real_tokens(*element.base, params, mask)) if element is not None else None
     for p in probed:
         args = p.base[0]
         given = {n: args[i] for n, i in pos.items() if i < len(args) and args[i] is not None}
@@ -518,15 +368,18 @@ def probe_facts(probed: list[Probed], title: str, kind: str | None = None, param
             b = _f64(args[pos["bias"]])
         try:
             if p.probe == "element":
-                f = _element_fact(p, title)
+                f = _element_fact(p, title, output, real_tokens(*p.base, params, mask))
+            elif p.probe == "pad":
+                real = real_tokens(*p.base, params, mask)
+                f = None if real is None else pad_fact(p.got0, p.got1, p.want0, p.want1, real, title, output)
             elif p.probe == "scale":
                 f = _scale_fact(p, title, b)
             elif p.probe == "shift":
                 f = _shift_fact(p, title, kind)
             elif p.probe == "alpha":
                 f = _alpha_fact(probed, title)
-            elif p.probe in ("weight", "bias"):
-                f = _param_fact(p, title, w)
+            elif p.probe in ("weight", "bias") or p.probe not in PROBES:
+                f = _param_fact(p, title, w, output)
             elif p.probe == "slope":
                 f = _slope_fact(probed, title)
             elif p.probe == "eps":
@@ -534,11 +387,32 @@ def probe_facts(probed: list[Probed], title: str, kind: str | None = None, param
             elif p.probe == "saturate":
                 f = _plateau_fact(p, title, w) or _saturate_fact(p, title)
             elif p.probe == "upcast":
-                f = _upcast_fact(p, title, _f64(p.base[0][0]), kind)
+                f = _upcast_fact(p, title, _f64(p.base[0][0]), kind, output, span)
             else:
                 f = None
         except Exception:  # noqa: BLE001 - a measurement never breaks a check
             f = None
         if f:
-            facts[p.probe] = (f, p.case if p.probe == "upcast" else None)
-    return facts
+            facts[p.probe] = (f, p.case if p.probe == "upcast" or p.probe not in PROBES else None)
+    return _unused_together(facts)
+
+
+def _unused_together(facts: dict[str, tuple]) -> dict[str, tuple]:
+    """Parameters probed on one case (not in :data:`PROBES`) that the answer's output does not
+    use, said in one sentence: ``changing running_mean or running_var does not change your y:
+    yours uses neither``."""
+    unused = {k: v for k, v in facts.items() if k not in PROBES and v[0].endswith(": yours does not use it")}
+    by_case: dict = {}
+    for k, (f, case) in unused.items():
+        by_case.setdefault(id(case), []).append((k, f, case))
+    out = dict(facts)
+    for group in by_case.values():
+        if len(group) < 2:
+            continue
+        names = [k for k, _, _ in group]
+        tail = group[0][1].split(" does not change ", 1)[1].split(":", 1)[0]
+        for k in names[1:]:
+            del out[k]
+        both = "neither" if len(names) == 2 else "none of them"
+        out[names[0]] = (f"changing {' or '.join(names)} does not change {tail}: yours uses {both}", group[0][2])
+    return out

@@ -33,12 +33,21 @@ class Output:
             running statistic (``[D]``).
         rows: what one row is, in sentences: ``"token"``, ``"query"``.
         plural: the name is a plural ("your logits are ...").
+        average_of: a running average's parameter (``"running_mean"``): this output is that
+            parameter updated, ``a * old + b * statistic``; the diagnosis fits ``a`` and ``b`` to
+            the answer's values and to the reference's and says both (:mod:`.averages`).
+        statistics: ``statistics(args, kwargs) -> [(words, values), ...]``: the statistics of
+            one call's inputs the average may take in (the reference's among them), each in this
+            output's shape, with the words that name it ("the batch's variance divided by
+            n - 1 = 5 (unbiased)"); the fit says the one whose weights make an average.
     """
 
     name: str = "output"
     tokens: bool = True
     rows: str = "token"
     plural: bool = False
+    average_of: str | None = None
+    statistics: Callable | None = None
 
 
 @dataclass
@@ -78,6 +87,10 @@ class Question:
             (a tuple returned) has its checker record each case with their names
             (:func:`normref.diagnosis.outputs.observe`), and every measured sentence is about
             one of them, by its name, with indices in its own shape.
+        mask: the parameter that marks real tokens (``[B, T]``, True real, False padding), e.g.
+            ``"mask"``: the diagnosis measures where the outputs differ (only at the padded
+            positions?) and whether moving the padded tokens' values changes the answer's
+            outputs at the real ones (the ``pad`` probe: does padding enter the statistics?).
         formula_is_answer: the reference's formula is what the question asks the student to
             derive (the LayerNorm backward): no message states it, or any term of it; a
             difference is said instead (what the student's outputs show, or the variant's
@@ -102,6 +115,7 @@ class Question:
     forms: Callable | None = None
     facts: Callable | None = None
     outputs: tuple = (Output(),)
+    mask: str | None = None
     formula_is_answer: bool = False
 
     @property
@@ -114,6 +128,15 @@ class Question:
         """The parameter names, in order: ``("x", "sublayer", "norm", "out_norm")``."""
         inside = self.signature.split("(", 1)[1].rsplit(")", 1)[0]
         return tuple(re.split(r"\s*=", p.strip())[0] for p in inside.split(",") if p.strip())
+
+    def value(self, param: str, args: tuple, kwargs: dict, default=None):
+        """The value one call gives the parameter named ``param`` (by position or keyword)."""
+        if param in kwargs:
+            return kwargs[param]
+        params = self.params
+        if param in params and params.index(param) < len(args):
+            return args[params.index(param)]
+        return default
 
     def notation(self, param: str) -> str:
         """How the formula writes a parameter (``sublayer`` -> ``F``)."""

@@ -35,7 +35,9 @@ _SPECIFIC = ("other_formula", "measured", "found_variant")
 
 
 def check(question: str, answer):
-    from grader import backward  # noqa: F401 - grading's backward grammar
+    from grader.questions import assignment_module
+
+    assignment_module("layernorm_backward", "reference")  # grading's backward grammar
     from normref import checks
 
     name, args, _ = CHECKS[question]

@@ -177,7 +177,9 @@ def diagnosis_bench() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
     from diagnosis_coverage import CHECKERS, coverage
 
-    from grader import backward  # noqa: F401 - the backward's grammar is the grader's
+    from grader.questions import assignment_module
+
+    assignment_module("layernorm_backward", "reference")  # the backward's grammar is the grader's
 
     print("diagnosis by search (every grammar variant run through its checker):", flush=True)
     slowest = (0.0, "")

@@ -1,19 +1,16 @@
-"""The ``modern`` assignment's graded batteries, drawn from a grading run's secret seed: the kinds
-of case of :mod:`normref.checks.modern` with new numbers (a small token of the seed's kind,
-``[B, T, D]``, ``B = T = D``, float16, bfloat16), each object the course's own class.
-
-:mod:`grader.scoring` registers them as its questions ``peri_ln_battery``,
-``qk_logits_battery`` and ``dyt_battery`` (and their visible checks).
-"""
-from __future__ import annotations
-
-__all__ = ["draw_peri_battery", "draw_qk_battery", "draw_dyt_battery"]
+"""The ``modern`` assignment's grading (lesson 04): Peri-LN, QK-norm's logits and DyT, each a
+visible check and a battery drawn anew for every grading run (the kinds of case of
+:mod:`normref.checks.modern` with new numbers: a small token of the seed's kind, ``[B, T, D]``,
+``B = T = D``, float16, bfloat16, each object the course's own class); the question on Peri-LN's
+bound is graded by hand."""
+from grader.questions import Assignment, battery, checker, visible
+from normref.rules import DYT_REFERENCE, PERI_REFERENCE, QK_REFERENCE
 
 
 def _tools(g):
     import torch
 
-    from .batteries import draw_token, pick
+    from grader.batteries import draw_token, pick
 
     def rnd(*shape, scale=1.0, shift=0.0):
         return torch.randn(*shape, generator=g) * scale + shift
@@ -120,3 +117,14 @@ def draw_dyt_battery(g) -> list:
         _DyTCase(f"bfloat16 B = T = D [{n2}, {n2}, {n2}], a drawn alpha", rnd(n2, n2, n2, scale=2.0).bfloat16(),
                  alpha(0.5, 0.8), 1 + 0.5 * rnd(n2), 0.3 * rnd(n2)),
     ]
+
+
+PERI = battery("peri_ln_battery", checker("check_peri_ln"), draw_peri_battery, PERI_REFERENCE)
+QK = battery("qk_logits_battery", checker("check_qk_norm_logits"), draw_qk_battery, QK_REFERENCE)
+DYT = battery("dyt_battery", checker("check_dyt"), draw_dyt_battery, DYT_REFERENCE)
+
+ASSIGNMENT = Assignment("modern", (
+    visible("peri_ln_quick", PERI, "check_peri_ln", quick=True), PERI,
+    visible("qk_logits_quick", QK, "check_qk_norm_logits", quick=True), QK,
+    visible("dyt_quick", DYT, "check_dyt", quick=True), DYT,
+), manual=("peri_bound_why",))

@@ -5,7 +5,7 @@ numbers are derived).
 """
 from __future__ import annotations
 
-__all__ = ["BLOCK_ANSWERS", "BLOCK_EXPECTED"]
+__all__ = ["ANSWERS", "EXPECTED"]
 
 _MODULE_HEAD = """class RMSNorm(nn.Module):
     def __init__(self, dim, eps=1e-6):
@@ -206,5 +206,5 @@ _BLOCK_EXPECTED = {
     "missing_attribute": _b(block_quick=0.0, block_battery=0.0),
 }
 
-BLOCK_ANSWERS = _BLOCK_ANSWERS
-BLOCK_EXPECTED = _BLOCK_EXPECTED
+ANSWERS = _BLOCK_ANSWERS
+EXPECTED = _BLOCK_EXPECTED

@@ -20,7 +20,7 @@ Each ``*_quick`` cell gives its point iff the public battery's cases 0 and 1 pas
 """
 from __future__ import annotations
 
-__all__ = ["MODERN_ANSWERS", "MODERN_EXPECTED", "MODERN_MANUAL"]
+__all__ = ["ANSWERS", "EXPECTED", "MODERN_MANUAL"]
 
 MODERN_MANUAL = ("peri_bound_why",)
 
@@ -105,3 +105,6 @@ MODERN_EXPECTED = {
     # normref.peri_ln called: the rule gives the question 0 (both cells)
     "reference_call": _e(peri_ln_quick=0.0, peri_ln_battery=0.0),
 }
+
+ANSWERS = MODERN_ANSWERS
+EXPECTED = MODERN_EXPECTED

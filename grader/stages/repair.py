@@ -1,11 +1,10 @@
-"""The stages around autograde: ``repair`` before it (structural repair and the tamper scan) and
-``scoring`` after it (the trusted scores, and only then the record of what is graded)."""
+"""The ``repair`` stage: structural repair of the submissions to grade (nothing is removed for what
+the tamper scan finds: the scoring stage flags it for review)."""
 from __future__ import annotations
 
-from .. import inplace, scores, store
+from .. import store
 from ..batch import Batch
 from ..repair import Repair, remember_unreadable, repair_all, repair_submission, unreadable, unreadable_note
-from .collect import graded_pairs
 
 
 def repair(b: Batch) -> None:
@@ -36,20 +35,3 @@ def repair(b: Batch) -> None:
     for (a, st), rep in sorted(b.run.repairs.items()):
         for line in rep.notes + rep.flags:
             log(f"repair: {st} ({a}): {line}")
-
-
-def trusted_scoring(b: Batch) -> None:
-    """:func:`grader.scores.scoring_stage`; only then are the submissions recorded as graded
-    (``logs/graded.json``): a run stopped between autograde and scoring leaves them to the
-    rerun, which grades them again (a red-team instructor's Ctrl-C there once left a correct
-    submission at the kernel's 0 for good)."""
-    from ..handgrades import forget
-
-    scores.scoring_stage(b)
-    out = b.run.autograde
-    if out is not None:
-        tree, log = b.services.tree, b.services.log
-        done = set(out.graded) - set(out.failed)
-        inplace.remember_graded(tree, sorted(done), b.found.collected.as_collected, b.services.run_id, log=log)
-        store.write_graded(tree, (graded_pairs(tree, b.run.assignments) | set(out.graded)) - set(out.failed), log=log)
-        forget(tree, b.found.hand_grades_done)  # applied (or named as to redo): the record may go
