@@ -10,7 +10,7 @@ rules, forked from the worker's zygote, else fresh), which
   assignment statements that bind a name the graded objects need, directly or through other
   definitions (a helper function or constant in another cell of the student's is one); nothing
   else of a cell runs (no expression statement, loop, ``with``, ``try`` or ``if`` at module level);
-  the names each hidden test hands back (``hand_back("rms_norm_battery", rms_norm)``) are the
+  the names each hidden test hands back (``hand_back("<grade_id>", rms_norm)``) are the
   graded objects; each question sees the definitions of the cells above its test only, and of a
   cell that stopped in the kernel (an error, the time limit) only those above where it stopped;
 * seals itself before any of that runs (:mod:`grader.cleanroom_seal`): the references absent;
