@@ -29,7 +29,7 @@ GROUPS ?= 1
 
 install: $(STAMP)
 
-# tools/grading-kernels: the grader's warm-kernel provisioner for jupyter_client (grader/warm.py);
+# tools/grading-kernels: the grader's warm-kernel provisioner for jupyter_client (grader/kernel/warm.py);
 # instructors only (the student repository has no tools/)
 GRADING_KERNELS := $(wildcard tools/grading-kernels/pyproject.toml tools/grading-kernels/*.py)
 $(STAMP): pyproject.toml $(GRADING_KERNELS)
@@ -74,7 +74,7 @@ notebooks: $(STAMP)
 
 # Regenerate release/ from source/ with nbgrader (commit the result; a test checks they agree).
 # A release/<assignment>/ holding work written in it (a student's answers) is refused, nothing
-# regenerated; KEEP=1 moves it to logs/release-kept/<run>/ first (grader/release.py).
+# regenerated; KEEP=1 moves it to logs/release-kept/<run>/ first (grader/ledger/release.py).
 KEEP ?=
 release: $(STAMP)
 	$(BIN)/python -m grader release $(if $(KEEP),--keep)

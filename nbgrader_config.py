@@ -74,7 +74,7 @@ _RESOURCE = "normref_handback"
 
 def _inputs_file() -> str | None:
     """This run's graded inputs (``$NORMREF_HANDBACK_INPUTS``: ``logs/scoring/handback-inputs.json``,
-    written by ``grader.scoring.prepare_inputs``), or None outside ``make grade``."""
+    written by ``grader.scoring.inputs.prepare_inputs``), or None outside ``make grade``."""
     path = os.environ.get(HANDBACK_ENV)
     return path if path and os.path.isfile(path) else None
 
@@ -173,7 +173,7 @@ def with_inputs(source: str, grade_id: str, name: str, text: str) -> str:
 def kernel_hands_back(text: str) -> bool:
     """Is this question's hand-back the grading kernel's? Only a short answer's (its values are
     what the student's cells computed); a code question's calls run in the grader's clean room
-    (``grader/cleanroom.py``), after the kernel, with these inputs (a pickle of ``{"kind":
+    (``grader/kernel/cleanroom.py``), after the kernel, with these inputs (a pickle of ``{"kind":
     "values"}`` for a short answer; a torch question's are a ``torch.save`` archive)."""
     import base64
     import pickle
@@ -200,7 +200,7 @@ class HandbackInputs(NbGraderPreprocessor):
     (:func:`without_inputs`: its graded calls run in the grader's clean room, after the kernel).
 
     ``make grade`` draws every question's inputs, new every run, into a file no kernel can read
-    (``grader.scoring.prepare_inputs``). For a short answer (:func:`kernel_hands_back`) this puts,
+    (``grader.scoring.inputs.prepare_inputs``). For a short answer (:func:`kernel_hands_back`) this puts,
     as the notebook's first cell, ``<name> = normref.handback.seal()`` (``<name>`` random, new
     per notebook: the hand-back as it is before any student cell runs; ``seal(torch=False)`` where
     no question it hands back needs torch to read its inputs, :func:`normref.wire.needs_torch`),
@@ -262,7 +262,7 @@ class HandbackInputsRemoved(NbGraderPreprocessor):
 
 
 #: The ``ename`` of the error a cell is charged with when the kernel stopped answering while it ran
-#: (:class:`GradingExecute`); ``grader.sandbox.limit_flags`` names such a cell in the report.
+#: (:class:`GradingExecute`); ``grader.kernel.sandbox.limit_flags`` names such a cell in the report.
 KERNEL_STOPPED = "KernelStoppedAnswering"
 
 
@@ -426,7 +426,7 @@ c = get_config()  # noqa: F821 - injected by traitlets when nbgrader loads this 
 
 c.CourseDirectory.course_id = "lesson16-normalization"
 c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
-# An assignment folder's grading knowledge (grader/questions.py: its questions, batteries and answer
+# An assignment folder's grading knowledge (grader/scoring/questions.py: its questions, batteries and answer
 # bank) is the grader's: never copied into release/ nor into a student's autograded folder.
 c.CourseDirectory.ignore = [*CourseDirectory.class_traits()["ignore"].default(), "grading.py", "answer_bank.py",
                             "reference.py"]
@@ -467,6 +467,6 @@ c.Execute.extra_arguments = ["--HistoryManager.hist_file=:memory:", "--Interacti
 # After its last cell a kernel is killed at once (jupyter_client's shutdown_kernel(now=True)), not
 # asked to shut down and waited for: a graceful exit (torch's teardown, the sandbox's) was 27-33%
 # of a graded notebook's time. Nothing is lost: the outputs are in by then, and what the grader
-# reads afterwards (the kernel's record.json and cgroup pids.events, grader/sandbox.py) is
+# reads afterwards (the kernel's record.json and cgroup pids.events, grader/kernel/sandbox.py) is
 # written outside the kernel. Code a notebook leaves to run at exit (atexit) does not run.
 c.Execute.shutdown_kernel = "immediate"

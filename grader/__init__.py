@@ -6,7 +6,7 @@ repair them and scan for tampering, draw the graded inputs, then nbgrader's own 
 generate_feedback, export) with the scores computed outside the kernels, and a class report read
 from nbgrader's gradebook. ``docs/ARCHITECTURE.md`` says which module does what.
 
-``grade_class`` and ``GradeRun`` are imported on first use, so that ``import grader.collect``
+``grade_class`` and ``GradeRun`` are imported on first use, so that ``import grader.intake.collect``
 (or the tamper scan) does not load the report's plotting and the ``normref`` checkers.
 """
 __all__ = ["grade_class", "GradeRun"]

@@ -7,8 +7,8 @@
     python -m grader release [--keep] [ASSIGNMENT ...]     # release/ from source/ (make release)
 
 Each is a thin layer over a keyword-only function (:func:`grader.pipeline.grade_class`,
-:func:`grader.state.restore_gradebook`, :func:`grader.reset.restore_state`,
-:func:`grader.reset.start_over`). Each command imports only what it runs: ``--help``, ``clean``
+:func:`grader.ledger.state.restore_gradebook`, :func:`grader.ledger.reset.restore_state`,
+:func:`grader.ledger.reset.start_over`). Each command imports only what it runs: ``--help``, ``clean``
 and ``restore`` load neither the grading pipeline (nbgrader's apps, torch, the report's
 plotting) nor the notebook converters.
 """
@@ -23,7 +23,8 @@ import signal
 import sys
 from pathlib import Path
 
-from .course import REPO_ROOT, RUN_LOG
+from .ledger.course import REPO_ROOT
+from .ledger.store import RUN_LOG
 from .options import add_arguments, from_args
 
 #: A file that a finished grading run's :class:`~grader.batch.GradeRun` is pickled to, when set: the
@@ -109,9 +110,9 @@ def _os_error_line(e: OSError) -> str:
 def grade(argv: list[str]) -> int:
     p = _grade_parser()
     args = p.parse_args(argv)  # --help and a usage error end here, before the pipeline is loaded
-    from .canary import CanaryFailed
+    from .stages.canary import CanaryFailed
     from .pipeline import GradingError, format_table, grade_class, summary_text
-    from .state import CourseStateError
+    from .ledger.state import CourseStateError
 
     try:
         options = from_args(args, progress=True, command=" ".join(["python -m grader", *argv]))
@@ -162,9 +163,9 @@ def grade(argv: list[str]) -> int:
 
 
 def restore(argv: list[str]) -> int:
-    from .course import CourseTree
-    from .reset import restore_state, state_backups
-    from .state import CourseStateError, restore_gradebook, run_lock
+    from .ledger.course import CourseTree
+    from .ledger.reset import restore_state, state_backups
+    from .ledger.state import CourseStateError, restore_gradebook, run_lock
 
     p = argparse.ArgumentParser(
         prog="python -m grader restore",
@@ -207,9 +208,9 @@ def restore(argv: list[str]) -> int:
 
 
 def clean(argv: list[str]) -> int:
-    from .course import CourseTree
-    from .reset import start_over
-    from .state import CourseStateError, run_id, run_lock
+    from .ledger.course import CourseTree
+    from .ledger.reset import start_over
+    from .ledger.state import CourseStateError, run_id, run_lock
 
     p = argparse.ArgumentParser(prog="python -m grader clean",
                                 description="Remove all grading state (submitted/, autograded/, feedback/, "
@@ -233,11 +234,11 @@ def clean(argv: list[str]) -> int:
 def release(argv: list[str]) -> int:
     """``make release``: regenerate ``release/`` from ``source/`` with nbgrader's
     generate_assignment, refusing every assignment whose ``release/`` holds work written in it
-    (:mod:`grader.release`) unless ``--keep``."""
-    from .apps import AppError, Course
-    from .release import ReleaseHoldsWork, refusal, written_work
-    from .state import run_id
-    from .store import release_kept
+    (:mod:`grader.ledger.release`) unless ``--keep``."""
+    from .ledger.apps import AppError, Course
+    from .ledger.release import ReleaseHoldsWork, refusal, written_work
+    from .ledger.state import run_id
+    from .ledger.store import release_kept
 
     p = argparse.ArgumentParser(
         prog="python -m grader release",

@@ -11,16 +11,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from .course import CourseTree
+from .ledger.course import CourseTree
 from .options import GradeOptions
-from .state import now_utc
+from .ledger.state import now_utc
 
 if TYPE_CHECKING:  # annotations only (``from __future__ import annotations``): no import at run time
-    from .apps import Course
-    from .collect import Collected
-    from .engine import AutogradeOutcome
-    from .repair import Repair
-    from .report import ClassReport
+    from .ledger.apps import Course
+    from .intake.collect import Collected
+    from .autograde.engine import AutogradeOutcome
+    from .intake.repair import Repair
+    from .outputs.report import ClassReport
 
 
 class GradingError(RuntimeError):
@@ -42,7 +42,7 @@ class GradeRun:
         report_html: the class report page.
         scores: ``{(assignment, student): {grade_id: points}}`` read from the gradebook.
         max_points: ``{assignment: {grade_id: max points}}``.
-        report: the :class:`~grader.report.ClassReport`.
+        report: the :class:`~grader.outputs.report.ClassReport`.
         autograde: timing and failures of the autograde stage.
         repairs: ``{(assignment, student): Repair}`` for every submission repair touched.
         sandboxed: whether kernels ran in the bubblewrap sandbox.
@@ -109,7 +109,7 @@ class Services:
     run_id: str
     command: str
     jobs: int  # the engine's workers (``GradeOptions.jobs``, or all cores)
-    engine: object = None  # grader.engine.Engine: this machine's process pool, or grader.cluster.DaskCluster
+    engine: object = None  # grader.autograde.engine.Engine: the process pool, or autograde.cluster.DaskCluster
     course: Course | None = None
     workers: list[str] | None = None  # the Dask workers the tasks may run on (None: any; the canary pins one)
 

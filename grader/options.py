@@ -17,13 +17,13 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 #: Where autograde runs without a Dask scheduler: an embedded local Dask cluster or this machine's
-#: process pool (:mod:`grader.engine`).
+#: process pool (:mod:`grader.autograde.engine`).
 ENGINES = ("dask", "processes")
 DEFAULT_ENGINE = "dask"
 
 
 def _repo_root() -> Path:
-    from .course import REPO_ROOT
+    from .ledger.course import REPO_ROOT
 
     return REPO_ROOT
 

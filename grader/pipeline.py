@@ -1,14 +1,14 @@
 """``grade_class``: one run of the grader, as the list of its stages (:data:`STAGES`).
 
 ``check`` (refuse bad input, nothing written) -> ``canary`` (the instructor's solutions graded
-by this list's own stages in a scratch course, :mod:`grader.canary`) -> ``prepare`` (a backup, or
+by this list's own stages in a scratch course, :mod:`grader.stages.canary`) -> ``prepare`` (a backup, or
 starting over; damaged records set aside) -> ``generate`` -> ``collect`` -> ``repair`` ->
 ``inputs`` (drawn from a secret seed) -> ``autograde`` (Dask tasks or processes, sandboxed) ->
 ``scoring`` (outside the kernels) -> ``feedback`` -> ``export`` (grades.csv) -> ``score``
 (per-question CSV) -> ``report``. Every grading step is one of nbgrader's own apps run in the
 course root; the stages arrange the submissions, run the apps and read nbgrader's gradebook. Each
 stage is a function of the run's :class:`~grader.batch.Batch`, one file each in
-:mod:`grader.stages`; what a run keeps under ``logs/`` between runs is :mod:`grader.store`'s.
+:mod:`grader.stages`; what a run keeps under ``logs/`` between runs is :mod:`grader.ledger.store`'s.
 docs/ARCHITECTURE.md describes each stage; tests/test_docs.py checks that it, the README and this
 list name :data:`STAGES`.
 """
@@ -18,13 +18,14 @@ import sys
 import time
 from pathlib import Path
 
-from . import canary, database, state
+from .stages import canary
+from .ledger import database, state
 from .batch import Batch, GradeRun, GradingError, Services, read_gradebook, run_record  # noqa: F401
-from .course import REPO_ROOT, CourseTree
-from .engine import default_jobs
+from .ledger.course import REPO_ROOT, CourseTree
+from .autograde.engine import default_jobs
 from .options import DEFAULT_ENGINE, GradeOptions, args_doc, parse_duedates, signature_of  # noqa: F401
-from .report import summary_text  # noqa: F401 - the CLI prints it after format_table
-from .reset import GRADING_STATE, KEPT_LOGS, clean, start_over  # noqa: F401 - `make clean`'s names
+from .outputs.report import summary_text  # noqa: F401 - the CLI prints it after format_table
+from .ledger.reset import GRADING_STATE, KEPT_LOGS, clean, start_over  # noqa: F401 - `make clean`'s names
 from .stages.autograde import autograde_stage
 from .stages.check import check
 from .stages.collect import collect_submissions
@@ -37,8 +38,8 @@ from .stages.repair import repair
 from .stages.report import report
 from .stages.score import score
 from .stages.scoring import trusted_scoring
-from .store import GRADED  # noqa: F401 - logs/graded.json, as tests knew it here
-from .table import format_table  # noqa: F401
+from .ledger.store import GRADED  # noqa: F401 - logs/graded.json, as tests knew it here
+from .outputs.table import format_table  # noqa: F401
 
 #: The stages of a run, in order; ``GradeRun.stage_seconds`` has one entry per stage.
 STAGES = (("check", check), ("canary", canary.stage), ("prepare", prepare), ("generate", generate),
@@ -109,15 +110,15 @@ grade_class.__doc__ = grade_class.__doc__.replace("{args}", args_doc())
 
 
 def _engine(scheduler: str | None, engine: str, jobs: int, log):
-    """The engine autograde runs on (:mod:`grader.engine`): a Dask cluster (an existing one at
+    """The engine autograde runs on (:mod:`grader.autograde.engine`): a Dask cluster (an existing one at
     ``scheduler``, or an embedded one of ``jobs`` workers for the ``"dask"`` engine), or this
     machine's process pool of ``jobs`` workers (``"processes"``).
 
     Raises:
         GradingError: the scheduler does not answer or has no workers (before anything is touched).
     """
-    from .cluster import ClusterError, DaskCluster, scheduler_address
-    from .engine import LocalEngine
+    from .autograde.cluster import ClusterError, DaskCluster, scheduler_address
+    from .autograde.engine import LocalEngine
 
     try:  # a wrong scheduler address fails here, before anything is touched
         if scheduler_address(scheduler) is not None or engine == "dask":
@@ -131,7 +132,7 @@ def _run_stages(b: Batch, t0: float) -> None:
     """:data:`STAGES` in order (each one's seconds in ``GradeRun.stage_seconds``), the gradebook
     backed up as the run left it, and the run's line in ``logs/runs.jsonl`` however it ended:
     ``ok``, ``failed`` or ``interrupted`` (a run refused before it wrote anything leaves none)."""
-    from .cluster import ClusterError
+    from .autograde.cluster import ClusterError
 
     run, tree = b.run, b.services.tree
     status, error = "failed", None

@@ -4,7 +4,7 @@ and hand the outputs back, unjudged.
 While ``make grade`` autogrades, a question's hidden test is one line,
 ``hand_back("<grade_id>", rms_norm)``. The grader has drawn that question's inputs from a
 secret seed (new every grading run), as the exact calls its checker makes
-(:func:`grader.scoring.prepare_inputs`); an nbgrader preprocessor outside the kernel
+(:func:`grader.scoring.inputs.prepare_inputs`); an nbgrader preprocessor outside the kernel
 (``HandbackInputs`` in ``nbgrader_config.py``) writes them into that cell, just before it
 runs, as text (:func:`normref.wire.dump_inputs`) given to the hand-back that :func:`seal` kept at
 kernel start, and rewrites the line into a call of that hand-back; it takes them out again
@@ -13,7 +13,7 @@ any file it can open, until the hidden test runs. This module makes each call in
 shows the outputs (arrays and tensors with their dtype and shape, or the exception:
 :mod:`normref.wire`) as one output of MIME type :data:`normref.wire.MIME`. The grader's own
 process reads that output from the autograded notebook and judges it with the same checker,
-outside the student's process (:mod:`grader.scoring`): nothing here decides a score, so
+outside the student's process (:mod:`grader.scoring.inputs`): nothing here decides a score, so
 patching it can only change the outputs handed back, which the student's code could have
 returned itself.
 

@@ -1,9 +1,9 @@
 """Where a grading run's hand-back inputs are: one name each, for everyone who needs them.
 
-The grader (:func:`grader.scoring.prepare_inputs` writes the file, :mod:`grader.cluster`
+The grader (:func:`grader.scoring.inputs.prepare_inputs` writes the file, :mod:`grader.autograde.cluster`
 carries it to a Dask worker) and ``nbgrader_config.py``'s ``HandbackInputs`` preprocessor
 (reads it and writes each question's inputs into its hidden test); no grading kernel reads it
-(:mod:`grader.sandbox` gives a kernel neither the file nor the variable). Standard library only,
+(:mod:`grader.kernel.sandbox` gives a kernel neither the file nor the variable). Standard library only,
 so that ``nbgrader_config.py`` imports it without numpy.
 """
 

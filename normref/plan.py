@@ -1,6 +1,6 @@
 """A class question's hand-back: the grader's plan performed on the student's class in the
 grading kernel (:func:`run_plan`), recorded, never judged (the grader judges the record with the
-question's checker, :class:`grader.replay.ReplayClass`).
+question's checker, :class:`grader.scoring.replay.ReplayClass`).
 """
 from __future__ import annotations
 

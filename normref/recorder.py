@@ -562,7 +562,7 @@ def recorder_for(reference: dict | None, handed_in=(), sealed: dict | None = Non
     exempt (grading calls none of its own under the recorder). ``sealed["recorder"]``, when
     given, makes the recorder instead (``(reference, handed_in) -> context manager`` with
     ``found``): the grader's clean room, where the references are absent, not watched
-    (:mod:`grader.cleanroom_box`)."""
+    (:mod:`grader.kernel.cleanroom_box`)."""
     if sealed is not None and sealed.get("recorder") is not None:
         return sealed["recorder"](reference, handed_in)
     kw = dict(reference or {})

@@ -65,7 +65,7 @@ NORMREF_BACKWARD = ("normref.backward.layer_norm_grads", "normref.backward.vjp",
                     "normref.backward.forward_variant")
 
 # Per question, what the recorder counts (``ReferenceRecorder(**X)``): the same in the
-# self-check (normref.checks) and in grading (grader.scoring.QUESTIONS' ``reference``).
+# self-check (normref.checks) and in grading (grader.scoring.inputs.QUESTIONS' ``reference``).
 #: rms_norm, layer_norm and the RMSNorm module.
 NORM_REFERENCE = {"torch_names": TORCH_NORMS, "normref_names": NORMREF_NORMS}
 #: the LayerNorm backward pass, by hand: no reference, and no autograd (``torch.autograd.grad``,

@@ -1,5 +1,5 @@
 """Static scan of a submission's editable cells for attempts to beat the grader (the grader's
-``grader.tamper`` and the student's self-check, :mod:`normref.checks`, run this same code).
+``grader.intake.tamper`` and the student's self-check, :mod:`normref.checks`, run this same code).
 
 Student code runs in the same kernel as the test cells, so an answer cell *could* replace a
 checker, a comparison function or IPython's display and traceback machinery. This scan reads

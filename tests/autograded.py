@@ -5,7 +5,7 @@
 (hidden tests included, as autograde restores them) with the student's answer cells, and in
 each graded test cell that hands back (``hand_back(grade_id, name)``) the output a kernel would
 show: the student's function run on the run's drawn inputs (:func:`normref.handback.run_calls`
-on :func:`grader.scoring.probe_calls`), then scored as the scoring stage scores it (without a
+on :func:`grader.scoring.inputs.probe_calls`), then scored as the scoring stage scores it (without a
 gradebook).
 """
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import nbformat
 
-from grader import scores, scoring
+from grader.scoring import scores, inputs as scoring
 from grader.demo import fill_answers
-from grader.groups import handed_back_name
+from grader.outputs.groups import handed_back_name
 from normref.handback import run_calls
 from normref.wire import MIME
 
@@ -42,7 +42,7 @@ def namespace(nb) -> dict:
 def write_autograded(root: Path, assignment: str, student: str, answers: dict[str, str], seed: int,
                      scored: bool = True) -> Path:
     """Write one student's autograded notebook with hand-back outputs for ``seed``'s inputs, and
-    (``scored``) scored as the scoring stage scores it (:func:`grader.scores.annotate_notebook`:
+    (``scored``) scored as the scoring stage scores it (:func:`grader.scoring.scores.annotate_notebook`:
     the diagnosis and the record in each test cell; no gradebook here).
 
     Args:

@@ -10,7 +10,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 # nbgrader runs `alembic` from PATH: make the venv's bin/ visible even when pytest is run directly.
 os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-# The canary's passes (grader/canary.py) are shared by this session's course copies, by content hash,
+# The canary's passes (grader/stages/canary.py) are shared by this session's course copies, by content hash,
 # and never read from (or left in) the user's own cache; a test that counts canaries sets its own.
 os.environ.setdefault("NORMREF_CANARY_CACHE", tempfile.mkdtemp(prefix="normref-canary-cache-"))
 
@@ -91,7 +91,7 @@ def graded_class(instructor_course, bubblewrap):
     """The embedded demo class (every answer-bank variant), graded once for the session by
     README.md's ``make grade`` as written, run by a normal user with the sandbox and warm kernels
     (tests/graded_class.py): test_grading's and test_assignments' assertions read it."""
-    from grader.sandbox import available
+    from grader.kernel.sandbox import available
     from graded_class import grade_demo_class
 
     if not available():
@@ -104,7 +104,7 @@ def recording(tmp_path_factory, bubblewrap):
     """Real kernel outputs for the notebooks the course-state tests hand in (tests/replay.py:
     ``RECORDED`` and the instructor's solutions), from one real sandboxed ``grade_class`` run of
     this session, with the seed every replayed run then uses."""
-    from grader.sandbox import available
+    from grader.kernel.sandbox import available
     from replay import RECORDED, record
 
     if not available():

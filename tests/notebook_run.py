@@ -145,14 +145,14 @@ def graded_in_process(nb, source_nb, run: NotebookRun, seed: int = 7) -> dict:
     code (:func:`normref.handback._outputs`, as the sealed hand-back runs it) on the objects the
     notebook's run left (``run``; with what it sealed before its first cell, the kernel's threads
     among them, when it was run with ``sealed=True``), the run's inputs drawn from ``seed``
-    (:func:`grader.scoring.question_inputs`), each hand-back put in its test cell (the hidden test
-    of ``source_nb``) and the notebook scored by the grader (:func:`grader.scores.score_notebook`,
-    the static scan of the cells included). ``{grade_id: grader.scores.Scored}``."""
+    (:func:`grader.scoring.inputs.question_inputs`), each hand-back put in its test cell (the hidden test
+    of ``source_nb``) and the notebook scored by the grader (:func:`grader.scoring.scores.score_notebook`,
+    the static scan of the cells included). ``{grade_id: grader.scoring.scores.Scored}``."""
     import copy
 
     import nbformat
 
-    from grader import scores, scoring
+    from grader.scoring import scores, inputs as scoring
     from normref import handback
     from normref.wire import MIME, load_inputs
 

@@ -14,18 +14,18 @@ export and report.
 Recorded real outputs: :func:`record` grades the notebooks of :data:`RECORDED` (and the
 instructor's solutions, which the canary grades) once per session in a real, sandboxed
 ``grade_class`` run, and keeps each autograded notebook as it was just before the scoring stage.
-A run's graded inputs are drawn from a secret seed (:mod:`grader.scoring`); the recording run
+A run's graded inputs are drawn from a secret seed (:mod:`grader.scoring.inputs`); the recording run
 and every replayed run use one seed, drawn afresh for the session, so the handed-back outputs
 replayed are the outputs of the inputs the replayed run scores against. A notebook that was not
 recorded fails the run with what to add (a replay is never a guess).
 
-The seam is the run's engine (:mod:`grader.engine`): :func:`stand_in` makes every run's engine a
+The seam is the run's engine (:mod:`grader.autograde.engine`): :func:`stand_in` makes every run's engine a
 :class:`ReplayEngine`, which runs each autograde task at once in this process, and gives the
-task's nbgrader configuration (:func:`grader.task.autograde_config`) :class:`ReplayOutputs` for
-the kernel. The task is the real :func:`grader.task.grade_submission` (the payloads, the scratch
+task's nbgrader configuration (:func:`grader.autograde.task.autograde_config`) :class:`ReplayOutputs` for
+the kernel. The task is the real :func:`grader.autograde.task.grade_submission` (the payloads, the scratch
 course, the sandbox session, nbgrader's autograde converter, the files and grade rows it hands
 back); everything above it, the choice of submissions, the one gradebook writer
-(:func:`grader.task.record`), the dead-kernel regrade and the canary included, is the real thing.
+(:func:`grader.autograde.task.record`), the dead-kernel regrade and the canary included, is the real thing.
 No kernel starts.
 """
 from __future__ import annotations
@@ -111,7 +111,7 @@ class ReplayOutputs(NbGraderPreprocessor):
 
 
 def replay_config(real_config):
-    """:func:`grader.task.autograde_config` with :class:`ReplayOutputs` where the kernel was
+    """:func:`grader.autograde.task.autograde_config` with :class:`ReplayOutputs` where the kernel was
     (nbgrader's ``Execute`` and the course's ``HandbackInputs`` around it)."""
     def config(root, args):
         cfg = real_config(root, args)
@@ -130,9 +130,9 @@ def replay_config(real_config):
 
 
 class ReplayEngine:
-    """In place of the run's engine (:mod:`grader.engine`): each task runs at once, in this process,
+    """In place of the run's engine (:mod:`grader.autograde.engine`): each task runs at once, in this process,
     when it is sent (so :class:`ReplayOutputs` reads :data:`ACTIVE`); the task itself is the real
-    :func:`grader.task.grade_submission` (scratch course, sandbox session, nbgrader's autograde
+    :func:`grader.autograde.task.grade_submission` (scratch course, sandbox session, nbgrader's autograde
     converter, the rows and files it hands back), with :func:`replay_config` for the kernel.
 
     Raises (from ``submit``):
@@ -189,8 +189,8 @@ class ReplayEngine:
 def _submissions(dest: Path, course_root: Path) -> dict[str, str]:
     """:data:`RECORDED` and the instructor's solutions (as the canary writes them) as an nbgrader
     ``submitted/`` tree under ``dest``; returns ``{student: name}``."""
-    from grader import canary
-    from grader.course import CourseTree
+    from grader.stages import canary
+    from grader.ledger.course import CourseTree
 
     students = {}
     for i, (name, (a, answers)) in enumerate(sorted(RECORDED.items())):
@@ -213,7 +213,8 @@ def record(course_root: Path, work: Path) -> Recording:
     cells' outputs as they were before scoring."""
     from unittest import mock
 
-    from grader import pipeline, scoring
+    from grader import pipeline
+    from grader.scoring import inputs as scoring
 
     seed = scoring.new_seed()
     rec = Recording(seed)
@@ -248,7 +249,7 @@ def record(course_root: Path, work: Path) -> Recording:
 
 
 def _one_run_id_per_second(run_id):
-    """``grader.state.run_id`` (the time to the second and the process id), waiting for the next
+    """``grader.ledger.state.run_id`` (the time to the second and the process id), waiting for the next
     second when this process already had that id: replayed runs, all in this process, can start
     within one second of each other, which runs in processes of their own never share an id."""
     seen: set[str] = set()
@@ -272,7 +273,10 @@ def stand_in(recording: Recording, monkeypatch, canary_cache: Path):
     run's cache hit), two runs never share a run id (:func:`_one_run_id_per_second`), and
     ``NORMREF_HANDBACK_INPUTS`` (which a run sets in this process) is put back afterwards."""
     global ACTIVE
-    from grader import pipeline, scoring, state, task
+    from grader import pipeline
+    from grader.scoring import inputs as scoring
+    from grader.ledger import state
+    from grader.autograde import task
     from normref.handback_files import HANDBACK_ENV
 
     monkeypatch.setattr(scoring, "new_seed", lambda: recording.seed)

@@ -1,11 +1,11 @@
-"""The in-process nbgrader apps (grader.apps) do what the `nbgrader` commands do."""
+"""The in-process nbgrader apps (grader.ledger.apps) do what the `nbgrader` commands do."""
 import sqlite3
 import subprocess
 import sys
 
 import pytest
 
-from grader.apps import AppError, Course
+from grader.ledger.apps import AppError, Course
 
 
 def _files(folder):
@@ -56,7 +56,7 @@ def test_a_new_gradebook_is_created_in_process_with_nbgraders_alembic_head(cours
     (1.5-4 s each); the grader creates it in process first, with the same tables and stamp."""
     from nbgrader.api import Gradebook, get_alembic_version
 
-    from grader.course import put_interpreter_on_path
+    from grader.ledger.course import put_interpreter_on_path
 
     put_interpreter_on_path()  # nbgrader's own way needs `alembic` on PATH
     heads = get_alembic_version()  # `alembic heads`, as nbgrader runs it
@@ -88,7 +88,7 @@ def test_generate_is_skipped_only_when_nothing_it_reads_or_writes_changed(course
 
     from grader import pipeline
     from grader.batch import Services
-    from grader.course import CourseTree
+    from grader.ledger.course import CourseTree
     from grader.options import GradeOptions
 
     tree = CourseTree(course_copy)

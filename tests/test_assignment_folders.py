@@ -1,4 +1,4 @@
-"""An assignment is a folder (grader/questions.py, docs/ASSIGNMENTS.md): its notebook, grading.py and
+"""An assignment is a folder (grader/scoring/questions.py, docs/ASSIGNMENTS.md): its notebook, grading.py and
 answer_bank.py hold everything the grader knows of its questions, and nothing elsewhere names them."""
 import re
 import shutil
@@ -8,7 +8,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader.questions import NOT_RELEASED, assignments, questions
+from grader.scoring.questions import NOT_RELEASED, assignments, questions
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -58,7 +58,7 @@ def test_no_module_of_the_grader_or_normref_names_a_question():
 def test_the_grading_files_never_reach_students():
     """nbgrader copies an assignment's other files into release/ and into each autograded folder;
     its grading files are on nbgrader's ignore list, so neither has them."""
-    from grader.apps import Course
+    from grader.ledger.apps import Course
 
     ignore = Course(REPO).config.CourseDirectory.ignore
     assert set(NOT_RELEASED) <= set(ignore)
@@ -70,7 +70,7 @@ def test_the_grading_files_never_reach_students():
 def test_a_folder_added_to_a_course_is_a_new_assignment_the_registry_and_the_demo_read(tmp_path):
     """A toy assignment, one question, added as a folder: its question is registered, its battery
     drawn, its answer bank in the demo class; nothing outside the folder changes."""
-    from grader.scoring import question_inputs
+    from grader.scoring.inputs import question_inputs
     from normref.wire import load_inputs
 
     course = tmp_path / "course"

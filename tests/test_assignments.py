@@ -258,7 +258,7 @@ def test_each_variant_gets_exactly_the_expected_points(graded_class, assignment)
 
 @pytest.mark.slow
 def test_the_class_was_graded_with_warm_kernels(graded_class):
-    """The points above are warm kernels' (forked from each worker's zygote, grader/warm.py);
+    """The points above are warm kernels' (forked from each worker's zygote, grader/kernel/warm.py);
     test_warm grades every variant with fresh kernels to the same points."""
     n = len(graded_class.run.autograde.graded)
     assert n >= sum(len(v) for v in ANSWERS.values())

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from grader.questions import assignment_module
+from grader.scoring.questions import assignment_module
 from normref import layer_norm, rms_norm
 
 _reference = assignment_module("layernorm_backward", "reference")  # the assignment's analytic backward
@@ -128,7 +128,7 @@ def test_the_self_checks_measured_gradients_are_the_analytic_ones():
     """normref.backward measures through the forward what grader/backward.py derives: on the
     self-check's own battery, on drawn graded batteries (three seeds) and at eps = 0."""
     draw_backward_battery = assignment_module("layernorm_backward").draw_backward_battery
-    from grader.batteries import question_generator as _gen
+    from grader.scoring.batteries import question_generator as _gen
     from normref.backward import layer_norm_grads
     from normref.checks.backward import _backward_battery
 
@@ -151,7 +151,7 @@ def test_the_graded_battery_is_scored_against_the_analytic_backward(monkeypatch)
     """Grading hands the grader's analytic backward to the checker as its reference (a wrong
     reference there fails a correct answer), and the student package has no analytic one."""
     import normref
-    from grader import scoring
+    from grader.scoring import inputs as scoring
     from normref.checks import check_layer_norm_backward
 
     grading = assignment_module("layernorm_backward")  # the assignment's grading.py: the reference it hands in

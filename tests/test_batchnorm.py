@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from grader.batteries import question_generator
-from grader.questions import assignment_module, assignments
+from grader.scoring.batteries import question_generator
+from grader.scoring.questions import assignment_module, assignments
 
 SEEDS = (0, 1, 2)  # drawn batteries the messages are read on (points: also 3, 4, 5)
 POINTS_SEEDS = (0, 1, 2, 3, 4, 5)
@@ -268,7 +268,7 @@ def test_the_reference_by_hand_agrees_with_the_checkers_expected_values():
 def test_grading_replays_the_same_messages(variant):
     """The probes are chosen from the battery alone: grading's kernel makes the same calls and the
     grader's replay gives the same messages as the self-check."""
-    from grader.replay import Replay
+    from grader.scoring.replay import Replay
     from normref.handback import probe, run_calls
 
     chk = _chk()

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import normref
-from grader.questions import assignment_module
+from grader.scoring.questions import assignment_module
 from normref import TransformerBlock, TransformerStack, layer_grad_norms, post_ln, pre_ln
 
 
@@ -253,7 +253,7 @@ def _graded(gid, cls, seed=7):
 
     import nbformat
 
-    from grader import scores, scoring
+    from grader.scoring import scores, inputs as scoring
     from normref.plan import run_plan
     from normref.wire import MIME
 

@@ -1,4 +1,4 @@
-"""The canary (grader/canary.py) and the sandbox's memory cap (grader/sandbox.py), on real
+"""The canary (grader/stages/canary.py) and the sandbox's memory cap (grader/kernel/sandbox.py), on real
 kernels in the real bubblewrap sandbox.
 
 Before any student is graded, each run grades the instructor's solutions through the same
@@ -21,7 +21,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader import canary, sandbox, warm
+from grader.stages import canary
+from grader.kernel import sandbox, warm
 from grader.demo import demo_class, expected_points
 from test_course_state import grader, only_assignments, real_class, snapshot, submitted_tree
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import normref
-from grader import scoring
-from grader.batteries import draw_norm_battery, question_generator
+from grader.scoring import inputs as scoring
+from grader.scoring.batteries import draw_norm_battery, question_generator
 from normref.checks import backward, block, modern, module, norms, placement
 from normref.checks.core import seeded_module
 

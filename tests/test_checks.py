@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import normref
-from grader.questions import assignment_module
+from grader.scoring.questions import assignment_module
 from grader.demo.answer_bank import ANSWERS
 from normref import check_layer_norm, check_rms_norm
 

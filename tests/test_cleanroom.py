@@ -1,4 +1,4 @@
-"""The grader's clean room (grader/cleanroom.py, cleanroom_seal.py, cleanroom_box.py): a code
+"""The grader's clean room (grader/kernel/cleanroom.py, cleanroom_seal.py, cleanroom_box.py): a code
 question's graded calls run in a process of their own, sandboxed, that executed only the answer's
 definitions, with the references absent; nothing the kernel did reaches them, and neither a
 kernel nor a clean room sees anything of the grader.
@@ -20,9 +20,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader import cleanroom, sandbox
-from grader.scores import score_notebook
-from grader.scoring import QUESTIONS, question_inputs
+from grader.kernel import cleanroom, sandbox
+from grader.scoring.scores import score_notebook
+from grader.scoring.inputs import QUESTIONS, question_inputs
 from normref.wire import MIME
 from test_hostile import RMS_N_MINUS_1
 
@@ -419,7 +419,7 @@ def test_a_kernel_sees_nothing_of_the_grader(kernel_attacks, bubblewrap, tmp_pat
              "print(json.dumps({'cmdline': open('/proc/1/cmdline', 'rb').read().decode(errors='replace'),"
              " 'environ': open('/proc/1/environ', 'rb').read().decode(errors='replace'), 'env': dict(os.environ),"
              " 'cwd': os.getcwd(), 'frames': frames}))")
-    from grader import warm
+    from grader.kernel import warm
 
     warm.stop_zygote()  # this process's zygote, if an earlier test left one, was started with another environment
     seen = {}

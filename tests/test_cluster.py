@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from grader import cluster, grade_class
-from grader.apps import Course
-from grader.course import CourseTree
+from grader.autograde import cluster
+from grader import grade_class
+from grader.ledger.apps import Course
+from grader.ledger.course import CourseTree
 from grader.demo import demo_class, expected_points, write_demo_submissions
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,15 +40,15 @@ def test_nbgrader_gradebook_on_the_test_postgres_server(postgres):
 
 
 def test_a_new_postgres_gradebook_is_created_in_process_with_nbgraders_alembic_head(postgres, monkeypatch):
-    """grader.database.create_gradebook on an empty PostgreSQL database: nbgrader's tables and the
+    """grader.ledger.database.create_gradebook on an empty PostgreSQL database: nbgrader's tables and the
     stamp `alembic heads` gives (nbgrader runs it as a subprocess), made without a subprocess."""
     import subprocess
 
     from nbgrader.api import Gradebook, get_alembic_version
     from sqlalchemy import text
 
-    from grader.course import put_interpreter_on_path
-    from grader.database import create_gradebook
+    from grader.ledger.course import put_interpreter_on_path
+    from grader.ledger.database import create_gradebook
 
     put_interpreter_on_path()
     heads = get_alembic_version()
@@ -180,7 +181,7 @@ def test_a_worker_killed_mid_run_changes_no_grade(tmp_path, dask_cluster, bubble
 
 
 def _crash_for_chen(assignment, submission, options):
-    """Grades like :func:`grader.cluster.grade_submission`, except that chen's task kills its worker."""
+    """Grades like :func:`grader.autograde.cluster.grade_submission`, except that chen's task kills its worker."""
     if submission["student"] == "chen":
         os._exit(1)
     return cluster.grade_submission(assignment, submission, options)
@@ -189,7 +190,7 @@ def _crash_for_chen(assignment, submission, options):
 @pytest.mark.slow
 def test_a_task_that_crashes_its_worker_twice_is_reported_not_retried_forever(tmp_path, dask_cluster, bubblewrap,
                                                                            monkeypatch):
-    from grader.scoring import prepare_inputs
+    from grader.scoring.inputs import prepare_inputs
     from normref.handback_files import HANDBACK_ENV as ENV
 
     root = _course(tmp_path / "c", {"rmsnorm"})
@@ -246,7 +247,7 @@ def test_a_wrong_scheduler_address_fails_in_seconds_with_one_line_touching_nothi
 
 
 def test_a_wrong_database_url_fails_in_seconds_with_one_line_touching_nothing(tmp_path, postgres):
-    from grader import database
+    from grader.ledger import database
 
     assert database.CONNECT_TIMEOUT_S <= 10  # what the driver may wait for a server, at most
     root = _course(tmp_path / "c", {"rmsnorm"})
@@ -293,7 +294,7 @@ def test_ctrl_c_cancels_the_runs_tasks_on_the_cluster(tmp_path, shared_cluster, 
 
 _HEARTBEAT_SCRIPT = """
 import logging
-from grader.cluster import DaskCluster
+from grader.autograde.cluster import DaskCluster
 
 def emit():
     import logging

@@ -1,4 +1,4 @@
-"""Collect (grader/collect.py): what lands where in submitted/, and what is skipped and why.
+"""Collect (grader/intake/collect.py): what lands where in submitted/, and what is skipped and why.
 
 Fast: no kernel. An nbgrader tree is copied; an LMS folder or zip goes through nbgrader's own
 ``zip_collect`` app, run in this process. Notebooks are the released rmsnorm notebook written
@@ -10,8 +10,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader.apps import Course
-from grader.collect import check_input, collect
+from grader.ledger.apps import Course
+from grader.intake.collect import check_input, collect
 
 ASSIGNMENTS = ["rmsnorm"]
 
@@ -127,8 +127,8 @@ def test_bad_input_is_refused_before_anything_is_written(course_copy, tmp_path):
 def test_lms_names_in_any_script_become_stable_ids_and_namesakes_stay_two_students(course_copy):
     from nbgrader.api import Gradebook
 
-    from grader.collect import ascii_id, lms_identity, resolve_students
-    from grader.course import CourseTree
+    from grader.intake.collect import ascii_id, lms_identity, resolve_students
+    from grader.ledger.course import CourseTree
 
     assert [ascii_id(n) for n in ("müllerzoë", "muñozjosé", "o'brienpat", "zoë.müller", "Jane Doe", "..")] == [
         "mullerzoe", "munozjose", "obrienpat", "zoe.muller", "jane-doe", ""]
@@ -182,7 +182,7 @@ NON_ASCII_CANVAS = {"müllerzoë_10013_20015_rmsnorm.ipynb": ("mullerzoe", "1001
 def test_a_zip_without_the_utf8_flag_keeps_non_ascii_names(course_copy, tmp_path):
     import csv
 
-    from grader.collect import write_roster
+    from grader.intake.collect import write_roster
 
     course = _only_rmsnorm(course_copy)
     nb = _release(course_copy)
@@ -197,7 +197,7 @@ def test_a_zip_without_the_utf8_flag_keeps_non_ascii_names(course_copy, tmp_path
     with write_roster(course.tree, tmp_path / "roster.csv").open(encoding="utf-8") as f:
         assert sorted(tuple(r.values()) for r in csv.DictReader(f)) == sorted(NON_ASCII_CANVAS.values())
     # a name that really is cp437 (é is byte 0x82, not valid UTF-8) stays as cp437 decoded it
-    from grader.collect import zip_member_name
+    from grader.intake.collect import zip_member_name
 
     assert zip_member_name(zipfile.ZipInfo("café_1_2_rmsnorm.ipynb")) == "café_1_2_rmsnorm.ipynb"
     flagged = zipfile.ZipInfo("m├╝ller_1_2_rmsnorm.ipynb")
@@ -216,8 +216,8 @@ def _moodle_zip(path: Path, files: dict[str, str], nb) -> Path:
 def test_moodle_folders_are_collected_as_the_flat_layout_by_participant_id(course_copy, tmp_path):
     import csv
 
-    from grader.collect import LMS_FILES, lms_files, moodle_participants, write_roster
-    from grader.lms import upload_name
+    from grader.intake.collect import LMS_FILES, lms_files, moodle_participants, write_roster
+    from grader.outputs.lms import upload_name
 
     course = _only_rmsnorm(course_copy)
     nb = _release(course_copy)
@@ -259,8 +259,8 @@ def test_a_moodle_student_is_one_student_across_assignments_though_moodle_renumb
     a participant id seen before keeps its student, namesakes in one assignment stay apart."""
     import json
 
-    from grader.collect import LMS_FILES, resolve_students
-    from grader.course import CourseTree
+    from grader.intake.collect import LMS_FILES, resolve_students
+    from grader.ledger.course import CourseTree
 
     tree = CourseTree(course_copy)
     tree.logs.mkdir()
@@ -293,7 +293,7 @@ def test_bad_files_in_a_download_each_get_one_reason_and_nothing_good_is_lost(co
     import csv
     import unicodedata
 
-    from grader.collect import write_roster
+    from grader.intake.collect import write_roster
 
     course = _only_rmsnorm(course_copy)
     nb = _release(course_copy)

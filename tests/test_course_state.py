@@ -25,7 +25,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader.apps import Course
+from grader.ledger.apps import Course
 from grader.demo import fill_answers
 from grader.demo.answer_bank import ANSWERS
 from replay import run_grader
@@ -420,7 +420,7 @@ def test_a_failed_generate_leaves_release_as_it_was(course_copy, tmp_path, repla
     assert not (course_copy / ".release-staging").exists()
     (run,) = [json.loads(ln) for ln in (course_copy / "logs" / "runs.jsonl").read_text().splitlines()]
     assert run["status"] == "failed", run  # not "ok"
-    # the canary (grader/canary.py) generates source/ first, in a scratch course: it stops the run there,
+    # the canary (grader/stages/canary.py) generates source/ first, in a scratch course: it stops the run there,
     # after the check (which writes nothing)
     assert run["error"].startswith("CanaryFailed: `nbgrader generate_assignment layernorm` failed")
     assert "\n" not in run["error"] and set(run["stage_seconds"]) == {"check", "canary"}
@@ -449,7 +449,7 @@ def test_an_interrupted_run_is_logged_as_interrupted_with_its_signal(course_copy
 def test_the_hand_grading_hint_names_what_works_with_the_pinned_nbgrader():
     """The report's hint: `make lab-instructor` (its Jupyter configuration enables formgrader),
     then Nbgrader > Formgrader (the menu item nbgrader's JupyterLab extension installs)."""
-    from grader.report import FORMGRADER_HINT
+    from grader.outputs.report import FORMGRADER_HINT
 
     assert "`make lab-instructor`" in FORMGRADER_HINT and "Nbgrader > Formgrader" in FORMGRADER_HINT
     recipe = (REPO / "Makefile").read_text().split("\nlab-instructor:", 1)[1].split("\n\n", 1)[0]
@@ -470,9 +470,9 @@ def test_the_hand_grading_hint_names_what_works_with_the_pinned_nbgrader():
 def test_a_cleaned_course_grades_a_new_class_without_being_told_to_restore_the_old_one(tmp_path):
     """`make clean` keeps the run log; the next class has no gradebook yet and that is right
     (red team: it was refused with "gradebook.db is missing ... restore it")."""
-    from grader.course import CourseTree
+    from grader.ledger.course import CourseTree
     from grader.pipeline import clean
-    from grader.state import gradebook_problem, record_run
+    from grader.ledger.state import gradebook_problem, record_run
 
     tree = CourseTree(tmp_path)
     record_run(tree, {"run": "1", "status": "ok"})
@@ -490,7 +490,8 @@ def test_a_run_stopped_between_autograde_and_scoring_leaves_the_submission_to_th
         course_copy, tmp_path, monkeypatch, replayed):
     """The submission is recorded as graded only once its trusted score is written (red team:
     Ctrl-C right after autograde left a correct submission at the kernel's 0 for good)."""
-    from grader import pipeline, scores
+    from grader import pipeline
+    from grader.scoring import scores
     from grader.pipeline import grade_class
 
     only_assignments(course_copy, {"rmsnorm"})
@@ -519,7 +520,7 @@ def test_hand_grades_comments_and_test_overrides_survive_a_resubmission_run_stop
     the report's batch history left out the run that wrote it."""
     from nbgrader.api import Gradebook
 
-    from grader.handgrades import PENDING
+    from grader.ledger.handgrades import PENDING
 
     only_assignments(course_copy, {"practice"})
     rel = course_copy / "release" / "practice" / "practice.ipynb"

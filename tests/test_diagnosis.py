@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import normref
-from grader.questions import assignment_module
+from grader.scoring.questions import assignment_module
 from normref import faults
 from diagnosis_coverage import (CHECKERS, battery_of, grammar_for, observation_case, run_checker,
                                 student_from_variant)

@@ -135,11 +135,12 @@ def test_architecture_table_names_one_file_per_change_and_every_path_exists():
 
 
 def test_architecture_table_names_the_modules_that_do_the_work():
-    """The places the issue found wrong: parallelism is one engine (grader/engine.py) whose default
-    executor is Dask (grader/cluster.py), the tamper scan is normref/tamper.py."""
+    """The places the issue found wrong: parallelism is one engine (grader/autograde/engine.py) whose default
+    executor is Dask (grader/autograde/cluster.py), the tamper scan is normref/tamper.py."""
     edit = {change: e for change, e in _where_table()}
     spread = next(e for c, e in edit.items() if c.startswith("how grading is parallelised"))
-    assert spread.startswith("`grader/engine.py`") and "`grader/cluster.py`" in spread and "default" in spread
+    assert spread.startswith("`grader/autograde/engine.py`") and "`grader/autograde/cluster.py`" in spread
+    assert "default" in spread
     assert not any("grader/parallel.py" in e for e in edit.values())
     tamper = next(e for c, e in edit.items() if c.startswith("what counts as tampering"))
     assert tamper.startswith("`normref/tamper.py`")

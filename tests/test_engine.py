@@ -1,4 +1,4 @@
-"""The one autograde engine (grader/engine.py): this machine's process pool behind the interface
+"""The one autograde engine (grader/autograde/engine.py): this machine's process pool behind the interface
 Dask's client has too (submit, futures, as_completed), a worker that dies under a task, Ctrl-C and
 kill -9, and a submission whose kernel died: its reason taken from the task's own exception and
 its regrade sent through the same engine.
@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader.engine import ALLOWED_FAILURES, LocalEngine, WorkerCrashed, autograde, regrade_dead_kernels
+from grader.autograde.engine import ALLOWED_FAILURES, LocalEngine, WorkerCrashed, autograde, regrade_dead_kernels
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -105,7 +105,7 @@ def test_cancel_kills_every_worker_of_the_pool(tmp_path):
 _ORPHAN = """
 import sys, time
 sys.path.insert(0, {tests!r})
-from grader.engine import LocalEngine
+from grader.autograde.engine import LocalEngine
 from test_engine import _sleeper
 engine = LocalEngine(1)
 engine.submit(_sleeper, {folder!r}, "w", key="w")
@@ -132,11 +132,11 @@ def test_a_killed_grading_process_leaves_no_pool_worker(tmp_path):
 def _course_with_a_dead_kernel(root: Path) -> str:
     """rmsnorm, ada correct, dee correct except that the answer cell kills its kernel first;
     generated, with this run's graded inputs. Returns the course id."""
-    from grader.apps import Course
-    from grader.course import CourseTree
+    from grader.ledger.apps import Course
+    from grader.ledger.course import CourseTree
     from grader.demo import fill_answers
     from grader.demo.answer_bank import ANSWERS
-    from grader.scoring import prepare_inputs
+    from grader.scoring.inputs import prepare_inputs
     from normref.handback_files import HANDBACK_ENV as ENV
 
     root.mkdir()
@@ -171,7 +171,7 @@ def test_a_dead_kernel_is_reported_from_its_exception_and_regraded_through_the_s
         tmp_path, bubblewrap, monkeypatch):
     from nbgrader.api import Gradebook
 
-    from grader.course import CourseTree
+    from grader.ledger.course import CourseTree
     from normref.handback_files import HANDBACK_ENV as ENV
 
     monkeypatch.setenv(ENV, "")  # set by _course_with_a_dead_kernel, put back after

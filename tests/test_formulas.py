@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import normref
-from grader.replay import Replay
+from grader.scoring.replay import Replay
 from normref import check_dyt, check_peri_ln, check_post_ln, check_pre_ln, check_pre_ln_block, check_qk_norm_logits
 from normref.checks.compare import compare_array, diagnose_by_models, to_f64
 from normref.checks.core import run, seeded_randn, student_call

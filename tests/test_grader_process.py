@@ -34,7 +34,7 @@ def test_the_demo_is_graded_in_its_own_folder_and_never_touches_a_real_course(co
         assert sorted({r["student_id"] for r in csv.DictReader(f)}) == ["ada", "bruno"]
     # the API refuses the demo in a real course, before writing anything
     from grader import grade_class
-    from grader.state import CourseStateError
+    from grader.ledger.state import CourseStateError
 
     with pytest.raises(CourseStateError, match="holds a real class"):
         grade_class(course_root=course_copy, log=lambda *_: None)

@@ -19,9 +19,9 @@ from pathlib import Path
 from grader import grade_class
 from grader.pipeline import format_table
 from grader.demo.answer_bank import ANSWERS, EXPECTED
-from grader.collect import notebook_key, parse_lms_name
+from grader.intake.collect import notebook_key, parse_lms_name
 from grader.demo import LATE_STUDENTS, demo_class, expected_points, fill_answers
-from grader.report import KNOWN_FAULTS
+from grader.outputs.report import KNOWN_FAULTS
 
 def only_assignments(root, keep):
     """Leave just these assignments in a course copy (a smaller class for the slower checks)."""
@@ -167,7 +167,7 @@ sys.exit(code)
 """
 #: What only grading itself needs: torch, the report's plotting, nbgrader's apps and converters.
 _GRADING_ONLY = ("torch", "matplotlib", "nbconvert", "nbgrader.apps", "nbgrader.converters", "normref",
-                 "grader.pipeline", "grader.report", "grader.engine")
+                 "grader.pipeline", "grader.outputs.report", "grader.autograde.engine")
 
 
 def _imported(*args: str) -> tuple[subprocess.CompletedProcess, set[str]]:
@@ -185,7 +185,7 @@ def test_cli_help_clean_and_restore_import_only_what_they_run(tmp_path):
     the pipeline (they took 8-18 s on a loaded machine when __main__ imported the whole pipeline)."""
     from nbgrader.api import Gradebook
 
-    from grader.course import CourseTree
+    from grader.ledger.course import CourseTree
 
     for argv in (["--help"], ["clean", "--help"], ["restore", "--help"]):
         out, mods = _imported(*argv)
@@ -252,7 +252,7 @@ def test_batches_add_students_replace_resubmissions_and_drop_the_demo_state(cour
     first = grade_class(course_root=course_copy, submissions=b1,
                         duedates={"*": "2026-11-21 09:00 UTC"}, log=lambda *_: None)
     assert first.students == ["ada", "bo"]  # the demo state was removed first
-    # named for what it is and what it did (grader/handed_in.py): nothing, the installed torch comes first
+    # named for what it is and what it did (grader/intake/handed_in.py): nothing, the installed torch comes first
     shadow = "torch.py (named like the installed module 'torch', handed in beside the notebook): never run or imported"
     assert any(shadow in n for n in first.report.flags["ada"]), first.report.flags["ada"]
     assert "ada" in format_table(first).split("\n")[3] and "*" in format_table(first)  # late

@@ -1,4 +1,4 @@
-"""Groups of wrong answers (grader/groups.py) from the outputs the scoring stage recorded.
+"""Groups of wrong answers (grader/outputs/groups.py) from the outputs the scoring stage recorded.
 
 The autograded notebooks are made in this process (tests/autograded.py): the layernorm source
 notebook with each student's answer, and the hand-back output a kernel would show for the
@@ -14,7 +14,7 @@ import nbformat
 import pytest
 from autograded import write_autograded
 
-from grader.groups import handed_back_name, mistake_groups, question_records, unrecorded_questions
+from grader.outputs.groups import handed_back_name, mistake_groups, question_records, unrecorded_questions
 
 HEAD = "def layer_norm(x, weight, bias, eps=1e-5):\n"
 #: (x_hat + beta) * gamma, written two ways; the one-pass variance; an honest answer.
@@ -46,7 +46,7 @@ def _no_kernel(monkeypatch):
     """Every way to run student code again: a Jupyter kernel, the grading sandbox, a process."""
     import jupyter_client
 
-    from grader import sandbox
+    from grader.kernel import sandbox
 
     def refuse(*a, **k):
         raise AssertionError("the groups started a kernel or a process")

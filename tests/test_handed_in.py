@@ -4,7 +4,7 @@ handed in beside a notebook are described by what the grading kernel recorded th
 Before, every ``sitecustomize.py`` was "a Python start-up file: the grading kernel does not load
 it" and every ``torch.py`` "ignored", though the student's own code may import or run them. Now the
 kernel records each code file of the student's folder a cell opens and each module a cell
-imports from it (grader/kernel_guard.py), and the report says which cell did what, or that
+imports from it (grader/kernel/kernel_guard.py), and the report says which cell did what, or that
 nothing did. One sandboxed ``grade_class`` run; the descriptions without a record are checked
 without kernels.
 """
@@ -17,9 +17,9 @@ import pytest
 
 from grader import grade_class
 from grader.demo.answer_bank import ANSWERS
-from grader.handed_in import describe, handed_in
-from grader.kernel_guard import RECORD_MIME
-from grader.sandbox import available as sandbox_available
+from grader.intake.handed_in import describe, handed_in
+from grader.kernel.kernel_guard import RECORD_MIME
+from grader.kernel.sandbox import available as sandbox_available
 
 REPO = Path(__file__).resolve().parents[1]
 CORRECT = ANSWERS["rmsnorm"]["correct"]["rms_norm_impl"]

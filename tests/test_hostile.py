@@ -27,7 +27,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell
 
 from grader import grade_class
 from grader.demo.answer_bank import ANSWERS
-from grader.sandbox import available as sandbox_available
+from grader.kernel.sandbox import available as sandbox_available
 from normref.handback_files import HANDBACK_ENV as ENV
 from normref.rules import REVIEW_PREFIX
 
@@ -233,7 +233,7 @@ def graded(bubblewrap, tmp_path_factory) -> Graded:
     """The three corpora (the issue's list, issue 14's forgeries and caps, the red team's routes)
     graded by one ``grade_class`` run with the sandbox required, two workers, 30 s per cell;
     a socket listens on this machine the whole run, for the escape attempt to reach."""
-    from grader.sandbox import PIDS_CGROUP_ROOT
+    from grader.kernel.sandbox import PIDS_CGROUP_ROOT
 
     if not sandbox_available():
         pytest.fail(f"{bubblewrap} is installed but cannot create namespaces on this machine")
@@ -442,7 +442,7 @@ def test_forgeries_caps_and_shadowing_through_make_grade(graded):
     flagged; honest answers, including one written differently from the reference, keep full
     marks. The block assignment's classes and the practice answers are scored outside the
     kernel too: a run-time patch of every checker's result earns no more than the honest points."""
-    from grader.sandbox import MAX_PROCS, MAX_WRITE_BYTES
+    from grader.kernel.sandbox import MAX_PROCS, MAX_WRITE_BYTES
 
     import builtins
 

@@ -4,12 +4,12 @@ The graph is read from the source with ``ast`` (nothing is imported). Every impo
 counts, at module level and inside a function alike: a circle closed by an import inside a
 function still ties the two modules together (neither can be understood, tested or moved
 without the other), and a function-level import written only to dodge the circle hides it.
-The shared piece goes to a lower module instead (``grader/course.py``, ``grader/batch.py``,
-``grader/notebooks.py``, ``normref/handback_files.py``...). Only imports
+The shared piece goes to a lower module instead (``grader/ledger/course.py``, ``grader/batch.py``,
+``grader/intake/notebooks.py``, ``normref/handback_files.py``...). Only imports
 under ``if TYPE_CHECKING:`` are left out: they never run.
 
-An edge goes to the module named (``from .course import X`` -> ``grader.course``;
-``from . import sandbox`` -> ``grader.sandbox``); importing ``a.b.c`` also runs ``a/__init__``
+An edge goes to the module named (``from .course import X`` -> ``grader.ledger.course``;
+``from . import sandbox`` -> ``grader.kernel.sandbox``); importing ``a.b.c`` also runs ``a/__init__``
 and ``a/b/__init__``, which is not counted as an edge of the importer (every submodule would
 otherwise form a circle with a package ``__init__`` that re-exports it).
 """
@@ -154,9 +154,9 @@ def test_the_cycle_finder_finds_a_circle_through_a_function_level_import(tmp_pat
 
 def test_the_graph_sees_the_modules_imports():
     graph = import_graph()
-    assert "grader.course" in graph["grader.state"]  # module level
-    assert "grader.handgrades" in graph["grader.state"]  # inside a function
-    assert "grader.sandbox" in graph["grader.zygote"]  # in a try: (run by path, imported as a sibling)
+    assert "grader.ledger.course" in graph["grader.ledger.state"]  # module level
+    assert "grader.ledger.handgrades" in graph["grader.ledger.state"]  # inside a function
+    assert "grader.kernel.sandbox" in graph["grader.kernel.zygote"]  # in a try: (run by path, imported as a sibling)
     assert "normref.wire" in graph["normref.handback"]  # the hand-back's wire format
     assert not any(m.startswith("grader") for m in set().union(*(graph[n] for n in graph if n.startswith("normref"))))
 

@@ -22,11 +22,11 @@ from types import SimpleNamespace
 import nbformat
 import pytest
 
-from grader.collect import Collected
-from grader.course import CourseTree
+from grader.intake.collect import Collected
+from grader.ledger.course import CourseTree
 from grader.demo import fill_answers
 from grader.demo.answer_bank import ANSWERS, EXPECTED
-from grader.inplace import GRADED_HASHES, remember_graded, set_aside_damaged, sort_out
+from grader.intake.inplace import GRADED_HASHES, remember_graded, set_aside_damaged, sort_out
 
 REPO = Path(__file__).resolve().parents[1]
 WHY = "practice_shape_why"  # practice's written answer, 1 point, graded by hand
@@ -81,7 +81,7 @@ def answer_of(notebook: Path, grade_id: str) -> str:
 def test_a_notebook_changed_in_submitted_is_a_resubmission_even_across_killed_runs(course_copy, monkeypatch):
     from nbgrader.api import Gradebook
 
-    from grader.handgrades import PENDING
+    from grader.ledger.handgrades import PENDING
 
     practice_course(course_copy)
     url = f"sqlite:///{course_copy / 'gradebook.db'}"

@@ -11,7 +11,7 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from grader.apps import Course
+from grader.ledger.apps import Course
 from normref.handback_files import HANDBACK_ENV as ENV
 from test_course_state import grader, only_assignments, submitted_tree
 

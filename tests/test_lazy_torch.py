@@ -77,7 +77,7 @@ def test_import_normref_loads_no_torch_and_every_name_still_resolves():
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
     """This run's graded inputs (their file), drawn as make grade draws them."""
-    from grader.scoring import prepare_inputs
+    from grader.scoring.inputs import prepare_inputs
 
     root = tmp_path_factory.mktemp("lazy-course")
     _, path = prepare_inputs(root, seed=20261122, log=lambda *_: None, set_env=False)
@@ -87,7 +87,7 @@ def inputs(tmp_path_factory):
 def kernel_cells(assignment: str, inputs: Path, answers: dict | None = None) -> list[str]:
     """The grading kernel's cells for ``assignment``'s source notebook (its solutions, or
     ``answers`` by grade_id), after the course's HandbackInputs preprocessor."""
-    from grader.apps import Course
+    from grader.ledger.apps import Course
 
     config = Course(REPO).config
     (give,) = [p for p in config.Autograde.autograde_preprocessors if p.__name__ == "HandbackInputs"]
@@ -121,9 +121,9 @@ def _handed_back(result: dict) -> list:
 def test_a_numpy_assignments_kernel_never_imports_torch_and_hands_back_the_same(assignment, inputs):
     """The solution notebook in a fresh kernel: torch never imported; the short answers handed
     back (sealed without torch), the code questions not (their calls are the grader's clean
-    room's, grader/cleanroom.py); and what it shows (self-checks and hand-backs) is what the same
+    room's, grader/kernel/cleanroom.py); and what it shows (self-checks and hand-backs) is what the same
     cells show in a kernel where torch is loaded and the seal is the torch one."""
-    from grader.scoring import QUESTIONS
+    from grader.scoring.inputs import QUESTIONS
 
     cells = kernel_cells(assignment, inputs)
     want = {c.metadata["nbgrader"]["grade_id"] for c in nbformat.read(
@@ -181,8 +181,8 @@ def test_a_numpy_answer_that_imports_torch_and_calls_its_norm_is_still_caught(ho
     """In the kernel, the self-check (the visible test) says the rule; in the grader's clean room
     (a numpy assignment's has no torch: it cannot be imported there) every graded call of it
     raises, and the question earns 0."""
-    from grader import cleanroom
-    from grader.scores import score_notebook
+    from grader.kernel import cleanroom
+    from grader.scoring.scores import score_notebook
 
     answer = {"layer_norm_impl": "import numpy as np\n" + _TORCH_INSIDE[how]}
     result = run_kernel(kernel_cells("layernorm", inputs, answer), env=_env(inputs))
@@ -205,9 +205,9 @@ def test_the_kernel_is_sealed_only_to_hand_back_short_answers_and_then_without_t
     """HandbackInputs seals a kernel only where it hands something back, a short answer (a code
     question's calls run in the clean room), and then without torch: no short answer's inputs need
     it (normref.wire.needs_torch)."""
-    from grader.apps import Course
-    from grader.questions import assignments
-    from grader.scoring import prepare_inputs
+    from grader.ledger.apps import Course
+    from grader.scoring.questions import assignments
+    from grader.scoring.inputs import prepare_inputs
     from normref.handback_files import HANDBACK_ENV
 
     (give,) = [p for p in Course(course_copy).config.Autograde.autograde_preprocessors
@@ -229,7 +229,7 @@ def test_inputs_are_written_without_torch_for_numpy_questions(inputs):
 
     import base64
 
-    from grader.scoring import QUESTIONS
+    from grader.scoring.inputs import QUESTIONS
     from normref.wire import load_inputs
 
     def leaves(o):

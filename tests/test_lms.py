@@ -1,4 +1,4 @@
-"""Grades back to the LMS (grader/lms.py): its own export, filled in from the gradebook, matched
+"""Grades back to the LMS (grader/outputs/lms.py): its own export, filled in from the gradebook, matched
 by LMS user id; the feedback zipped for the LMS's bulk feedback upload.
 
 Fast: no kernel. A gradebook with three students (two known to the LMS) and their scored
@@ -13,9 +13,9 @@ import zipfile
 import pytest
 from nbgrader.api import Gradebook
 
-from grader.collect import LMS_FILES
-from grader.course import CourseTree
-from grader.lms import feedback_zips, fill_lms_gradebook, upload_name
+from grader.intake.collect import LMS_FILES
+from grader.ledger.course import CourseTree
+from grader.outputs.lms import feedback_zips, fill_lms_gradebook, upload_name
 
 # nbgrader's add_submission warns about its own session handling
 pytestmark = pytest.mark.filterwarnings("ignore:Object of type:sqlalchemy.exc.SAWarning")
@@ -94,7 +94,7 @@ def test_moodle_worksheet_is_matched_on_the_participant_id_of_that_assignment(gr
 def test_an_earlier_export_is_kept_before_a_different_one_replaces_it(graded, tmp_path):
     from nbgrader.api import Gradebook
 
-    from grader.lms import EARLIER
+    from grader.outputs.lms import EARLIER
 
     tree = graded
     export = tmp_path / "canvas.csv"

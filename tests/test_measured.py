@@ -20,7 +20,7 @@ import pytest
 import torch
 from torch import nn
 
-from grader.questions import assignment_module
+from grader.scoring.questions import assignment_module
 from normref import checks
 from normref.diagnosis.measure import factor_words
 from normref.diagnosis.probes import probe_facts, run_probes
@@ -340,7 +340,7 @@ def _rms_weight_after_cast(x, weight, eps=1e-6):  # Llama's order: the float32 w
 
 
 def test_a_cast_undone_by_the_weight_is_said_so_not_cast_back():
-    from grader.replay import Replay
+    from grader.scoring.replay import Replay
     from normref.handback import probe, run_calls
 
     r = checks.check_rms_norm(_rms_weight_after_cast)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import normref
-from grader import scoring
+from grader.scoring import inputs as scoring
 from normref import check_dyt, check_peri_ln, check_qk_norm_logits
 from normref.faults import FAULTS
 

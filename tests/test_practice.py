@@ -278,7 +278,7 @@ def _graded_cells():
 def _score(imports: str, expr: str, answers: dict) -> float:
     """What grading gives: the hidden test hands the values back (``hand_back(gid, *values)``)
     and the grader scores them with the checker and setting the practice assignment declares."""
-    from grader.scoring import short_answers
+    from grader.scoring.inputs import short_answers
     from normref import answers as checkers
 
     ns: dict = {}

@@ -1,7 +1,7 @@
 """Nothing lost (issue 30, item 4): no path that regenerates release/ destroys work written there.
 
 Students are told to work in ``release/<assignment>/``. Work is what nbgrader itself tells apart
-from what it generated (grader/release.py): a cell whose text no longer matches the checksum
+from what it generated (grader/ledger/release.py): a cell whose text no longer matches the checksum
 nbgrader recorded when it generated it, a cell or file it did not generate. Each path that
 rewrites release/ is driven here with a student's answers in it: ``make grade``'s generate stage
 keeps the folder under ``logs/release-kept/<run>/`` and says where; ``make release`` refuses
@@ -20,8 +20,8 @@ import nbformat
 import pytest
 
 from grader import pipeline
-from grader.course import CourseTree
-from grader.release import written_work
+from grader.ledger.course import CourseTree
+from grader.ledger.release import written_work
 
 REPO = Path(__file__).resolve().parents[1]
 ANSWER = "def layer_norm(x, weight, bias, eps=1e-5):\n    return x  # my attempt\n"

@@ -1,4 +1,4 @@
-"""Repair (grader/repair.py) on real notebooks: what each mangled submission becomes, the note
+"""Repair (grader/intake/repair.py) on real notebooks: what each mangled submission becomes, the note
 the report shows, and the original kept byte for byte.
 
 Fast: no kernel. Each case is the released rmsnorm (or block) notebook changed the way a real
@@ -13,8 +13,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell
 
-from grader.apps import Course
-from grader.repair import Repair, repair_notebook, repair_submission
+from grader.ledger.apps import Course
+from grader.intake.repair import Repair, repair_notebook, repair_submission
 
 ANSWER = ("def rms_norm(x, weight, eps=1e-6):\n    xf = x.float()\n"
           "    return (weight * xf / (xf.pow(2).mean(-1, keepdim=True) + eps).sqrt()).to(x.dtype)")
@@ -124,7 +124,7 @@ def test_an_answer_that_lost_its_metadata_is_reattached_by_what_it_defines(cours
 def test_a_tampering_cell_is_kept_as_handed_in(course_copy):
     """Repair removes nothing a student wrote for what the tamper scan finds: the cell runs as
     handed in, its question is scored on its outputs, and the finding is flagged for the
-    instructor's review by the scoring (grader.scores, the self-check's own words)."""
+    instructor's review by the scoring (grader.scoring.scores, the self-check's own words)."""
     nb = _answered(course_copy)
     cell = ANSWER + "\ntorch.allclose = lambda *a, **k: True"
     next(c for c in nb.cells if _gid(c) == "rms_norm_impl").source = cell
@@ -169,8 +169,8 @@ def test_deleted_graded_cells_are_reinserted_where_nbgrader_add_missing_cells_fa
 def test_an_unreadable_file_is_recorded_before_it_is_replaced(course_copy, monkeypatch):
     """A run stopped (Ctrl-C, SIGHUP) between replacing an unreadable file with the released
     notebook and recording it lost the record for good: the rerun graded a readable blank."""
-    import grader.repair as repair
-    from grader.repair import unreadable
+    import grader.intake.repair as repair
+    from grader.intake.repair import unreadable
 
     _submit(course_copy, "dee", {"rmsnorm.ipynb": b"%PDF-1.7 this is a pdf renamed"})
 
@@ -187,7 +187,7 @@ def test_an_unreadable_file_is_recorded_before_it_is_replaced(course_copy, monke
 
 @pytest.mark.parametrize("damaged", [b'{"dee/rmsnorm": {"reas', b"[]", b"null", b"\xff\xfe"])
 def test_a_damaged_unreadable_record_is_set_aside_never_written_over(course_copy, damaged):
-    from grader.repair import set_aside_damaged_unreadable, unreadable
+    from grader.intake.repair import set_aside_damaged_unreadable, unreadable
 
     logs = course_copy / "logs"
     logs.mkdir()

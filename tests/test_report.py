@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from normref.checks import FAULT_KINDS
-from grader.report import (FAULT_ALIASES, FAULT_LABELS, KNOWN_FAULTS, ManualGrading,
+from grader.outputs.report import (FAULT_ALIASES, FAULT_LABELS, KNOWN_FAULTS, ManualGrading,
                                     build_report, canonical_fault, fault_description, fault_label,
                                     merge_faults, read_manual_grading, summary_text, write_report)
 
@@ -221,7 +221,7 @@ def _rec(outputs, passed, fault="wrong_values", message="case 'c': max abs error
 
 
 def test_wrong_answers_that_agree_within_tolerance_form_one_group_largest_first():
-    from grader.groups import group_records
+    from grader.outputs.groups import group_records
 
     records = {
         "ann": _rec([[1.0, 2.0], [3.0, 4.0]], [True, False]),
@@ -240,7 +240,7 @@ def test_wrong_answers_that_agree_within_tolerance_form_one_group_largest_first(
 
 
 def test_handed_back_names_and_answer_cells_are_read_from_the_notebooks():
-    from grader.groups import answer_source, handed_back_name
+    from grader.outputs.groups import answer_source, handed_back_name
 
     repo = Path(__file__).resolve().parents[1]
     ln = nbformat.read(repo / "source" / "layernorm" / "layernorm.ipynb", as_version=4)
@@ -250,8 +250,8 @@ def test_handed_back_names_and_answer_cells_are_read_from_the_notebooks():
 
 
 def test_student_table_links_groups_history_and_csvs(course):
-    from grader.groups import group_records
-    from grader.similarity import Pair
+    from grader.outputs.groups import group_records
+    from grader.outputs.similarity import Pair
 
     fb = course / "feedback" / "ana" / "hw"
     fb.mkdir(parents=True)
@@ -311,8 +311,8 @@ def test_the_late_column_shows_lms_late_marks_as_grades_csv_does(course):
 
     from nbgrader.api import Gradebook
 
-    from grader import store
-    from grader.course import CourseTree
+    from grader.ledger import store
+    from grader.ledger.course import CourseTree
 
     store.add_lms_late(CourseTree(course), {"ana/hw": True, "ben/hw": False, "eve/hw": True})  # as collect does
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
@@ -329,7 +329,7 @@ def test_the_late_column_shows_lms_late_marks_as_grades_csv_does(course):
 
 
 def test_the_hand_grading_hint_on_a_hub_names_formgrader_by_its_address():
-    from grader.report import FORMGRADER_HINT, formgrader_hint
+    from grader.outputs.report import FORMGRADER_HINT, formgrader_hint
 
     # a terminal of the instructor's own hub server has the server's prefix in its environment
     on_hub = formgrader_hint({"JUPYTERHUB_SERVICE_PREFIX": "/user/nrhub-instr/"})

@@ -18,7 +18,7 @@ from playwright.sync_api import expect, sync_playwright
 
 from autograded import write_autograded
 
-from grader.report import build_report, write_report
+from grader.outputs.report import build_report, write_report
 
 pytestmark = pytest.mark.slow
 

@@ -298,7 +298,7 @@ def test_an_unreadable_short_answer_is_named_once_in_the_lesson_the_self_check_a
 def test_an_axis_given_as_a_float_is_told_it_is_an_int_by_the_self_check_and_by_grading(given):
     """``stats_axis = 1.0`` had been told "not the axis's name". An axis number is an int
     (``x.mean(dim=1.0)`` raises): grading gives 0, and both say why in the same words."""
-    from grader import scores
+    from grader.scoring import scores
     from normref.answers import check_stats_axis
     from normref.wire import decode_answer, encode_answer
 

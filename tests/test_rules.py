@@ -54,7 +54,7 @@ def test_a_bound_alias_is_resolved():
 
 @pytest.mark.parametrize("source, lines", SOURCES[:-1])
 def test_the_grader_tamper_scan_flags_the_same_lines(source, lines):
-    from grader.tamper import scan
+    from grader.intake.tamper import scan
 
     flagged = sorted({f.line for f in scan(source) if f.kind == "reference"})
     assert flagged == lines

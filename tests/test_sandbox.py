@@ -1,4 +1,4 @@
-"""The grading sandbox's housekeeping (grader/sandbox.py): what killed runs leave behind is swept
+"""The grading sandbox's housekeeping (grader/kernel/sandbox.py): what killed runs leave behind is swept
 at the start of the next run, and nothing in use is touched."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.sandbox import PIDS_CGROUP_ROOT, sweep_stale
+from grader.kernel.sandbox import PIDS_CGROUP_ROOT, sweep_stale
 
 
 def _dead_pid() -> int:
@@ -85,7 +85,7 @@ def test_kernels_are_killed_at_once_after_their_last_cell(course_copy, tmp_path)
     from nbgrader.preprocessors import Execute
     from traitlets.config import Config
 
-    from grader.apps import Course
+    from grader.ledger.apps import Course
 
     config = Course(course_copy).config
     assert config.Execute.shutdown_kernel == "immediate"

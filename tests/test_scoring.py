@@ -1,4 +1,4 @@
-"""Trusted scoring (grader.scoring, grader.scores): graded inputs drawn from a secret seed, outputs
+"""Trusted scoring (grader.scoring.inputs, grader.scoring.scores): graded inputs drawn from a secret seed, outputs
 handed back by the kernel (normref.handback) and judged by the checker in the grader's own process.
 
 Fast: the kernel's half runs in this process on the answer bank's code, and its record goes
@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from grader import scores, scoring
+from grader.scoring import scores, inputs as scoring
 from grader.demo.answer_bank import ANSWERS, EXPECTED
-from grader.replay import Replay
+from grader.scoring.replay import Replay
 from normref.handback import run_calls
 from normref.plan import run_plan
 from normref.wire import MIME, decode_answer, encode_answer
@@ -427,7 +427,7 @@ def test_each_question_s_inputs_are_written_into_its_hidden_test_just_before_it_
 
     ns = _config_namespace()
     monkeypatch.setenv(HANDBACK_ENV, str(path))
-    # a code question's calls are the grader's clean room's (grader/cleanroom.py): its kernel gets
+    # a code question's calls are the grader's clean room's (grader/kernel/cleanroom.py): its kernel gets
     # none of its inputs, its hand-back line is a no-op, and no sealing cell is added for it
     source = nbformat.read(REPO / "source" / "rmsnorm" / "rmsnorm.ipynb", as_version=4)
     nb = nbformat.reads(nbformat.writes(source), as_version=4)
@@ -541,7 +541,7 @@ def test_a_reference_laundered_through_a_course_helper_is_the_students_call():
      "the grading kernel died or hung while running this question's code."),
 ])
 def test_a_question_whose_answer_cell_the_grader_removed_says_why_not_a_name_error(reason, said):
-    from grader.engine import STUB
+    from grader.autograde.engine import STUB
 
     assert STUB.startswith(f"# The grader removed this cell: {reason}")  # the dead-kernel regrade's stub
     stub = f"# The grader removed this cell: {reason}\nraise RuntimeError('removed by the grader')"

@@ -1,4 +1,4 @@
-"""Similar submissions (grader/similarity.py), on the demo class and on deliberately copied work.
+"""Similar submissions (grader/outputs/similarity.py), on the demo class and on deliberately copied work.
 
 How the threshold was chosen (the numbers are asserted below): in the demo class every student
 writes the answer-bank code of their variant, so two students with *different* variants wrote
@@ -25,7 +25,7 @@ import pytest
 
 from grader.demo import demo_class, fill_answers, write_demo_submissions
 from grader.demo.answer_bank import ANSWERS
-from grader.similarity import MIN_OVERLAP, THRESHOLD, side_by_side, similar_pairs
+from grader.outputs.similarity import MIN_OVERLAP, THRESHOLD, side_by_side, similar_pairs
 
 REPO = Path(__file__).resolve().parents[1]
 ASSIGNMENTS = sorted(ANSWERS)
@@ -143,7 +143,7 @@ def test_scores_are_the_same_in_every_process(demo):
     import subprocess
     import sys
 
-    script = ("import json, sys; from pathlib import Path; from grader.similarity import similar_pairs; "
+    script = ("import json, sys; from pathlib import Path; from grader.outputs.similarity import similar_pairs; "
               "print(json.dumps([[p.a, p.b, p.score] for p in similar_pairs(Path(sys.argv[1]), 'block', "
               "sorted(q.name for q in (Path(sys.argv[1]) / 'autograded').iterdir()), all_pairs=True)]))")
     runs = []

@@ -23,8 +23,8 @@ import pytest
 
 from grader import grade_class
 from grader.demo.answer_bank import ANSWERS
-from grader.sandbox import PIDS_CGROUP_ROOT
-from grader.sandbox import available as sandbox_available
+from grader.kernel.sandbox import PIDS_CGROUP_ROOT
+from grader.kernel.sandbox import available as sandbox_available
 
 REPO = Path(__file__).resolve().parents[1]
 CORRECT = ANSWERS["rmsnorm"]["correct"]["rms_norm_impl"]

@@ -1,4 +1,4 @@
-"""The course's bookkeeping under ``logs/`` (grader/store.py): one atomic writer, one rule for a
+"""The course's bookkeeping under ``logs/`` (grader/ledger/store.py): one atomic writer, one rule for a
 damaged record, one accessor per record.
 
 A write is whole or not at all (an exception, a kill -9, two writers at once), a damaged record
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from grader import store
-from grader.course import CourseTree
+from grader.ledger import store
+from grader.ledger.course import CourseTree
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -87,7 +87,7 @@ def test_atomic_dir_puts_a_folder_in_place_whole(tmp_path):
 
 _WRITER = """
 import sys
-from grader import store
+from grader.ledger import store
 path, tag = sys.argv[1], sys.argv[2]
 for i in range(10**9):
     store.write_json(path, {"writer": tag, "n": i, "pad": tag * 200_000})
@@ -231,8 +231,8 @@ def test_the_users_cache(tmp_path, monkeypatch):
 
 #: The renames left outside the store, each with why: moves of what is already whole.
 RENAMES_ELSEWHERE = {
-    "grader/apps.py": "release/<assignment> swapped in from nbgrader's staging folder (the course's output)",
-    "grader/reset.py": "restore --state moves the extracted archive's files into place",
+    "grader/ledger/apps.py": "release/<assignment> swapped in from nbgrader's staging folder (the course's output)",
+    "grader/ledger/reset.py": "restore --state moves the extracted archive's files into place",
 }
 
 
@@ -256,7 +256,7 @@ def test_only_the_store_renames_files_into_place():
     for path in sorted((REPO / "grader").rglob("*.py")):
         rel = path.relative_to(REPO).as_posix()
         lines = _renames(path)
-        if lines and rel != "grader/store.py":
+        if lines and rel != "grader/ledger/store.py":
             found[rel] = lines
     assert sorted(found) == sorted(RENAMES_ELSEWHERE), found
 
@@ -275,10 +275,11 @@ def test_no_module_but_the_store_names_a_record_file():
 
 
 def test_the_kernel_launcher_can_import_the_store_by_path():
-    """grader/sandbox.py runs by path (the kernelspec's argv): the store it uses for the user's
-    cache must import without the grader package."""
-    out = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'grader'); import sandbox, store; "
-                          "print(sandbox.shared_cache_dir is store.user_cache_dir)"],
+    """grader/kernel/sandbox.py runs by path (the kernelspec's argv, the zygote's sibling import): it
+    imports the grader package's own modules from where it lies, the store for the user's cache
+    among them, with nothing on the path but its folder."""
+    out = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'grader/kernel'); import sandbox; "
+                          "from grader.ledger import store; print(sandbox.shared_cache_dir is store.user_cache_dir)"],
                          cwd=REPO, capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": ""})
     assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr[-2000:]

@@ -1,4 +1,4 @@
-"""The tamper scan (grader/tamper.py) on real notebooks: which editable cell is flagged, and why.
+"""The tamper scan (grader/intake/tamper.py) on real notebooks: which editable cell is flagged, and why.
 
 Fast: no kernel, no nbgrader app. The locked cells are the released rmsnorm assignment's
 (``import torch`` and ``from normref import check_rms_norm``); the expected findings below are
@@ -10,7 +10,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell
 
-from grader.tamper import Finding, protected_bindings, scan
+from grader.intake.tamper import Finding, protected_bindings, scan
 
 RELEASE = Path(__file__).resolve().parents[1] / "release" / "rmsnorm" / "rmsnorm.ipynb"
 HONEST = ("def rms_norm(x, weight, eps=1e-6):\n"
@@ -121,7 +121,7 @@ def test_a_name_bound_inside_a_function_is_not_a_rebinding():
 
 
 def test_start_up_files_in_a_submission_are_named(tmp_path):
-    from grader.tamper import startup_files
+    from grader.intake.tamper import startup_files
 
     for rel in ("sitecustomize.py", "usercustomize.py", "ipython_config.py", "ipython_kernel_config.py",
                 "evil.pth", ".ipython/profile_default/startup/00-x.py", "helpers.py", "rmsnorm.ipynb"):
@@ -176,11 +176,11 @@ def test_an_attribute_named_like_a_grader_module_on_a_non_module_is_not_tamper()
 # ---------------------------------------------------------------- one scan, two places (O2)
 
 def test_the_grader_runs_the_student_visible_scan():
-    import grader.tamper
+    import grader.intake.tamper
     import normref.tamper
 
-    assert grader.tamper.scan is normref.tamper.scan
-    assert grader.tamper.protected_bindings is normref.tamper.protected_bindings
+    assert grader.intake.tamper.scan is normref.tamper.scan
+    assert grader.intake.tamper.protected_bindings is normref.tamper.protected_bindings
 
 
 def _cell(ns: dict, n: int, source: str) -> None:
@@ -232,7 +232,7 @@ def test_a_helper_in_another_cell_is_read_for_what_the_answer_uses_of_it():
     """The answer's own cell is read whole; another cell is read for the statements that bind
     what the answer uses (a helper's ``def``, with what that reads): a construct in the helper is
     flagged for the question, an unrelated import beside it is not (grading's report lists it
-    apart, ``grader.scores.other_cells_reviews``)."""
+    apart, ``grader.scoring.scores.other_cells_reviews``)."""
     from normref import check_rms_norm
 
     ns = {"__name__": "__main__"}

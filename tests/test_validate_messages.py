@@ -25,7 +25,7 @@ _SIGNS = ("=", "+", "-", "*", "/", "<", ">", ":", ",", "(")
 
 
 def _names() -> list[str]:
-    from grader.batteries import draw_norm_battery, question_generator
+    from grader.scoring.batteries import draw_norm_battery, question_generator
 
     batteries = [norms.battery("rms", "torch"), norms.battery("layer", "numpy"), module._module_battery(),
                  placement._placement_battery(), block._block_battery(), backward._backward_battery(),

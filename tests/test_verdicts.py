@@ -56,7 +56,7 @@ def _flat(text) -> str:
 def _self_check_points(gid: str, cell, points: float) -> float:
     """What the notebook's own check gives: all or nothing for a visible check, ``points x score``
     for a battery or a short answer; 0 when the cell made no result (a NameError)."""
-    from grader.scoring import QUESTIONS
+    from grader.scoring.inputs import QUESTIONS
 
     r = cell.result
     if r is None or not hasattr(r, "score"):
@@ -147,8 +147,8 @@ def test_the_self_check_validate_and_grading_agree_on_the_answer_bank(assignment
     same words in all three; a visible check (public cases in both) shows the same text in the
     notebook and the feedback; a battery (public cases in the notebook, drawn ones in grading)
     names the same mistakes (fault kinds) and passes the same number of cases."""
-    from grader.scores import RECORD_KEY  # noqa: F401 - the metadata the feedback output carries
-    from grader.scoring import QUESTIONS
+    from grader.scoring.scores import RECORD_KEY  # noqa: F401 - the metadata the feedback output carries
+    from grader.scoring.inputs import QUESTIONS
     from normref.faults import METADATA_KEY
 
     points = _points(assignment)
@@ -363,7 +363,7 @@ def test_megabytes_of_output_a_plot_and_progress_bars_in_a_real_kernel_are_not_t
     printed, a matplotlib plot and a tqdm bar: the hand-back's record is scored full, unflagged."""
     from nbclient import NotebookClient
 
-    from grader import scores, scoring
+    from grader.scoring import scores, inputs as scoring
 
     seed, gid = 11, "rms_norm_battery"
     locked = {"nbgrader": {"locked": True}}
@@ -438,7 +438,7 @@ def _kind(obj) -> str:
 
 
 def _public_cases(gid: str) -> list:
-    from grader import scoring
+    from grader.scoring import inputs as scoring
     from normref.checks import backward, block, modern, module, norms, placement
 
     return {"rms_norm_battery": lambda: norms.battery("rms", "torch"),
@@ -457,10 +457,10 @@ def test_the_public_battery_holds_every_kind_of_case_grading_draws(gid):
     """So that "all correct" in the notebook means the drawn battery passes too: every drawn case
     (10 seeds) is of a kind the public battery has, case by case in order (dtype, shape family,
     float16 overflow, constant row, eps, the norms' classes); and no drawn float16 overflow row
-    ``[v, -v, v, -v]`` is larger than the public one (grader.batteries.FLOAT16_OVERFLOW_VALUES)."""
+    ``[v, -v, v, -v]`` is larger than the public one (grader.scoring.batteries.FLOAT16_OVERFLOW_VALUES)."""
     import numpy as np
 
-    from grader import scoring
+    from grader.scoring import inputs as scoring
 
     public = [_signature(c) for c in _public_cases(gid)]
     for seed in range(10):

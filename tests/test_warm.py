@@ -1,4 +1,4 @@
-"""Warm grading kernels (grader/warm.py, grader/zygote.py): a kernel forked from the worker's
+"""Warm grading kernels (grader/kernel/warm.py, grader/kernel/zygote.py): a kernel forked from the worker's
 zygote is, seen from inside, the fresh sandboxed kernel it replaces, keeps nothing of the kernel
 before it, and grades exactly as a fresh one; without its zygote a notebook starts fresh.
 
@@ -18,7 +18,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader import grade_class, sandbox, warm
+from grader import grade_class
+from grader.kernel import sandbox, warm
 from grader.demo import fill_answers
 from grader.demo.answer_bank import ANSWERS, EXPECTED
 

@@ -52,7 +52,7 @@ def test_the_student_wheel_has_no_grader_answers_or_solutions(wheel_files):
 
 
 def test_the_student_wheel_registers_no_entry_point_it_does_not_ship(wheel, wheel_files):
-    """The grader's kernel provisioner (normref-warm, grader/warm.py) is registered by the
+    """The grader's kernel provisioner (normref-warm, grader/kernel/warm.py) is registered by the
     instructor's install alone (tools/grading-kernels): a student's wheel names no module it
     lacks, and no kernel provisioner."""
     import configparser

@@ -1,7 +1,7 @@
-"""What the grader's clean room (grader/cleanroom.py) costs per graded notebook: the core-seconds of
+"""What the grader's clean room (grader/kernel/cleanroom.py) costs per graded notebook: the core-seconds of
 its whole process tree, per assignment, median of several runs.
 
-Each run is ``grader.cleanroom.run_notebook`` on the assignment's source notebook (its solutions:
+Each run is ``grader.kernel.cleanroom.run_notebook`` on the assignment's source notebook (its solutions:
 a correct submission, hidden tests included) with a run's drawn inputs, sandboxed as ``make grade``
 runs it on a worker (a SandboxSession's cgroups and environment): the worker's own part (the
 units, the calls of the grader's handed-in objects), the zygote's child and bubblewrap, the clean
@@ -47,8 +47,8 @@ def _cpu(group: Path | None) -> float:
 def main(runs: int, fresh: bool) -> None:
     import nbformat
 
-    from grader import cleanroom, sandbox, warm
-    from grader.scoring import QUESTIONS, question_inputs
+    from grader.kernel import cleanroom, sandbox, warm
+    from grader.scoring.inputs import QUESTIONS, question_inputs
 
     group = _cgroup()
     for var in sandbox.SINGLE_THREAD_VARS:

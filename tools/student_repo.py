@@ -222,11 +222,11 @@ def find_leaks(tree: Path, *, source: Path) -> list[Leak]:
 
 def _refuse_written_release(release: Path, source: Path, why: str, todo: str) -> None:
     """Raise :class:`ExportError` when a ``release/<assignment>/`` under ``release`` holds work
-    written in it (:func:`grader.release.written_work`: answer cells that are not nbgrader's
+    written in it (:func:`grader.ledger.release.written_work`: answer cells that are not nbgrader's
     stubs, cells or files added): ``why`` it matters, ``todo`` what to do."""
     if str(REPO) not in sys.path:  # run as a script (make student-repo): the course's grader package
         sys.path.insert(0, str(REPO))
-    from grader.release import written_work
+    from grader.ledger.release import written_work
 
     found = [f"{release.name}/{a.name}/{line}" for a in sorted(release.iterdir()) if a.is_dir()
              for line in written_work(a, source / a.name)] if release.is_dir() else []
@@ -270,7 +270,7 @@ def export_student_repo(dest: Path, *, repo: Path = REPO, binder_repo: str | Non
             not ``OWNER/NAME``, a hidden-test or mark-scheme line of ``source/`` is in the
             export (which is then removed), or a ``release/<assignment>/`` of ``repo`` or of the
             export to replace holds work written in it (answers that are not nbgrader's stubs:
-            :mod:`grader.release`); nothing is written then.
+            :mod:`grader.ledger.release`); nothing is written then.
     """
     repo, dest = Path(repo).resolve(), Path(dest).resolve()
     if binder_repo is not None and not re.fullmatch(r"[\w.-]+/[\w.-]+", binder_repo):

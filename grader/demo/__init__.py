@@ -14,7 +14,7 @@ from pathlib import Path
 
 import nbformat
 
-from ..course import CONFIG
+from ..ledger.course import CONFIG
 from .answer_bank import ANSWERS, EXPECTED
 
 #: Due date of every demo assignment; a demo student submitted after it is late.
@@ -113,7 +113,7 @@ def apply_due_dates(course_root: Path, set_due_date) -> None:
 
     Args:
         set_due_date: ``set_due_date(assignment, duedate)``, e.g.
-            :meth:`grader.apps.Course.set_due_date`.
+            :meth:`grader.ledger.apps.Course.set_due_date`.
     """
     for a in sorted(ANSWERS):
         if (course_root / "source" / a).is_dir():

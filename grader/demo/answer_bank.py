@@ -3,7 +3,7 @@
 Each assignment's answers and the points each must get live in its folder,
 ``source/<assignment>/answer_bank.py`` (``ANSWERS[variant]``: an answer cell's grade_id -> what a
 synthetic student typed there; ``EXPECTED[variant]``: every grade cell's points, derived by hand),
-and its hand-graded cells in its ``grading.py`` (:mod:`grader.questions`). This module gathers
+and its hand-graded cells in its ``grading.py`` (:mod:`grader.scoring.questions`). This module gathers
 them for the demo class (:mod:`grader.demo`) and the tests:
 
 - ``ANSWERS[assignment][variant]``, ``EXPECTED[assignment][variant]``;
@@ -18,7 +18,7 @@ __all__ = ["ANSWERS", "EXPECTED", "MANUAL_CELLS"]  # noqa: F822 - made on first 
 
 
 def __getattr__(name: str):
-    from ..questions import assignments
+    from ..scoring.questions import assignments
 
     found = assignments()
     if name == "ANSWERS":

@@ -1,5 +1,5 @@
 """The ``autograde`` stage: one autograde task per submission to grade on the run's engine
-(:mod:`grader.engine`: this machine's process pool, or Dask), sandboxed; a submission whose kernel
+(:mod:`grader.autograde.engine`: this machine's process pool, or Dask), sandboxed; a submission whose kernel
 died is graded again through the same engine without the answer that killed it; then the hand
 grades of resubmitted notebooks are carried over where the answer is unchanged."""
 from __future__ import annotations
@@ -7,14 +7,14 @@ from __future__ import annotations
 import contextlib
 import sys
 
-from .. import sandbox, warm
+from ..kernel import sandbox, warm
 from ..batch import Batch, GradingError
-from ..engine import autograde, regrade_dead_kernels
-from ..repair import Repair
+from ..autograde.engine import autograde, regrade_dead_kernels
+from ..intake.repair import Repair
 
 
 def autograde_stage(b: Batch) -> None:
-    """One autograde task per submission on the run's engine (:mod:`grader.engine`: this machine's
+    """One autograde task per submission on the run's engine (:mod:`grader.autograde.engine`: this machine's
     process pool, or Dask), every kernel sandboxed when bubblewrap works; a batch grades its own
     students and anyone an earlier run left ungraded; a submission whose kernel died is graded
     again through the same engine (:func:`_regrade_dead_kernels`)."""
@@ -65,9 +65,9 @@ def autograde_stage(b: Batch) -> None:
 
 def describe_handed_in(b: Batch) -> None:
     """Each start-up file and shadowing module handed in beside a notebook of this batch, flagged
-    with what the grading kernel recorded it doing (:func:`grader.handed_in.describe`: run or
+    with what the grading kernel recorded it doing (:func:`grader.intake.handed_in.describe`: run or
     imported by the student's own code, in which cell, or never)."""
-    from ..handed_in import describe
+    from ..intake.handed_in import describe
 
     tree, graded = b.services.tree, set(b.run.autograde.graded)
     todo = b.found.to_grade if b.found.to_grade is not None else tree.pairs(b.run.assignments)  # None: every one
@@ -100,7 +100,7 @@ def _progress_bar():
 
 def _regrade_dead_kernels(b: Batch, grade) -> None:
     """A submission nbgrader could not finish (its kernel died or stopped answering) is graded
-    again through the run's engine (:func:`grader.engine.regrade_dead_kernels`): unchanged first,
+    again through the run's engine (:func:`grader.autograde.engine.regrade_dead_kernels`): unchanged first,
     then with answer cells replaced by a stub that raises, until it finishes: that question scores
     0 with the reason (a flag), and every other question keeps its points."""
     for (a, st), (reason, stubbed) in regrade_dead_kernels(b.services.tree, b.run.autograde, grade).items():
@@ -120,7 +120,7 @@ def carry_hand_grades(b: Batch) -> None:
     there) go back where the answer is unchanged, for the submissions autograded in this run;
     the others are named (log and report) as to redo. They leave the record once the submission
     is recorded as graded (:func:`grader.stages.grade.trusted_scoring`)."""
-    from ..handgrades import carry_over, pending
+    from ..ledger.handgrades import carry_over, pending
 
     graded = set(b.run.autograde.graded)
     captured = {hg.key: hg for hg in b.found.collected.hand_grades}

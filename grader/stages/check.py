@@ -1,13 +1,13 @@
 """The first stage of a run, ``check``: refuse bad input and an untrustworthy gradebook before
-anything is touched (then the canary, :mod:`grader.canary`, grades the instructor's solutions)."""
+anything is touched (then the canary, :mod:`grader.stages.canary`, grades the instructor's solutions)."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from .. import state
+from ..ledger import state
 from ..batch import Batch
-from ..collect import check_input
-from ..reset import DEMO_MARKER
+from ..intake.collect import check_input
+from ..ledger.reset import DEMO_MARKER
 
 
 def check(b: Batch) -> None:

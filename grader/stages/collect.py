@@ -4,12 +4,13 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from .. import inplace, state, store
-from ..apps import AppError
+from ..intake import inplace
+from ..ledger import state, store
+from ..ledger.apps import AppError
 from ..batch import Batch, GradingError
-from ..collect import Collected, collect
-from ..course import CourseTree
-from ..reset import DEMO_MARKER
+from ..intake.collect import Collected, collect
+from ..ledger.course import CourseTree
+from ..ledger.reset import DEMO_MARKER
 
 #: How a submission whose receiving run is unknown is named (collected before the record existed).
 _EARLIER = "an earlier run that did not finish"
@@ -19,7 +20,7 @@ def collect_submissions(b: Batch) -> None:
     """This batch into ``submitted/`` (the demo class when no submissions are given); due dates.
 
     Which submissions this run grades: those it brought in new or changed (graded in place from
-    ``submitted/``: changed since last graded, :mod:`grader.inplace`), and those an earlier
+    ``submitted/``: changed since last graded, :mod:`grader.intake.inplace`), and those an earlier
     run left ungraded (stopped, failed, or rolled back by a restore). The ``collect:`` line names
     the latter that this batch did not bring (``...; 3 carried over from the interrupted run
     <id>, graded in this run too: a (rmsnorm), ...``), and one handed in again unchanged but not
@@ -45,7 +46,7 @@ def collect_submissions(b: Batch) -> None:
     store.add_collected_by(tree, got.pairs, b.services.run_id, log=b.services.log)
     to_grade = None if b.found.fresh else sorted(set(got.pairs) | (set(tree.pairs(run.assignments)) - graded))
     b.found.to_grade = to_grade
-    # as collected (before repair): recorded with the graded hash once graded (grader/inplace.py)
+    # as collected (before repair): recorded with the graded hash once graded (grader/intake/inplace.py)
     got.as_collected = inplace.hashes_now(tree, tree.pairs(run.assignments) if to_grade is None else to_grade)
     # until their autograde finishes, the submissions to grade count as ungraded (a killed run's
     # rerun grades them again)
@@ -87,7 +88,7 @@ def _say_collected(b: Batch, left: set, lost: set) -> None:
                   f"{_named(prs)}" for origin, prs in _by_origin(carried, origins).items()))
     for name, why in got.skipped.items():
         log(f"collect: skipped {name}: {why}")
-    for note in got.notes:  # in place: what changed since graded, what is new (grader/inplace.py)
+    for note in got.notes:  # in place: what changed since graded, what is new (grader/intake/inplace.py)
         log(f"collect: {note}")
     for a, st in [] if got.in_place else got.replaced:
         log(f"collect: {st} ({a}) replaces that student's earlier submission")

@@ -5,11 +5,11 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from .. import store
+from ..ledger import store
 from ..batch import Batch, GradingError
-from ..course import ROSTER_CSV
-from ..lms_names import lms_late, write_roster
-from ..apps import AppError
+from ..ledger.course import ROSTER_CSV
+from ..intake.lms_names import lms_late, write_roster
+from ..ledger.apps import AppError
 
 
 def taken(b: Batch) -> list[str]:
@@ -34,7 +34,7 @@ def export(b: Batch) -> None:
     students could have done (:func:`taken`), with a ``late`` column (after the due date, or marked
     late by the LMS); ``roster.csv`` beside it (``student_id,lms_id,name``); the LMS's gradebook
     filled in when given; the feedback HTML zipped for the LMS's bulk feedback upload
-    (``feedback-<lms>-<assignment>.zip``, :mod:`grader.lms`)."""
+    (``feedback-<lms>-<assignment>.zip``, :mod:`grader.outputs.lms`)."""
     tree, log, lms_gradebook = b.services.tree, b.services.log, b.options.lms_gradebook
     try:
         b.run.grades_csv = b.services.course.export_csv(tree.grades_csv, taken(b))
@@ -43,7 +43,7 @@ def export(b: Batch) -> None:
     _add_late_column(b.run.grades_csv, lms_late(tree))
     write_roster(tree, tree.root / ROSTER_CSV)
     if lms_gradebook is not None:
-        from ..lms import fill_lms_gradebook
+        from ..outputs.lms import fill_lms_gradebook
 
         got = fill_lms_gradebook(tree, lms_gradebook, b.run.assignments)
         b.run.lms_import = got.path
@@ -57,7 +57,7 @@ def export(b: Batch) -> None:
         if got.missing:
             log(f"export: graded here but not in {lms_gradebook.name} (their points are not in "
                 f"{got.path.name}; enter them by hand or export the LMS's gradebook again): {', '.join(got.missing)}")
-    from ..lms import feedback_zips
+    from ..outputs.lms import feedback_zips
 
     kept: dict[Path, Path] = {}
     b.run.feedback_zips = feedback_zips(tree, b.run.assignments, kept)

@@ -1,7 +1,7 @@
 """The ``feedback`` stage: nbgrader's feedback HTML per student."""
 from __future__ import annotations
 
-from ..apps import AppError, generate_feedback_parallel
+from ..ledger.apps import AppError, generate_feedback_parallel
 from ..batch import Batch, GradingError
 
 

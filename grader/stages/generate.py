@@ -1,12 +1,12 @@
 """The ``generate`` stage: ``source/`` -> ``release/`` with nbgrader, never losing work written in
-``release/`` (:mod:`grader.release`)."""
+``release/`` (:mod:`grader.ledger.release`)."""
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
 
-from .. import state, store
-from ..apps import AppError, Course
+from ..ledger import state, store
+from ..ledger.apps import AppError, Course
 from ..batch import Batch, GradingError
 
 
@@ -23,7 +23,7 @@ def generate(b: Batch) -> None:
     """``nbgrader generate_assignment`` for each assignment (this also records its cells in the
     gradebook, which autograde needs); says which ``release/`` folders were written, stale, or
     held work written in them, which is moved to ``logs/release-kept/<run>/`` first, never lost
-    (:mod:`grader.release`).
+    (:mod:`grader.ledger.release`).
 
     Raises:
         GradingError: nbgrader failed (its log is quoted).

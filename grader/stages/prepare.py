@@ -2,16 +2,16 @@
 canary have passed."""
 from __future__ import annotations
 
-from .. import state, store
+from ..ledger import state, store
 from ..batch import Batch
-from ..reset import start_over
+from ..ledger.reset import start_over
 
 
 def prepare(b: Batch) -> None:
     """After the check and the canary, the first writes: start over (``fresh``) if asked,
     carefully (:func:`start_over`: a backup first, and a yes for real students), else back the
     gradebook up; set every damaged record of ``logs/`` aside, saying each
-    (:func:`grader.store.set_aside_damaged`)."""
+    (:func:`grader.ledger.store.set_aside_damaged`)."""
     tree = b.services.tree
     if b.found.fresh:
         start_over(tree, yes=b.options.yes, tag=b.services.run_id, log=b.services.log)

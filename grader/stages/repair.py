@@ -2,16 +2,17 @@
 the tamper scan finds: the scoring stage flags it for review)."""
 from __future__ import annotations
 
-from .. import store
+from ..ledger import store
 from ..batch import Batch
-from ..repair import Repair, remember_unreadable, repair_all, repair_submission, unreadable, unreadable_note
+from ..intake.repair import (Repair, remember_unreadable, repair_all, repair_submission, unreadable,
+                             unreadable_note)
 
 
 def repair(b: Batch) -> None:
-    """Structural repair and the tamper scan of the submissions to grade (:mod:`grader.repair`);
+    """Structural repair and the tamper scan of the submissions to grade (:mod:`grader.intake.repair`);
     the files as they were before repair go to ``logs/batches/<run id>/originals/``. A file that
     cannot be read as a notebook is recorded in ``logs/unreadable.json`` before autograde
-    (:func:`grader.repair.remember_unreadable`), and a submission graded again whose record holds
+    (:func:`grader.intake.repair.remember_unreadable`), and a submission graded again whose record holds
     (its stand-in, the released notebook, reads fine) keeps that reason.
 
     Raises:
@@ -20,7 +21,7 @@ def repair(b: Batch) -> None:
     keep = store.batch(tree, b.services.run_id, "originals")
     if to_grade is None:
         b.run.repairs = repair_all(tree, b.run.assignments, keep=keep)
-    else:  # only what is graded: a notebook left alone keeps its bytes (grader/inplace.py compares them)
+    else:  # only what is graded: a notebook left alone keeps its bytes (grader/intake/inplace.py compares them)
         reps = {(a, st): repair_submission(tree, st, a, keep) for a, st in to_grade if tree.submitted(st, a).is_dir()}
         b.run.repairs = {k: r for k, r in reps.items() if r.notes or r.flags or r.unrecoverable}
     # before autograde: a stopped run's rerun reports it too

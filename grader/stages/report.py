@@ -1,15 +1,15 @@
-"""The ``report`` stage: the class report (:mod:`grader.report`), with the flags of every batch."""
+"""The ``report`` stage: the class report (:mod:`grader.outputs.report`), with the flags of every batch."""
 from __future__ import annotations
 
-from .. import store
+from ..ledger import store
 from ..batch import Batch, run_record
-from ..repair import unreadable
-from ..report import build_report, write_report
+from ..intake.repair import unreadable
+from ..outputs.report import build_report, write_report
 from .export import taken
 
 
 def report(b: Batch) -> None:
-    """The class report (:mod:`grader.report`): what could not be graded, and every flag. A
+    """The class report (:mod:`grader.outputs.report`): what could not be graded, and every flag. A
     submission whose file could not be read as a notebook is reported as could not be graded,
     with the reason, by every run until another file is received for it (``logs/unreadable.json``,
     not only by the run that repaired it)."""

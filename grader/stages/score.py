@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import csv
 
-from .. import store
+from ..ledger import store
 from ..batch import Batch, read_gradebook
 
 

@@ -1,18 +1,20 @@
-"""The ``scoring`` stage: the trusted scores of the handed-back outputs (:mod:`grader.scores`), and
+"""The ``scoring`` stage: the trusted scores of the handed-back outputs (:mod:`grader.scoring.scores`), and
 only then the record of what is graded."""
 from __future__ import annotations
 
-from .. import inplace, scores, store
+from ..intake import inplace
+from ..scoring import scores
+from ..ledger import store
 from ..batch import Batch
 from .collect import graded_pairs
 
 
 def trusted_scoring(b: Batch) -> None:
-    """:func:`grader.scores.scoring_stage`; only then are the submissions recorded as graded
+    """:func:`grader.scoring.scores.scoring_stage`; only then are the submissions recorded as graded
     (``logs/graded.json``): a run stopped between autograde and scoring leaves them to the
     rerun, which grades them again (a red-team instructor's Ctrl-C there once left a correct
     submission at the kernel's 0 for good)."""
-    from ..handgrades import forget
+    from ..ledger.handgrades import forget
 
     scores.scoring_stage(b)
     out = b.run.autograde

@@ -13,7 +13,7 @@ A student function that raises, loops, returns the wrong kind/shape/dtype, retur
 modifies its input gets a clear message; the checker itself never raises because of it.
 
 Each checker runs its public battery, or the battery it is given (``cases=``: grading hands in
-the one it draws for its run, ``grader/batteries.py``). Every battery draws from a generator of
+the one it draws for its run, ``grader/scoring/batteries.py``). Every battery draws from a generator of
 its own (:func:`~normref.checks.core.seeded_randn`, :func:`~normref.checks.core.seeded_module`),
 never from torch's or numpy's global RNG, so checks in several threads at once do not meet.
 

@@ -162,7 +162,7 @@ def _build_block(case: str, block_cls):
 #: The own-submodules case's diagnosis when no wiring case named a miswiring: that case is diagnosed
 #: by what the wiring cases, with the checker's known submodules, found. Grading replays only the
 #: calls the kernel made (the reference wiring over the student's submodules,
-#: ``grader.replay.ReplayClass``), so the other wirings a search of fault models would try cannot
+#: ``grader.scoring.replay.ReplayClass``), so the other wirings a search of fault models would try cannot
 #: be run there: the self-check says what grading can say, whatever its own kernel could run.
 OWN_WIRING = ("with your own submodules the output is not h + mlp(post_attention_layernorm(h)), h = x + "
               "self_attn(input_layernorm(x)); the wiring cases name what differs.")

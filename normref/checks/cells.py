@@ -1,7 +1,7 @@
 """The notebook cells a checked answer comes from, and what the tamper scan
 (:func:`normref.tamper.scan`) finds in them: one function, :func:`question_findings`, which the
 self-check runs on the cells its kernel executed (IPython's ``In``, in the order they ran) and
-grading runs on the autograded notebook's cells (``grader.scores``), so both name the same
+grading runs on the autograded notebook's cells (``grader.scoring.scores``), so both name the same
 cells, lines and findings.
 
 Which cells: the cell that runs the check (when it is not a locked cell), and, walking back

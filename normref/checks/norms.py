@@ -278,7 +278,7 @@ def check_rms_norm(fn: Callable, backend: str = "torch", quick: bool = False, *,
             bfloat16). Messages use that backend's words.
         quick: run only the seed's two cases, ``(1, 2, 3)`` and ``[2, 3, 8]`` (a fast self-check).
         cases: the :class:`NormCase` battery to run instead of the public one (``None``), e.g. the
-            one grading draws for its run (``grader/batteries.py``), arrays of ``backend``'s kind.
+            one grading draws for its run (``grader/scoring/batteries.py``), arrays of ``backend``'s kind.
 
     Returns:
         :class:`CheckResult`; ``.score`` is the fraction of cases passed. Diagnoses

@@ -4,7 +4,7 @@
 case, whether it passed, its fault kind, message and variant, and the student's output as
 float64 numbers (``got``; None where it could not be compared) with the checker's tolerance.
 The grader makes it in its own process, from the outputs the kernel handed back
-(:func:`grader.scores.score_notebook`), and keeps it in the autograded notebook; no student
+(:func:`grader.scoring.scores.score_notebook`), and keeps it in the autograded notebook; no student
 code runs for it. :func:`agree` tells whether two records computed the same thing.
 """
 from __future__ import annotations

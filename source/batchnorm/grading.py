@@ -7,8 +7,8 @@ values come from ``torch.nn.functional.batch_norm`` on the real tokens.
 :func:`batch_norm_reference` is the answer written out by hand: the lessons do not need it, so it
 lives here, on the grader's side; the tests check it against the checker's expected values.
 """
-from grader.batteries import pick
-from grader.questions import Assignment, battery, checker, visible
+from grader.scoring.batteries import pick
+from grader.scoring.questions import Assignment, battery, checker, visible
 
 from .batchnorm_check import REFERENCE, BatchNormCase, check_batch_norm
 

@@ -4,11 +4,11 @@ anew for every grading run; the warm-up question is graded by hand.
 
 A class question's kernel performs a plan the grader decides (:func:`module_plan`,
 :func:`block_plan`; :func:`normref.plan.run_plan`) and hands back its record, which the
-checker judges (:class:`grader.replay.ReplayClass`).
+checker judges (:class:`grader.scoring.replay.ReplayClass`).
 """
 
-from grader.batteries import FLOAT16_OVERFLOW_VALUES, draw_token, pick
-from grader.questions import Assignment, battery, checker, visible
+from grader.scoring.batteries import FLOAT16_OVERFLOW_VALUES, draw_token, pick
+from grader.scoring.questions import Assignment, battery, checker, visible
 from normref.rules import BLOCK_REFERENCE, NORM_REFERENCE, PLACEMENT_REFERENCE
 
 

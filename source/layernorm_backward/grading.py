@@ -4,8 +4,8 @@ against the analytic backward of :mod:`.reference` (the assignment's answer: nev
 the student's self-check measures its expected gradients through the forward instead)."""
 import numpy as np
 
-from grader.batteries import draw_token, pick
-from grader.questions import Assignment, Question, visible
+from grader.scoring.batteries import draw_token, pick
+from grader.scoring.questions import Assignment, Question, visible
 from normref.rules import BACKWARD_REFERENCE
 
 from .reference import layer_norm_backward  # also registers the backward's search grammar

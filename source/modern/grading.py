@@ -3,14 +3,14 @@ visible check and a battery drawn anew for every grading run (the kinds of case 
 :mod:`normref.checks.modern` with new numbers: a small token of the seed's kind, ``[B, T, D]``,
 ``B = T = D``, float16, bfloat16, each object the course's own class); the question on Peri-LN's
 bound is graded by hand."""
-from grader.questions import Assignment, battery, checker, visible
+from grader.scoring.questions import Assignment, battery, checker, visible
 from normref.rules import DYT_REFERENCE, PERI_REFERENCE, QK_REFERENCE
 
 
 def _tools(g):
     import torch
 
-    from grader.batteries import draw_token, pick
+    from grader.scoring.batteries import draw_token, pick
 
     def rnd(*shape, scale=1.0, shift=0.0):
         return torch.randn(*shape, generator=g) * scale + shift

@@ -2,7 +2,7 @@
 checked by its :mod:`normref.answers` checker with the setting the notebook's visible check
 passes (the graded questions' own numbers, not the lessons' worked ones); the written
 explanation is graded by hand."""
-from grader.questions import Assignment, short_answer
+from grader.scoring.questions import Assignment, short_answer
 
 ASSIGNMENT = Assignment("practice", (
     short_answer("practice_mean_var", "check_mean_var", x=(1, 3, 5, 7)),

@@ -35,7 +35,7 @@ _SPECIFIC = ("other_formula", "measured", "found_variant")
 
 
 def check(question: str, answer):
-    from grader.questions import assignment_module
+    from grader.scoring.questions import assignment_module
 
     assignment_module("layernorm_backward", "reference")  # grading's backward grammar
     from normref import checks
@@ -46,7 +46,7 @@ def check(question: str, answer):
 
 def graded(question: str, answer):
     """The checker as grading runs it: the kernel makes the recorded calls, the grader replays."""
-    from grader.replay import Replay
+    from grader.scoring.replay import Replay
     from normref import checks
     from normref.handback import probe, run_calls
 

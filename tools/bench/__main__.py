@@ -25,7 +25,7 @@ from .base import course_copy as _course_copy
 from .base import sequential_nbgrader
 from grader.demo.answer_bank import ANSWERS
 from grader.demo import demo_class, fill_answers, write_demo_submissions
-from grader.engine import default_jobs
+from grader.autograde.engine import default_jobs
 from grader.pipeline import REPO_ROOT, grade_class
 
 
@@ -157,7 +157,7 @@ def _private_postgres(stack: contextlib.ExitStack) -> str | None:
 def _fresh_database(url: str, i: int, own: bool) -> str:
     """A database of its own for row ``i`` on our private server; the given one, reset, otherwise."""
     if not own:
-        from grader.database import reset
+        from grader.ledger.database import reset
 
         reset(url)
         return url
@@ -177,7 +177,7 @@ def diagnosis_bench() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
     from diagnosis_coverage import CHECKERS, coverage
 
-    from grader.questions import assignment_module
+    from grader.scoring.questions import assignment_module
 
     assignment_module("layernorm_backward", "reference")  # the backward's grammar is the grader's
 

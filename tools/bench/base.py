@@ -11,10 +11,10 @@ from pathlib import Path
 
 from normref.handback_files import HANDBACK_ENV
 
-from grader.course import CONFIG, GRADES_CSV, REPO_ROOT, nbgrader_env
+from grader.ledger.course import CONFIG, GRADES_CSV, REPO_ROOT, nbgrader_env
 from grader.demo import apply_due_dates, write_demo_submissions
 from grader.pipeline import list_assignments
-from grader.scoring import prepare_inputs
+from grader.scoring.inputs import prepare_inputs
 
 
 def course_copy(dst: Path) -> Path:

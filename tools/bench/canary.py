@@ -1,4 +1,4 @@
-"""What the canary costs (grader/canary.py): the demo pipeline twice in one cgroup v1 ``cpuacct``
+"""What the canary costs (grader/stages/canary.py): the demo pipeline twice in one cgroup v1 ``cpuacct``
 group of its own (this process, its Dask workers, zygotes and kernels), three times: first
 (generate and the canary), then with the canary's pass cached, then with it run again; and the
 canary's own CPU, read at its start and
@@ -16,7 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from grader import canary, pipeline, sandbox
+from grader.stages import canary
+from grader import pipeline
+from grader.kernel import sandbox
 from tools.bench.warm import CpuAccount
 from grader.demo import demo_course
 

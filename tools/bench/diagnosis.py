@@ -75,7 +75,7 @@ def main() -> None:
 
 
 def cpu_graded(question, code, n):
-    from grader.replay import Replay
+    from grader.scoring.replay import Replay
     from normref import checks
     from normref.handback import probe, run_calls
 

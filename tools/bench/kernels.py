@@ -90,7 +90,7 @@ def _tree_cpu(pid: int) -> float:
 def _kernelspec(dest: Path, sandboxed: bool) -> str:
     """A kernelspec that starts the course's grading kernel inside the meter's cgroup
     (``$NORMREF_BENCH_CGROUP``): a shell writes its pid there, then becomes the kernel."""
-    from grader.sandbox import KERNEL_NAME, write_kernelspec
+    from grader.kernel.sandbox import KERNEL_NAME, write_kernelspec
 
     name = "normref-bench"
     kdir = dest / "kernels" / name
@@ -185,10 +185,10 @@ def _print(line: str) -> None:
 
 def _course_copy(td: Path) -> tuple[Path, object, Path]:
     """A copy of the course's config, sources and releases under ``td``: its root, its
-    :class:`grader.apps.Course`, and the graded inputs of its hidden tests."""
-    from grader.apps import Course
-    from grader.course import CONFIG, REPO_ROOT, CourseTree
-    from grader.scoring import prepare_inputs
+    :class:`grader.ledger.apps.Course`, and the graded inputs of its hidden tests."""
+    from grader.ledger.apps import Course
+    from grader.ledger.course import CONFIG, REPO_ROOT, CourseTree
+    from grader.scoring.inputs import prepare_inputs
 
     root = td / "course"
     root.mkdir()
@@ -229,7 +229,7 @@ def kernel_rows(reps: int = 3, assignments: list[str] | None = None, log=_print)
     """Print, per assignment, the median core-seconds (and wall seconds) of each phase of one
     graded correct notebook, before and after, over ``reps`` runs each (interleaved). Returns
     ``{(assignment, "before"|"after"): {phase: median CPU s}}``."""
-    from grader import sandbox
+    from grader.kernel import sandbox
 
     out: dict = {}
     with tempfile.TemporaryDirectory(prefix="kernel-bench-") as td:

@@ -1,5 +1,5 @@
 """``make bench``'s warm-kernel rows (issue 25): what a graded notebook costs with warm kernels
-(:mod:`grader.warm`) and with fresh ones, from the same run.
+(:mod:`grader.kernel.warm`) and with fresh ones, from the same run.
 
 CPU is the cgroup v1 ``cpuacct`` usage of this process's whole tree (it, the Dask workers or
 ``nbgrader autograde`` processes, the zygotes, sandboxes and kernels), read at the autograde
@@ -22,12 +22,12 @@ import threading
 import time
 from pathlib import Path
 
-from grader import sandbox, warm
+from grader.kernel import sandbox, warm
 from .base import course_copy, sequential_nbgrader
 from grader.demo import write_demo_submissions
 from grader.demo.answer_bank import ANSWERS
-from grader.course import CONFIG
-from grader.engine import default_jobs
+from grader.ledger.course import CONFIG
+from grader.autograde.engine import default_jobs
 from grader.pipeline import REPO_ROOT, grade_class
 
 CPUACCT = Path("/sys/fs/cgroup/cpuacct")
@@ -106,17 +106,17 @@ def _kinds(procs: dict[int, tuple[int, list[bytes], int]]) -> dict[int, str]:
 
     out = {}
     for pid, (ppid, cmd, levels) in procs.items():
-        if script(pid).endswith(b"grader/zygote.py"):
+        if script(pid).endswith(b"grader/kernel/zygote.py"):
             if levels > 1:
                 out[pid] = "warm kernel"
-            elif script(ppid).endswith(b"grader/zygote.py"):
+            elif script(ppid).endswith(b"grader/kernel/zygote.py"):
                 out[pid] = "zygote's child"
             else:
                 out[pid], out[ppid] = "zygote", "worker"
-        elif script(pid).endswith(b"grader/kernel_guard.py") and levels > 1:
+        elif script(pid).endswith(b"grader/kernel/kernel_guard.py") and levels > 1:
             out[pid] = "fresh kernel"
         elif cmd and cmd[0].endswith(b"bwrap") and not procs.get(ppid, (0, [b""], 1))[1][0].endswith(b"bwrap") \
-                and not script(ppid).endswith(b"grader/zygote.py"):
+                and not script(ppid).endswith(b"grader/kernel/zygote.py"):
             out.setdefault(ppid, "worker")
     return {pid: kind for pid, kind in out.items() if pid in procs}
 

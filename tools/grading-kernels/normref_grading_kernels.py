@@ -1,4 +1,4 @@
-"""The ``normref-warm`` kernel provisioner's entry point: :class:`grader.warm.WarmProvisioner`.
+"""The ``normref-warm`` kernel provisioner's entry point: :class:`grader.kernel.warm.WarmProvisioner`.
 
 jupyter_client finds a kernelspec's provisioner by entry point (group
 ``jupyter_client.kernel_provisioners``), so it must be an installed distribution's; the grader
@@ -11,7 +11,7 @@ imports from any working directory (an ``nbgrader autograde`` worker's is a cour
 
 def __getattr__(name: str):
     if name == "WarmProvisioner":
-        from grader.warm import WarmProvisioner
+        from grader.kernel.warm import WarmProvisioner
 
         return WarmProvisioner
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,526 @@
+"""The clean room: where a submission's graded calls run, apart from the kernel that ran its
+notebook, with the references absent.
+
+After nbgrader's autograde has executed a notebook (:mod:`grader.autograde.task`), the worker starts one
+clean-room process for it (:mod:`grader.kernel.cleanroom_launch`: a sandbox of its own under the kernels'
+rules, forked from the worker's zygote, else fresh), which
+
+* executes only the answer's **definitions** (:func:`definitions`), in the notebook's order: from
+  every code cell but the hidden tests, the module-level ``import``, ``def``, ``class`` and
+  assignment statements that bind a name the graded objects need, directly or through other
+  definitions (a helper function or constant in another cell of the student's is one); nothing
+  else of a cell runs (no expression statement, loop, ``with``, ``try`` or ``if`` at module level);
+  the names each hidden test hands back (``hand_back("<grade_id>", rms_norm)``) are the
+  graded objects; each question sees the definitions of the cells above its test only, and of a
+  cell that stopped in the kernel (an error, the time limit) only those above where it stopped;
+* seals itself before any of that runs (:mod:`grader.kernel.cleanroom_seal`): the references absent;
+* performs each question's calls, drawn by the grader (:mod:`grader.scoring.inputs`), with the course's
+  own hand-back code (:mod:`grader.kernel.cleanroom_box`), and answers with their records in the
+  hand-back's wire format (:mod:`normref.wire`), an attempted reference in a call's
+  ``"references"``.
+
+The grader's own objects that a question hands the student's code (Pre-LN's norm, the block's
+swapped-in submodules) never enter the clean room: the worker runs them for it, for that unit of
+work only (:class:`Handed`). What the clean room answers becomes the one output of each code
+question's test cell in the autograded notebook (:func:`put`), after every output the kernel
+showed there in the hand-back's format is removed: :func:`grader.scoring.scores.score_notebook` reads
+it there, and nothing the kernel showed can change a code question's score (the kernel's own
+hand-backs score only the short answers). The practice assignment (short answers) has no
+clean room.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import select
+import struct
+import subprocess
+import sys
+import symtable
+import time
+import types
+from pathlib import Path
+
+#: Seconds one clean room may run in all (its start, the definitions, every question's calls).
+TIMEOUT_S = 180.0
+#: Largest message from a clean room (bytes), and most calls of the grader's objects per unit.
+MAX_FRAME = 64 * 2**20
+MAX_RPC = 20000
+_KINDS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign,
+          ast.AnnAssign, ast.AugAssign)
+
+
+class Stopped(RuntimeError):
+    """The clean room could not go on (the message says why: died, timed out, refused)."""
+
+
+# ------------------------------------------------------------------ what runs: the definitions
+
+#: Cell magics that run their cell as Python: their cell counts as if the magic were not there.
+_PYTHON_CELL_MAGICS = ("%%time", "%%timeit", "%%capture", "%%prun")
+
+
+def _source(cell_source: str) -> ast.Module | None:
+    """A cell as Python (IPython's magics and shell escapes turned into calls, as the kernel
+    does; a ``%%time`` or ``%%capture`` line dropped: the cell is Python), or None when it does
+    not parse (the kernel could not run it either)."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    from normref._syntax import parse
+
+    first, _, rest = cell_source.lstrip("\n").partition("\n")
+    if first.split(" ")[0].strip() in _PYTHON_CELL_MAGICS:
+        cell_source = "\n" * (len(cell_source) - len(cell_source.lstrip("\n")) + 1) + rest  # same line numbers
+    try:
+        return parse(TransformerManager().transform_cell(cell_source))
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _target_names(target) -> set[str]:
+    if isinstance(target, ast.Name):
+        return {target.id}
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return set().union(*(_target_names(t) for t in target.elts)) if target.elts else set()
+    if isinstance(target, ast.Starred):
+        return _target_names(target.value)
+    while isinstance(target, (ast.Attribute, ast.Subscript)):  # a change made to a needed object
+        target = target.value
+    return {target.id} if isinstance(target, ast.Name) else set()
+
+
+def _binds(node) -> set[str]:
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {"*"} if any(a.name == "*" for a in node.names) else \
+            {a.asname or a.name.split(".")[0] for a in node.names}
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    return set().union(*(_target_names(t) for t in targets))
+
+
+def _uses(source: str) -> set[str]:
+    """The global names a statement reads (when it runs, or when its functions and methods run):
+    Python's own symbol tables, so a local, a parameter or an attribute is not a global."""
+    out: set[str] = set()
+
+    def walk(table, top: bool) -> None:
+        for sym in table.get_symbols():
+            if not sym.is_referenced():
+                continue
+            if top or sym.is_global() or (table.get_type() == "class" and not sym.is_assigned()
+                                          and not sym.is_imported()):
+                out.add(sym.get_name())
+        for child in table.get_children():
+            walk(child, False)
+
+    walk(symtable.symtable(source, "<definition>", "exec"), True)
+    return out
+
+
+def _narrowed(node, needed: set[str]):
+    """An import statement with only the names that are needed (a locked cell imports checkers
+    too: those are not the answer's)."""
+    if isinstance(node, (ast.Import, ast.ImportFrom)) and not any(a.name == "*" for a in node.names):
+        keep = [a for a in node.names if (a.asname or a.name.split(".")[0]) in needed]
+        node = type(node)(**{**{f: getattr(node, f) for f in node._fields}, "names": keep})
+    return node
+
+
+def hidden_test_targets(cell_source: str, grade_id: str) -> list[str] | None:
+    """The expressions a hidden test hands back for ``grade_id`` (``["rms_norm"]``), or None."""
+    tree = _source(cell_source)
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "hand_back" \
+                and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value == grade_id:
+            return [ast.unparse(a) for a in node.args[1:]]
+    return None
+
+
+def definitions(cells: list, roots: set[str]) -> list[list[tuple[str, str]]]:
+    """Per cell of ``cells`` (``[(label, source or None for a hidden test, ran to)]``), the
+    statements the clean room executes there, ``[(label, source)]``: the module-level imports,
+    functions, classes and assignments that bind a name of ``roots`` or one a kept statement
+    reads, in order (imports narrowed to the names needed). ``ran to``: None for a cell that ran
+    to its end in the kernel, else the line where it stopped (:func:`ran_to`): only statements
+    that end before it count, as in the kernel."""
+    stmts = []  # (cell index, label, node, binds, uses)
+    for i, (label, source, stop) in enumerate(cells):
+        tree = _source(source) if source is not None else None
+        for node in tree.body if tree is not None else ():
+            if stop is not None and (node.end_lineno or node.lineno) >= stop:
+                break
+            if isinstance(node, _KINDS) and not (isinstance(node, ast.AnnAssign) and node.value is None):
+                try:
+                    stmts.append((i, label, node, _binds(node), _uses(ast.unparse(node))))
+                except (SyntaxError, ValueError):
+                    continue
+    needed, chosen = set(roots), set()
+    changed = True
+    while changed:
+        changed = False
+        for j, (_, _, _, binds, uses) in enumerate(stmts):
+            if j not in chosen and (binds & needed or "*" in binds):
+                chosen.add(j)
+                needed |= uses
+                changed = True
+    out: list[list[tuple[str, str]]] = [[] for _ in cells]
+    for j, (i, label, node, _, _) in enumerate(stmts):
+        if j in chosen:
+            out[i].append((label, ast.unparse(_narrowed(node, needed))))
+    return out
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_TOP_LINE = re.compile(r"Cell In\[\d+\], line (\d+)")
+
+
+def ran_to(cell) -> int | None:
+    """How far a code cell ran in the kernel: None when it ran to its end, else the line of its own
+    where it stopped (an error, nbgrader's time limit's interrupt, the guard's refusal: the first
+    frame of its traceback), 0 when that cannot be told (nothing of it counts)."""
+    errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+    if not errors:
+        return None
+    m = _TOP_LINE.search(_ANSI.sub("", "".join(errors[0].get("traceback") or [])))
+    return int(m.group(1)) if m else 0
+
+
+def preimports(statements: list[tuple[str, str]]) -> tuple[list[str], list[list[str]]]:
+    """What the clean room imports before it seals (no file can be read after): the modules the
+    statements import anywhere, and ``[module, name]`` of their ``from module import name``."""
+    modules, names = [], []
+    for _, src in statements:
+        for node in ast.walk(ast.parse(src)):
+            if isinstance(node, ast.Import):
+                modules += [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules.append(node.module)
+                names += [[node.module, a.name] for a in node.names if a.name != "*"]
+    return list(dict.fromkeys(modules)), names
+
+
+# ------------------------------------------------------------------ the grader's objects, run here
+
+def _simple(v, depth: int = 0) -> bool:
+    from normref._torch import is_tensor
+
+    if v is None or isinstance(v, (bool, int, float, str)) or is_tensor(v):
+        return True
+    return isinstance(v, tuple) and depth < 2 and len(v) <= 16 and all(_simple(x, depth + 1) for x in v)
+
+
+class Handed:
+    """The grader's objects handed to the student's code in one unit of work: each replaced, in
+    what the clean room is sent, by a description (its tensors and settings, a token), and run
+    here when the clean room calls it (:meth:`serve`). A token is good for its unit only."""
+
+    def __init__(self):
+        self.objects: dict[str, object] = {}
+        self.calls = 0
+
+    def begin(self) -> None:
+        self.objects.clear()
+        self.calls = 0
+
+    def marker(self, obj) -> types.SimpleNamespace:
+        from torch import nn
+
+        token = f"h{len(self.objects)}-{os.urandom(4).hex()}"
+        self.objects[token] = obj
+        module = isinstance(obj, nn.Module)
+        return types.SimpleNamespace(
+            normref_handed=token, module=module, type_name=type(obj).__name__[:80],
+            params={n: p.detach().clone() for n, p in obj.named_parameters(recurse=False)} if module else {},
+            buffers={n: b.clone() for n, b in obj.named_buffers(recurse=False)} if module else {},
+            children={n: self.marker(c) for n, c in obj.named_children()} if module else {},
+            attrs={k: v for k, v in vars(obj).items() if not k.startswith("_") and _simple(v)})
+
+    def replace(self, args, kwargs):
+        from normref.recorder import grader_objects
+
+        theirs = {id(o) for o in grader_objects(args, kwargs)}
+        return (tuple(self.marker(a) if id(a) in theirs else a for a in args),
+                {k: self.marker(v) if id(v) in theirs else v for k, v in kwargs.items()})
+
+    def serve(self, msg: dict) -> dict:
+        """One call the clean room makes of a grader's object: ``{"rpc_out"}`` or ``{"rpc_raised"}``."""
+        import torch
+
+        from normref.calling import call_with_timeout
+        from normref.wire import decode, encode, encode_exception
+
+        self.calls += 1
+        obj = self.objects.get(str(msg.get("token")))
+        if obj is None or self.calls > MAX_RPC:
+            return {"rpc_raised": ["RuntimeError", "that object of the grader's is not available here"]}
+        try:
+            args = [decode(a) for a in list(msg.get("args") or [])[:16]]
+            kwargs = {str(k): decode(v) for k, v in dict(msg.get("kwargs") or {}).items()}
+            with torch.no_grad():
+                return {"rpc_out": encode(call_with_timeout(obj, tuple(args), kwargs, 5.0))}
+        except Exception as e:  # noqa: BLE001 - the grader's object refused what it was given: as it would
+            return {"rpc_raised": encode_exception(e)}
+
+
+def units(text: str, handed: Handed) -> tuple[str, list]:
+    """The units of work of one question (its inputs ``text``): ``(kind, [begin])``, ``kind``
+    ``"function"`` (one unit: its calls; a visible check's public calls made here, with the
+    course's checker) or ``"class"`` (one unit per case of its plan); each ``begin()`` starts its
+    unit's handed objects and returns the inputs the clean room is sent."""
+    from normref import checks
+    from normref.handback import probe
+    from normref.wire import dump_inputs, load_inputs
+
+    data = load_inputs(text)
+    if data.get("kind") == "class":
+        def case_unit(case):
+            handed.begin()
+            swap = [[name, handed.marker(part)] for name, part in case.get("swap") or ()]
+            return dump_inputs({"plan": [{**case, "swap": swap}], "reference": data.get("reference")}, False)
+
+        return "class", [lambda case=case: case_unit(case) for case in data.get("plan") or []]
+    calls = data.get("calls")
+    if calls is None:
+        name, args, kwargs = data["public"]
+        calls = probe(getattr(checks, name), *args, **kwargs)
+    torch_free = not text.startswith("UEsDB")  # a torch.save archive's base64 starts so
+
+    def function_unit():
+        handed.begin()
+        sent = [(*handed.replace(a, k), g) for a, k, g in calls]
+        return dump_inputs({"calls": sent, "reference": data.get("reference")}, torch_free)
+
+    return "function", [function_unit]
+
+
+# ------------------------------------------------------------------ the process and its messages
+
+class Room:
+    """One running clean room: its process (warm: forked from the worker's zygote; fresh, always
+    for a numpy assignment's, which has no torch; or, without the sandbox, plain), the pipes to
+    it, and the deadline of everything it does."""
+
+    def __init__(self, sandboxed: bool, deadline: float, torch: bool = True):
+        self.deadline, self.warm, self.proc = deadline, None, None
+        here = Path(__file__).resolve().parent
+        if sandboxed:
+            from . import sandbox, warm
+
+            # a numpy assignment's is never warm: the zygote has torch, and that room has none
+            warm_ok = torch and sandbox.warm_unavailable() is None
+            got = warm.launch_cleanroom(dict(os.environ)) if warm_ok else None
+            if got is not None:
+                self.warm, self.to_fd, self.from_fd = got
+                self.how = "warm"
+                return
+            cmd, env = [sys.executable, str(here / "cleanroom_launch.py")], dict(os.environ)
+        else:  # --no-sandbox: the same process, sealed, without the namespaces
+            from .sandbox import sandbox_env
+
+            cmd, env = [sys.executable, str(here / "cleanroom_box.py")], sandbox_env(os.environ, nproc_rlimit=False)
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     env=env, cwd="/")
+        self.to_fd, self.from_fd = self.proc.stdin.fileno(), self.proc.stdout.fileno()
+        self.how = "fresh" if sandboxed else "unsandboxed"
+
+    def _wait(self, fd: int, write: bool) -> None:
+        left = self.deadline - time.monotonic()
+        if left <= 0 or not select.select([] if write else [fd], [fd] if write else [], [], left)[0 + write]:
+            raise Stopped(f"the clean room ran past its {TIMEOUT_S:g} s")
+
+    def send(self, msg: dict) -> None:
+        data = json.dumps(msg).encode()
+        data = struct.pack(">I", len(data)) + data
+        while data:
+            self._wait(self.to_fd, True)
+            try:
+                n = os.write(self.to_fd, data[:1 << 16])
+            except OSError:
+                raise Stopped("the clean room died") from None
+            data = data[n:]
+
+    def _read(self, n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            self._wait(self.from_fd, False)
+            chunk = os.read(self.from_fd, min(n - len(buf), 1 << 20))
+            if not chunk:
+                raise Stopped("the clean room died")
+            buf += chunk
+        return buf
+
+    def receive(self, handed: Handed | None = None) -> dict:
+        """The clean room's next answer, serving its calls of the grader's objects meanwhile."""
+        while True:
+            (n,) = struct.unpack(">I", self._read(4))
+            if n > MAX_FRAME:
+                raise Stopped("the clean room sent a message too large")
+            try:
+                msg = json.loads(self._read(n))
+            except ValueError:
+                raise Stopped("the clean room sent a message that does not read") from None
+            if not isinstance(msg, dict):
+                raise Stopped("the clean room sent a message that does not read")
+            if "rpc" not in msg:
+                return msg
+            self.send(handed.serve(msg["rpc"]) if handed is not None and isinstance(msg["rpc"], dict)
+                      else {"rpc_raised": ["RuntimeError", "no object of the grader's is handed in here"]})
+
+    def close(self) -> None:
+        if self.warm is not None:
+            self.warm.close()  # kills it (and its sandbox, with its PID 1)
+            for fd in (self.from_fd,):
+                os.close(fd)
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc.stdin.close()
+            self.proc.stdout.close()
+
+
+def _question(text: str) -> dict:
+    """What the run's inputs of one question say of it (:func:`normref.wire.load_inputs`): its
+    ``kind`` (``"function"``, ``"class"`` or ``"values"``), its rule (``reference``) and whether
+    reading them needs torch (``torch``). The worker reads the questions from the inputs alone: it
+    needs no course folder of its own (a Dask worker elsewhere)."""
+    from normref.wire import load_inputs, needs_torch
+
+    torch = needs_torch(text)
+    data = load_inputs(text)
+    return {"kind": data.get("kind", "function"), "reference": data.get("reference") or {}, "torch": torch}
+
+
+def _code_questions(nb, inputs: dict) -> dict[str, dict]:
+    """``{grade_id: _question}`` of the cells of ``nb`` that are code questions with inputs this run."""
+    out = {}
+    for cell in nb.cells:
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if cell.cell_type == "code" and gid in inputs and gid not in out:
+            q = _question(inputs[gid])
+            if q["kind"] != "values":
+                out[gid] = q
+    return out
+
+
+def _questions(nb, inputs: dict) -> list[tuple[int, str, list[str]]]:
+    """``(cell index, grade_id, targets)`` of every code question of ``nb`` with inputs this run."""
+    code = _code_questions(nb, inputs)
+    out = []
+    for i, cell in enumerate(nb.cells):
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if cell.cell_type != "code" or gid not in code:
+            continue
+        targets = hidden_test_targets(cell.source, gid)
+        if targets:
+            out.append((i, gid, targets))
+    return out
+
+
+def _setup(nb, questions, statements, torch: bool, inputs: dict) -> dict:
+    refs = [_question(inputs[gid])["reference"] for _, gid, _ in questions]
+    modules, names = preimports([s for cell in statements for s in cell])
+    return {"torch": torch, "torch_ops": torch and any(r.get("torch_names") for r in refs),
+            "normref_names": sorted({n for r in refs for n in r.get("normref_names", ())}),
+            "preimport": modules, "preimport_names": names}
+
+
+def run_notebook(nb, inputs: dict, *, sandboxed: bool = True) -> dict:
+    """Run the clean room of one autograded notebook ``nb`` (``inputs``: the run's ``{grade_id:
+    text}``) and put its records in ``nb``'s code questions' test cells (:func:`put`). Returns
+    ``{"bundles", "notes", "how", "seconds"}``; a notebook without a code question gets
+    ``{"bundles": {}}``. A notebook whose questions are all numpy ones gets a clean room
+    without torch (no torch norm, no autograd: it cannot be imported there)."""
+    t0 = time.monotonic()
+    questions = _questions(nb, inputs)
+    torch = any(_question(inputs[gid])["torch"] for _, gid, _ in questions)
+    entry: dict = {"bundles": {}, "notes": []}
+    if questions:
+        test_cells = {i for i, _, _ in questions}
+        cells = []
+        for i, cell in enumerate(nb.cells):
+            nbg = cell.get("metadata", {}).get("nbgrader", {})
+            hidden = nbg.get("grade") and not nbg.get("solution")
+            label = nbg.get("grade_id") or f"cell {i + 1}"
+            code = not hidden and i not in test_cells and cell.cell_type == "code"
+            cells.append((label, cell.source if code else None, ran_to(cell) if code else None))
+        roots = {n.id for _, _, ts in questions for t in ts for n in ast.walk(ast.parse(t, mode="eval"))
+                 if isinstance(n, ast.Name)}
+        statements = definitions(cells, roots)
+        entry = _drive(questions, statements, _setup(nb, questions, statements, torch, inputs), inputs, sandboxed,
+                       t0 + TIMEOUT_S)
+    put(nb, entry["bundles"], inputs)
+    entry["seconds"] = round(time.monotonic() - t0, 3)
+    return entry
+
+
+def put(nb, bundles: dict, inputs: dict | None = None) -> None:
+    """Every code question's test cell of ``nb`` with the kernel's outputs in the hand-back's
+    format (:data:`normref.wire.MIME`) removed (a kernel hands back no code question: one there
+    is forged), then ``bundles[grade_id]`` as its one such output (none when absent)."""
+    import nbformat
+
+    from normref.wire import MIME
+
+    if inputs is not None:
+        code = set(_code_questions(nb, inputs))
+    else:  # no inputs at hand: this repository's code questions (grader.scoring.questions)
+        from ..scoring.questions import questions
+
+        code = {gid for gid, q in questions().items() if q.kind != "values"}
+    for cell in nb.cells:
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if cell.cell_type != "code" or gid not in code:
+            continue
+        cell.outputs = [o for o in cell.get("outputs", []) if MIME not in o.get("data", {})]
+        if gid in bundles:
+            cell.outputs.append(nbformat.v4.new_output("display_data", data={
+                MIME: bundles[gid], "text/plain": f"{gid}: outputs from the grader's clean room"}))
+
+
+def _drive(questions, statements, setup: dict, inputs: dict, sandboxed: bool, deadline: float) -> dict:
+    bundles: dict = {}
+    notes: list[str] = []
+    handed = Handed()
+    room = None
+    done = 0
+    try:
+        room = Room(sandboxed, deadline, setup["torch"])
+        room.send({"setup": setup})
+        sealed = room.receive()
+        if "sealed" not in sealed:
+            raise Stopped(f"the clean room could not seal itself ({str(sealed.get('refused'))[:300]})")
+        for i, gid, targets in questions:
+            room.send({"define": [s for cell in statements[done:i] for s in cell]})
+            room.receive()
+            done = i
+            kind, begins = units(inputs[gid], handed)
+            parts: list = []
+            for begin in begins:
+                room.send({"unit": {"grade_id": gid, "kind": kind, "target": targets, "inputs": begin()}})
+                result = room.receive(handed).get("result")
+                handed.begin()
+                if not isinstance(result, dict) or "missing" in result:
+                    bundles[gid] = {"grade_id": gid, "missing": str((result or {}).get("missing", "no answer"))[:300]}
+                    break
+                got = result.get("cases" if kind == "class" else "calls")
+                if kind == "function" or isinstance(got, dict):
+                    bundles[gid] = {"grade_id": gid, "calls" if kind == "function" else "cases": got}
+                    break
+                parts += list(got or [])[:1]
+            else:
+                bundles[gid] = {"grade_id": gid, "cases": parts}
+        room.send({"end": True})
+    except Stopped as e:
+        notes.append(str(e))
+        for _, gid, _ in questions:
+            bundles.setdefault(gid, {"grade_id": gid, "missing": f"the grader's clean room stopped: {e}"})
+    finally:
+        if room is not None:
+            room.close()
+    return {"bundles": bundles, "notes": notes, "how": room.how if room is not None else None}
+
+
+__all__ = ["run_notebook", "put", "definitions", "hidden_test_targets", "preimports", "Handed", "TIMEOUT_S"]
