@@ -283,3 +283,18 @@ def test_the_kernel_launcher_can_import_the_store_by_path():
                          cwd=REPO, capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": ""})
     assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr[-2000:]
+
+
+def test_write_notebook_replaces_a_read_only_notebook_and_keeps_its_mode(tmp_path):
+    """nbgrader leaves the notebooks it autogrades read-only (444); the grader's later stages write
+    them again through the store's writer, which a user who is not root can do (the folder is
+    theirs): the content is the new notebook's, the mode is the file's earlier mode."""
+    import nbformat
+
+    path = tmp_path / "a.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")]), path)
+    path.chmod(0o444)
+    store.write_notebook(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("2")]), path)
+    assert nbformat.read(path, as_version=4).cells[0].source == "2"
+    assert path.stat().st_mode & 0o777 == 0o444
+    assert [p.name for p in tmp_path.iterdir()] == ["a.ipynb"]

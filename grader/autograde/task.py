@@ -339,6 +339,7 @@ def _clean_rooms(folder: Path, inputs: bytes, sandboxed: bool) -> dict:
     import nbformat
 
     from ..kernel import cleanroom
+    from ..ledger.store import write_notebook
 
     run_inputs = json.loads(inputs)
     out = {}
@@ -348,7 +349,7 @@ def _clean_rooms(folder: Path, inputs: bytes, sandboxed: bool) -> dict:
         except Exception:  # noqa: BLE001 - nbgrader wrote it; one that does not read is scored 0 later
             continue
         entry = cleanroom.run_notebook(nb, run_inputs, sandboxed=sandboxed)
-        nbformat.write(nb, path)
+        write_notebook(nb, path)  # nbgrader left it read-only
         out[path.name] = {k: entry.get(k) for k in ("how", "seconds", "notes")}
     return out
 

@@ -37,6 +37,7 @@ from normref.faults import METADATA_KEY, output_metadata
 from normref.wire import MIME, Shown, decode_answer, opaque
 
 from ..intake.repair import REMOVED_PREFIX
+from ..ledger.store import write_notebook
 from .replay import Replay, ReplayClass
 from .questions import questions
 from .inputs import plan_cases, run_check
@@ -336,7 +337,7 @@ def score_class(course_root: Path, pairs, seed: int, *, db_url: str | None = Non
                     if s.flags:
                         flags.setdefault((a, st), []).extend(s.flags)
                 gb.db.commit()
-                nbformat.write(nb, path)
+                write_notebook(nb, path)
     return flags
 
 
