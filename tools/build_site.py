@@ -6,8 +6,8 @@
    ``npm ci`` into ``build/site-node/`` (once; again when the lock file changes).
 2. Stage the pages in ``build/site-src/``: ``site/`` (``conf.py``, ``index.md``, the CSS), the
    lesson notebooks ``notebooks/NN_*.ipynb`` and the assignments' student versions
-   ``release/<a>/<a>.ipynb`` (never ``source/``), each assignment followed by the sources of the
-   lesson it belongs to (:data:`ASSIGNMENT_SOURCES`); MathJax into ``_static/``.
+   ``release/<a>/<a>.ipynb`` (never ``source/``; each cites its sources in its last cell, written in
+   its own folder); MathJax into ``_static/``.
 3. Sphinx (MyST-NB and the Sphinx Book Theme, ``site/conf.py``): the lessons are executed now,
    every cell, so each page shows what the lesson computes today; the launch buttons open
    ``--repo`` (the student repository, ``make student-repo``) on Binder and, with ``--hub-url``,
@@ -41,27 +41,6 @@ DEFAULT_REPO = "YOUR-ORG/lesson16-normalization"  # as README's Binder badge; ma
 MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS", "hand_back(",
            "Standard answer · compare", "Mark scheme")
 
-_ARXIV = "https://arxiv.org/abs/"
-#: Each assignment's sources: those of the lesson it belongs to (the assignments cite none).
-ASSIGNMENT_SOURCES = {
-    "layernorm": ("01 · LayerNorm", [("Ba, Kiros and Hinton 2016", "Layer Normalization", "1607.06450")]),
-    "layernorm_backward": ("01 · LayerNorm", [("Ba, Kiros and Hinton 2016", "Layer Normalization", "1607.06450")]),
-    "rmsnorm": ("02 · RMSNorm", [("Zhang and Sennrich 2019", "Root Mean Square Layer Normalization", "1910.07467")]),
-    "practice": ("00-03", [("Ba, Kiros and Hinton 2016", "Layer Normalization", "1607.06450"),
-                           ("Zhang and Sennrich 2019", "Root Mean Square Layer Normalization", "1910.07467"),
-                           ("Xiong et al. 2020", "On Layer Normalization in the Transformer Architecture",
-                            "2002.04745")]),
-    "block": ("03 · Pre-LN vs Post-LN", [("Xiong et al. 2020", "On Layer Normalization in the Transformer "
-                                                                "Architecture", "2002.04745")]),
-    "modern": ("04 · Today's LLMs", [("Kim et al. 2025", "Peri-LN: Revisiting Normalization Layer in the "
-                                                           "Transformer Architecture", "2502.02732"),
-                                      ("Henry et al. 2020", "Query-Key Normalization for Transformers", "2010.04245"),
-                                      ("Team OLMo 2024", "2 OLMo 2 Furious", "2501.00656"),
-                                      ("Zhu, Chen, He, LeCun and Liu 2025", "Transformers without Normalization",
-                                       "2503.10622")]),
-}
-
-
 class BuildError(RuntimeError):
     """The site could not be built, or would show what students must not see."""
 
@@ -90,20 +69,8 @@ def install_node(node: Path) -> Path:
     return modules
 
 
-def _sources_cell(assignment: str):
-    import nbformat
-
-    lesson, papers = ASSIGNMENT_SOURCES.get(assignment, ("", []))
-    items = "\n".join(f"- {who}, [*{title}*]({_ARXIV}{arxiv})" for who, title, arxiv in papers)
-    text = (f"## Sources\n\nThis assignment belongs to lesson {lesson}; its sources:\n\n{items}" if papers else
-            "## Sources\n\nSee the lesson this assignment belongs to.")
-    return nbformat.v4.new_markdown_cell(text)
-
-
 def stage(work: Path, modules: Path, settings: dict) -> None:
     """The pages Sphinx builds, in ``work`` (emptied first)."""
-    import nbformat
-
     if work.exists():
         shutil.rmtree(work)
     shutil.copytree(SITE, work, ignore=shutil.ignore_patterns("package*.json", "node_modules", "__pycache__"))
@@ -114,9 +81,7 @@ def stage(work: Path, modules: Path, settings: dict) -> None:
     for path in sorted((REPO / "release").glob("*/*.ipynb")):
         dest = work / "release" / path.relative_to(REPO / "release")
         dest.parent.mkdir(parents=True, exist_ok=True)
-        nb = nbformat.read(path, as_version=4)
-        nb.cells.append(_sources_cell(path.parent.name))
-        nbformat.write(nb, dest)
+        shutil.copy2(path, dest)  # each cites its sources in its own last cell
     mathjax = work / "_static" / "mathjax"
     mathjax.mkdir(parents=True)
     shutil.copy2(modules / "mathjax" / "es5" / "tex-svg.js", mathjax / "tex-svg.js")
