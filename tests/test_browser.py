@@ -665,7 +665,8 @@ def test_assignment_self_check_names_the_mistake_then_passes(page, lab):
     run_all(page)
     errors = error_outputs(page)
     assert len(errors) == 1 and "AssertionError: without keepdim=True" in errors[0], errors
-    quick = page.locator(f"{NOTEBOOK} .jp-CodeCell", has_text="Visible check")
+    quick = page.locator(f"{NOTEBOOK} .jp-CodeCell").filter(
+        has=page.locator(".jp-InputArea", has_text="Visible check"))
     assert "keepdim=True keeps it with length 1" in quick.locator(".jp-OutputArea").inner_text()
     quick.scroll_into_view_if_needed()
     shot(page, "quick-check-diagnosis")
@@ -683,7 +684,9 @@ def test_assignment_self_check_names_the_mistake_then_passes(page, lab):
     outputs = page.locator(f"{NOTEBOOK} .jp-OutputArea-output").all_inner_texts()
     passed = [o for o in outputs if re.search(r"rms_norm: (\d+)/\1 cases passed \(score 1\.00\)", o)]
     assert len(passed) >= 2, outputs  # the visible quick check and the full battery
-    passed_cell = page.locator(f"{NOTEBOOK} .jp-CodeCell", has_text="Full battery")
+    # by its source: has_text ignores case, and the visible check's output names "the full battery"
+    passed_cell = page.locator(f"{NOTEBOOK} .jp-CodeCell").filter(
+        has=page.locator(".jp-InputArea", has_text="Full battery"))
     passed_cell.scroll_into_view_if_needed()
     shot(page, "self-check")
 
