@@ -229,6 +229,69 @@ def test_in_the_clean_room_the_references_are_absent_whatever_reaches_for_them(b
     assert "NORMREF_SCRATCH_ROOT" not in seen and "JUPYTER_PATH" not in seen and "HOSTNAME" not in seen
 
 
+def test_the_students_own_modules_handed_in_run_in_the_clean_room_after_its_seal(bubblewrap, tmp_path, monkeypatch):
+    """A module of the student's own beside the notebook is imported in the clean room as in the
+    kernel (the answer cell ``from helpers import rms_norm``; a start-up file the answer imports
+    for what it defines): an honest one earns full marks; one that calls the reference is seen
+    doing it (it runs after the seal); one named like an installed module is not served (the
+    kernel searches the folder last: ``torch.py`` is never the student's)."""
+    for var in sandbox.SINGLE_THREAD_VARS:
+        monkeypatch.setenv(var, "1")
+    monkeypatch.setenv(sandbox.WARM_SWITCH, "0")
+    correct = ("import torch\ndef rms_norm(x, weight, eps=1e-6):\n    h = x.float()\n"
+               "    return (h * torch.rsqrt(h.pow(2).mean(dim=-1, keepdim=True) + eps) * weight).to(x.dtype)\n")
+    (tmp_path / "helpers.py").write_text(correct)
+    (tmp_path / "cheat.py").write_text("import torch.nn.functional as F\n"
+                                       "def rms_norm(x, weight, eps=1e-6):\n"
+                                       "    return F.rms_norm(x, (x.shape[-1],), weight, eps)\n")
+    (tmp_path / "startup.py").write_text("import builtins\nexec(" + repr(correct) + ", builtins.__dict__)\n")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("from .impl import rms_norm\n")
+    (tmp_path / "pkg" / "impl.py").write_text(correct)
+    (tmp_path / "torch.py").write_text("raise SystemExit('not the real torch')\n")
+    (tmp_path / "loose").mkdir()
+    (tmp_path / "loose" / "mod.py").write_text("x = 1\n")  # no __init__.py: not a package the kernel imports
+    own = cleanroom.own_modules(tmp_path)
+    assert sorted(own) == ["cheat", "helpers", "pkg", "pkg.impl", "startup", "torch"]
+    assert own["pkg"][1] is True and own["helpers"] == [correct, False]
+    # the import of an own module is a definition, whole, though it binds no name the answer needs
+    got = [[src for _, src in cell] for cell in cleanroom.definitions(
+        _cells("import startup, numpy\nimport os\n", "from helpers import rms_norm, other\n"), {"rms_norm"},
+        frozenset({"startup", "helpers"}))]
+    assert got == [["import startup, numpy"], ["from helpers import rms_norm, other"]]
+
+    gid = "rms_norm_battery"
+    # one room: each answer by a name of its own (the start-up file's rms_norm is a builtin)
+    answers = {"via_helpers": "from helpers import rms_norm as via_helpers",
+               "via_cheat": "from cheat import rms_norm as via_cheat", "rms_norm": "import startup",
+               "via_pkg": "from pkg import rms_norm as via_pkg"}
+    statements = [[(name, answer) for name, answer in answers.items()]]
+    out = {}
+    room = cleanroom.Room(True, time.monotonic() + 120)
+    try:
+        setup = cleanroom._setup(None, [(0, gid, list(answers))], statements, True,
+                                 {gid: question_inputs(gid, SEED)}, own)
+        assert "helpers" not in setup["preimport"] and "torch" in setup["preimport"]
+        room.send({"setup": setup})
+        assert "sealed" in room.receive()
+        room.send({"define": statements[0]})
+        assert [d for d in room.receive()["defined"] if d[1]] == []
+        for name in answers:
+            handed = cleanroom.Handed()
+            kind, begins = cleanroom.units(question_inputs(gid, SEED), handed)
+            room.send({"unit": {"grade_id": gid, "kind": kind, "target": [name], "inputs": begins[0]()}})
+            calls = room.receive(handed)["result"]["calls"]
+            cell = nbformat.v4.new_code_cell(metadata={"nbgrader": {"grade_id": gid}})
+            cell.outputs = [nbformat.v4.new_output("display_data", data={MIME: {"grade_id": gid, "calls": calls}})]
+            out[name] = (4 * score_notebook(nbformat.v4.new_notebook(cells=[cell]), SEED)[gid].fraction,
+                         sorted({w for c in calls for w in c.get("references", [])}))
+        room.send({"end": True})
+    finally:
+        room.close()
+    assert out == {"via_helpers": (4.0, []), "rms_norm": (4.0, []), "via_pkg": (4.0, []),
+                   "via_cheat": (0.0, ["calls torch's rms_norm"])}, out
+
+
 def test_a_kernel_output_in_a_code_questions_test_cell_is_never_scored():
     """What a kernel shows in a code question's test cell in the hand-back's format (a forged
     set of outputs, say) is removed; the clean room's is the cell's one hand-back."""

@@ -348,7 +348,7 @@ def _clean_rooms(folder: Path, inputs: bytes, sandboxed: bool) -> dict:
             nb = nbformat.read(path, as_version=4)
         except Exception:  # noqa: BLE001 - nbgrader wrote it; one that does not read is scored 0 later
             continue
-        entry = cleanroom.run_notebook(nb, run_inputs, sandboxed=sandboxed)
+        entry = cleanroom.run_notebook(nb, run_inputs, sandboxed=sandboxed, folder=folder)
         write_notebook(nb, path)  # nbgrader left it read-only
         out[path.name] = {k: entry.get(k) for k in ("how", "seconds", "notes")}
     return out

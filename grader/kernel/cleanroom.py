@@ -139,13 +139,22 @@ def hidden_test_targets(cell_source: str, grade_id: str) -> list[str] | None:
     return None
 
 
-def definitions(cells: list, roots: set[str]) -> list[list[tuple[str, str]]]:
+def _imports_own(node, own: frozenset[str]) -> bool:
+    """Whether ``node`` imports one of the student's own modules (``own``: top-level names)."""
+    if isinstance(node, ast.Import):
+        return any(a.name.split(".")[0] in own for a in node.names)
+    return isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] in own
+
+
+def definitions(cells: list, roots: set[str], own: frozenset[str] = frozenset()) -> list[list[tuple[str, str]]]:
     """Per cell of ``cells`` (``[(label, source or None for a hidden test, ran to)]``), the
     statements the clean room executes there, ``[(label, source)]``: the module-level imports,
     functions, classes and assignments that bind a name of ``roots`` or one a kept statement
-    reads, in order (imports narrowed to the names needed). ``ran to``: None for a cell that ran
-    to its end in the kernel, else the line where it stopped (:func:`ran_to`): only statements
-    that end before it count, as in the kernel."""
+    reads, in order (imports narrowed to the names needed), and every import of one of the
+    student's own modules handed in beside the notebook (``own``, top-level names: importing one
+    runs the student's code, which may define what the answer needs, as in the kernel). ``ran
+    to``: None for a cell that ran to its end in the kernel, else the line where it stopped
+    (:func:`ran_to`): only statements that end before it count, as in the kernel."""
     stmts = []  # (cell index, label, node, binds, uses)
     for i, (label, source, stop) in enumerate(cells):
         tree = _source(source) if source is not None else None
@@ -157,7 +166,10 @@ def definitions(cells: list, roots: set[str]) -> list[list[tuple[str, str]]]:
                     stmts.append((i, label, node, _binds(node), _uses(ast.unparse(node))))
                 except (SyntaxError, ValueError):
                     continue
-    needed, chosen = set(roots), set()
+    needed = set(roots)
+    chosen = {j for j, (_, _, node, _, _) in enumerate(stmts) if _imports_own(node, own)}
+    for j in chosen:
+        needed |= stmts[j][4]
     changed = True
     while changed:
         changed = False
@@ -169,7 +181,7 @@ def definitions(cells: list, roots: set[str]) -> list[list[tuple[str, str]]]:
     out: list[list[tuple[str, str]]] = [[] for _ in cells]
     for j, (i, label, node, _, _) in enumerate(stmts):
         if j in chosen:
-            out[i].append((label, ast.unparse(_narrowed(node, needed))))
+            out[i].append((label, ast.unparse(node if _imports_own(node, own) else _narrowed(node, needed))))
     return out
 
 
@@ -419,20 +431,73 @@ def _questions(nb, inputs: dict) -> list[tuple[int, str, list[str]]]:
     return out
 
 
-def _setup(nb, questions, statements, torch: bool, inputs: dict) -> dict:
+#: The student's own Python modules handed in beside a notebook that a clean room is sent: at most
+#: this many files, each at most this many bytes, this many in all (one left out: importing it fails
+#: there, as a module too large to hand in would).
+OWN_MODULES_MAX, OWN_MODULE_BYTES, OWN_MODULES_BYTES = 64, 2**20, 8 * 2**20
+
+
+def own_modules(folder: Path | None) -> dict[str, list]:
+    """The student's own Python modules in ``folder`` (the submission's folder), as the kernel,
+    which searches that folder last, could import them: ``{module name: [source, is_package]}``
+    (``helpers.py`` -> ``helpers``; ``pkg/__init__.py`` -> ``pkg``, ``pkg/mod.py`` -> ``pkg.mod``).
+    Files that are not UTF-8, too large, or not named as a module are left out."""
+    out: dict[str, list] = {}
+    total = 0
+    if folder is None or not Path(folder).is_dir():
+        return out
+    for path in sorted(Path(folder).rglob("*.py")):
+        rel = path.relative_to(folder)
+        parts = list(rel.with_suffix("").parts)
+        package = parts[-1] == "__init__"
+        if package:
+            parts = parts[:-1]
+        if not parts or not all(p.isidentifier() for p in parts) or path.is_symlink() \
+                or any(not (Path(folder, *parts[:k], "__init__.py")).is_file() for k in range(1, len(parts))):
+            continue
+        try:
+            size = path.stat().st_size
+            if size > OWN_MODULE_BYTES or total + size > OWN_MODULES_BYTES:
+                continue
+            total += size
+            out[".".join(parts)] = [path.read_text(encoding="utf-8"), package]
+        except (OSError, UnicodeDecodeError):
+            continue
+        if len(out) >= OWN_MODULES_MAX:
+            break
+    return out
+
+
+def _setup(nb, questions, statements, torch: bool, inputs: dict, own: dict | None = None) -> dict:
+    import importlib.util
+
+    own = own or {}
+    # the student's modules that the room serves (an installed one of the name wins, as in the kernel)
+    tops = {t for t in {n.split(".")[0] for n in own} if t not in sys.modules and importlib.util.find_spec(t) is None}
     refs = [_question(inputs[gid])["reference"] for _, gid, _ in questions]
-    modules, names = preimports([s for cell in statements for s in cell])
+    sources = [s for cell in statements for s in cell]
+    for name, (text, _) in own.items():  # what the student's modules import, imported before the seal too
+        try:
+            ast.parse(text)
+        except (SyntaxError, ValueError):  # importing it fails in the room, as in the kernel
+            continue
+        sources.append((name, text))
+    modules, names = preimports(sources)
     return {"torch": torch, "torch_ops": torch and any(r.get("torch_names") for r in refs),
             "normref_names": sorted({n for r in refs for n in r.get("normref_names", ())}),
-            "preimport": modules, "preimport_names": names}
+            # the student's own modules run after the seal, from the setup (no file is read then)
+            "preimport": [m for m in modules if m.split(".")[0] not in tops],
+            "preimport_names": [n for n in names if n[0].split(".")[0] not in tops], "modules": own}
 
 
-def run_notebook(nb, inputs: dict, *, sandboxed: bool = True) -> dict:
+def run_notebook(nb, inputs: dict, *, sandboxed: bool = True, folder: Path | None = None) -> dict:
     """Run the clean room of one autograded notebook ``nb`` (``inputs``: the run's ``{grade_id:
     text}``) and put its records in ``nb``'s code questions' test cells (:func:`put`). Returns
     ``{"bundles", "notes", "how", "seconds"}``; a notebook without a code question gets
     ``{"bundles": {}}``. A notebook whose questions are all numpy ones gets a clean room
-    without torch (no torch norm, no autograd: it cannot be imported there)."""
+    without torch (no torch norm, no autograd: it cannot be imported there). ``folder``: the
+    submission's folder, whose Python modules (:func:`own_modules`) the room can import, after
+    its seal, as the kernel could (searched last: an installed module of the name wins)."""
     t0 = time.monotonic()
     questions = _questions(nb, inputs)
     torch = any(_question(inputs[gid])["torch"] for _, gid, _ in questions)
@@ -448,9 +513,10 @@ def run_notebook(nb, inputs: dict, *, sandboxed: bool = True) -> dict:
             cells.append((label, cell.source if code else None, ran_to(cell) if code else None))
         roots = {n.id for _, _, ts in questions for t in ts for n in ast.walk(ast.parse(t, mode="eval"))
                  if isinstance(n, ast.Name)}
-        statements = definitions(cells, roots)
-        entry = _drive(questions, statements, _setup(nb, questions, statements, torch, inputs), inputs, sandboxed,
-                       t0 + TIMEOUT_S)
+        own = own_modules(folder)
+        statements = definitions(cells, roots, frozenset(n.split(".")[0] for n in own))
+        entry = _drive(questions, statements, _setup(nb, questions, statements, torch, inputs, own), inputs,
+                       sandboxed, t0 + TIMEOUT_S)
     put(nb, entry["bundles"], inputs)
     entry["seconds"] = round(time.monotonic() - t0, 3)
     return entry
