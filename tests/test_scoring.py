@@ -405,7 +405,7 @@ def test_each_question_s_inputs_are_written_into_its_hidden_test_just_before_it_
     from normref.handback_files import HANDBACK_ENV
     from normref.wire import load_inputs
 
-    seed, path = scoring.prepare_inputs(tmp_path, seed=5, log=lambda *_: None, set_env=False)
+    seed, path = scoring.prepare_inputs(tmp_path, seed=5, log=lambda *_: None)
     inputs = json.loads(path.read_text())
     # one text per question; a drawn battery's its own
     drawn = [g for g in scoring.QUESTIONS if scoring.QUESTIONS[g].draw is not None]
@@ -461,7 +461,7 @@ def test_the_sealed_hand_back_reports_a_patched_module_and_a_thread_started_befo
 
     import normref.handback as handback
 
-    seed, path = scoring.prepare_inputs(tmp_path, seed=5, log=lambda *_: None, set_env=False)
+    seed, path = scoring.prepare_inputs(tmp_path, seed=5, log=lambda *_: None)
     inputs = json.loads(path.read_text())
     shown = []
     monkeypatch.setattr("IPython.display.display", lambda obj, raw=False: shown.append(obj[MIME]))
