@@ -343,10 +343,10 @@ def test_a_zygote_killed_mid_run_changes_no_grade(course_copy, tmp_path):
 
 
 def _is_zygote_of_this_run(proc: Path) -> bool:
-    """A zygote (``python .../grader/zygote.py FD PID``) whose worker is a process of this test."""
+    """A zygote (``python .../grader/kernel/zygote.py FD PID``) whose worker is a process of this test."""
     try:
         cmd = (proc / "cmdline").read_bytes().split(b"\0")
-        if len(cmd) < 2 or not cmd[1].endswith(b"/grader/zygote.py"):
+        if len(cmd) < 2 or not cmd[1].endswith(b"/grader/kernel/zygote.py"):
             return False
         worker = int(cmd[3])
         if _ppid(int(proc.name)) != worker:  # its forked children (one per kernel) have its command line
