@@ -72,7 +72,9 @@ WHAT = {
     "static_runtime": "TorchScript static runtime's aten::layer_norm on [x, -x]",
     "static_runtime_hidden": "batch_norm through a static-runtime layer_norm, names split into pieces",
     "subclass_nn_rmsnorm": "class RMSNorm(nn.RMSNorm)",
-    "symlink_solution": "hands in symlinks to the course's source notebook, logs/ and gradebook.db, reads them",
+    "symlink_solution": "hands in symlinks to the course's source notebook, answer bank and gradebook.db, reads them",
+    "symlink_dangling": "hands in a symlink to a file that does not exist (its notes on another disk)",
+    "symlink_dir_loop": "hands in a symlink to the course's logs/ folder",
     "token_reuse": "stashes the norm the grader hands pre_ln and uses it as its own RMSNorm",
     "type_confusion": "sends {'cases': 5} as the clean room's answer from RMSNorm.__init__",
     "honest_backward_partial": "backward with functools.partial helpers, its own finite-difference check after",
@@ -275,7 +277,10 @@ def grade(names: list[str], workdir: Path | None = None, jobs: int = 2, log=prin
         flags: list[str] = []
         _strings_about(report, r.student, flags)
         r.report_flags = sorted(set(flags))[:12]
-        if r.kind == "honest":
+        if r.possible == 0:
+            r.verdict = (f"BREACH: the run failed (rc {proc.returncode}), nobody graded" if r.kind == "attack"
+                         else f"NOT GRADED (run rc {proc.returncode})")
+        elif r.kind == "honest":
             accused = [ln for ln in r.feedback_lines if "0 points:" in ln]
             full = r.possible > 0 and abs(r.got - r.possible) < 1e-9
             r.verdict = ("ok" if full and not accused else
@@ -300,6 +305,14 @@ def table(rows: list[Row]) -> str:
     return "\n".join(out)
 
 
+def runs(names: list[str]) -> list[list[str]]:
+    """The variants graded together, then each ``solo`` one (a file ``solo`` in its folder says
+    why) in a run of its own."""
+    solo = [n for n in names if (HERE / n / "solo").exists()]
+    together = [n for n in names if n not in solo]
+    return ([together] if together else []) + [[n] for n in solo]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--only", help="comma-separated variant names (default: all)")
@@ -308,16 +321,26 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path, help="write the rows and run facts here")
     args = ap.parse_args(argv)
     names = variants(args.only.split(",") if args.only else None)
-    rows, facts = grade(names, args.workdir, args.jobs, log=lambda s: print(s, file=sys.stderr))
+    rows, all_facts = [], []
+    for i, group in enumerate(runs(names)):
+        work = args.workdir / f"run{i}" if args.workdir else None
+        if work:
+            work.mkdir(parents=True)
+        got, facts = grade(group, work, args.jobs, log=lambda s: print(s, file=sys.stderr))
+        rows += got
+        all_facts.append(facts)
+    rows.sort(key=lambda r: (r.kind, r.variant))
     print(table(rows))
     held = sum(r.verdict == "held" for r in rows if r.kind == "attack")
     ok = sum(r.verdict.startswith("ok") for r in rows if r.kind == "honest")
     print(f"\nattacks held {held}/{sum(r.kind == 'attack' for r in rows)}, honest ok "
-          f"{ok}/{sum(r.kind == 'honest' for r in rows)}; run {facts['wall_s']} s, rc {facts['rc']}, "
-          f"left running: {facts['leftover'] or 'none'}; log {facts['log']}")
+          f"{ok}/{sum(r.kind == 'honest' for r in rows)}")
+    for facts in all_facts:
+        print(f"run: {facts['wall_s']} s, rc {facts['rc']}, left running: {facts['leftover'] or 'none'}; "
+              f"log {facts['log']}")
     if args.json:
-        args.json.write_text(json.dumps({"rows": [asdict(r) for r in rows], "facts": facts}, indent=1))
-    return 0 if facts["rc"] == 0 else 1
+        args.json.write_text(json.dumps({"rows": [asdict(r) for r in rows], "runs": all_facts}, indent=1))
+    return 0 if all(f["rc"] == 0 for f in all_facts) else 1
 
 
 if __name__ == "__main__":
