@@ -14,6 +14,8 @@ import pytest
 
 from redteam import driver
 
+pytestmark = pytest.mark.slow
+
 HONEST = ["honest_decorated", "honest_numpy_helpers", "honest_scratch_reference"]
 ATTACKS = ["cat_layer_norm", "obfuscated_normref", "patch_checker", "plain_F_rms_norm", "symlink_solution"]
 #: Attacks that still earn points, with how (xfail strict: a fix makes them pass and fails this).
@@ -41,6 +43,28 @@ def test_attack_earns_no_more_than_blank(graded, variant):
     assert row.possible > 0, "the variant's questions were not graded"
     assert row.got <= row.blank, (row.per_cell, row.feedback_lines)
     assert not row.leaks, row.leaks
+
+
+#: The variants that stop the whole run they are in (each a file ``solo`` in its folder), with how.
+RUN_STOPPERS = {
+    "symlink_dangling": "intake: copying the submissions (logs/batches/.../received.*.part) follows symlinks; "
+                        "a dangling one raises shutil.Error, printed as 'error: [(src, dst, \"[Errno 2] No such "
+                        "file or directory ...\")]', rc 1, nobody graded",
+    "symlink_dir_loop": "intake: a symlink to the course's logs/ is followed into the batch folder being written "
+                        "inside it, recursing until [Errno 36] File name too long; rc 1, nobody graded",
+    "npy_membomb": "scoring: the clean room's answer, a .npy header announcing 2**50 float64, is decoded by "
+                   "np.load in the grader's process (normref/wire.py _from_npy): _ArrayMemoryError escapes "
+                   "scoring_stage, rc 1, the class's scoring stage ends with a traceback",
+}
+
+
+@pytest.mark.xfail(strict=True, reason="; ".join(f"{k}: {v}" for k, v in RUN_STOPPERS.items()))
+def test_one_students_files_never_stop_the_class(tmp_path, bubblewrap):
+    """The three run stoppers and one honest student, in one run: each stopper should cost only
+    its own student (no more than a blank), the honest one full marks."""
+    rows, facts = driver.grade([*RUN_STOPPERS, "honest_decorated"], tmp_path, jobs=1, log=lambda s: None)
+    assert facts["rc"] == 0, facts["tail"]
+    assert {r.variant: r.verdict for r in rows} == {**dict.fromkeys(RUN_STOPPERS, "held"), "honest_decorated": "ok"}
 
 
 def test_references_called_are_named(graded):
