@@ -17,9 +17,18 @@ from redteam import driver
 pytestmark = pytest.mark.slow
 
 HONEST = ["honest_decorated", "honest_numpy_helpers", "honest_scratch_reference"]
-ATTACKS = ["cat_layer_norm", "obfuscated_normref", "patch_checker", "plain_F_rms_norm", "symlink_solution"]
+ATTACKS = ["cat_layer_norm", "obfuscated_normref", "patch_checker", "plain_F_rms_norm", "static_runtime",
+           "symlink_solution"]
 #: Attacks that still earn points, with how (xfail strict: a fix makes them pass and fails this).
-BREACHES: dict[str, str] = {}
+BREACHES: dict[str, str] = {
+    "static_runtime": "TorchScript's static runtime (torch._C._jit_to_static_module of aten::layer_norm) runs "
+                      "layer_norm through its own out-variant kernel, which the clean room's seal does not replace: "
+                      "LayerNorm of [x, -x] gives RMSNorm, 5/5 points (flagged for review: torch._C)",
+    "symlink_solution": "intake copies a handed-in symlink as the file it points to: notes.txt -> "
+                        "{course}/source/rmsnorm/rmsnorm.ipynb and gradebook.db -> {course}/gradebook.db arrive in "
+                        "the kernel's /tmp/work as regular files; the answer cell prints the instructor's solution "
+                        "and hidden tests into the student's feedback (LEAKED=)",
+}
 
 
 @pytest.fixture(scope="module")
