@@ -517,3 +517,60 @@ def test_a_kernel_sees_nothing_of_the_grader(kernel_attacks, bubblewrap, tmp_pat
         assert s["environ"] == "" and s["cmdline"].split("\0")[:2] == [sandbox.BWRAP, "--args"], (mode, s["cmdline"])
         assert s["cwd"] == sandbox.SANDBOX_WORK and s["env"]["HOME"] == "/tmp/home", (mode, s["cwd"])
     assert seen["fresh"]["env"] == seen["warm"]["env"]
+
+
+def test_an_answer_of_the_clean_room_that_does_not_read_costs_its_notebook_not_the_run():
+    """What a clean room sends is the student's to forge: a ``.npy`` header announcing 2**50 values
+    (or objects) allocates nothing and is refused as a ValueError, which a score reads as the call
+    raising; a nested JSON past the parser's depth or an answer of the wrong shape stops that room
+    with what went wrong, and its questions score 0 (never the grader's process, never the class)."""
+    import base64
+    import io
+
+    import numpy as np
+
+    from normref.wire import decode
+
+    for header in ({"descr": "<f8", "fortran_order": False, "shape": (2**50,)},
+                   {"descr": "|O", "fortran_order": False, "shape": (2,)}):
+        buf = io.BytesIO()
+        np.lib.format.write_array_header_1_0(buf, header)
+        buf.write(b"\0" * 16)
+        with pytest.raises(ValueError, match="is not what the hand-back sends"):
+            decode({"t": "numpy", "npy": base64.b64encode(buf.getvalue()).decode()})
+    assert decode({"t": "numpy", "npy": base64.b64encode(_npy_bytes(np.eye(3))).decode()}).tolist() == np.eye(3).tolist()
+
+    class Forged(cleanroom.Room):  # a room whose answers are what a student's code wrote to its pipe
+        answers: list = []
+
+        def __init__(self, *a, **k):
+            self.how, self.warm, self.proc = "forged", None, None
+
+        def send(self, msg):
+            pass
+
+        def receive(self, handed=None):
+            return self.answers.pop(0)
+
+        def close(self):
+            pass
+
+    gid = "rms_module_battery"  # a class question: its answer is a list of cases, one per unit
+    Forged.answers = [{"sealed": {}}, {"defined": []}, {"result": {"cases": 5}}]
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(cleanroom, "Room", Forged)
+        got = cleanroom._drive([(0, gid, ["RMSNorm"])], [[]], {"torch": True}, {gid: question_inputs(gid, SEED)},
+                               False, time.monotonic() + 10)
+    assert got["notes"] == ["its answer did not read (TypeError: 'int' object is not iterable)"], got
+    assert got["bundles"][gid] == {"grade_id": gid, "missing": "the grader's clean room stopped: its answer did not "
+                                   "read (TypeError: 'int' object is not iterable)"}
+
+
+def _npy_bytes(a):
+    import io
+
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.save(buf, a)
+    return buf.getvalue()

@@ -61,7 +61,7 @@ def files_of(folder: Path, skip_notebooks: bool = False) -> dict[str, bytes]:
     if not folder.is_dir():
         return {}
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file() and not (skip_notebooks and p.suffix == ".ipynb")}
+            if p.is_file() and not p.is_symlink() and not (skip_notebooks and p.suffix == ".ipynb")}
 
 
 def _write_files(folder: Path, files: dict[str, bytes]) -> None:

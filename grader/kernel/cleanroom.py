@@ -372,7 +372,7 @@ class Room:
                 raise Stopped("the clean room sent a message too large")
             try:
                 msg = json.loads(self._read(n))
-            except ValueError:
+            except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
                 raise Stopped("the clean room sent a message that does not read") from None
             if not isinstance(msg, dict):
                 raise Stopped("the clean room sent a message that does not read")
@@ -579,10 +579,12 @@ def _drive(questions, statements, setup: dict, inputs: dict, sandboxed: bool, de
             else:
                 bundles[gid] = {"grade_id": gid, "cases": parts}
         room.send({"end": True})
-    except Stopped as e:
-        notes.append(str(e))
+    except Exception as e:  # noqa: BLE001 - what the room sends is the student's to forge: one that does
+        # not read (a wrong shape, a decoding error) stops the room, and costs that notebook its questions
+        why = str(e) if isinstance(e, Stopped) else f"its answer did not read ({type(e).__name__}: {str(e)[:200]})"
+        notes.append(why)
         for _, gid, _ in questions:
-            bundles.setdefault(gid, {"grade_id": gid, "missing": f"the grader's clean room stopped: {e}"})
+            bundles.setdefault(gid, {"grade_id": gid, "missing": f"the grader's clean room stopped: {why}"})
     finally:
         if room is not None:
             room.close()
