@@ -538,7 +538,8 @@ def test_an_answer_of_the_clean_room_that_does_not_read_costs_its_notebook_not_t
         buf.write(b"\0" * 16)
         with pytest.raises(ValueError, match="is not what the hand-back sends"):
             decode({"t": "numpy", "npy": base64.b64encode(buf.getvalue()).decode()})
-    assert decode({"t": "numpy", "npy": base64.b64encode(_npy_bytes(np.eye(3))).decode()}).tolist() == np.eye(3).tolist()
+    eye = base64.b64encode(_npy_bytes(np.eye(3))).decode()
+    assert decode({"t": "numpy", "npy": eye}).tolist() == np.eye(3).tolist()
 
     class Forged(cleanroom.Room):  # a room whose answers are what a student's code wrote to its pipe
         answers: list = []
