@@ -78,6 +78,22 @@ def test_the_definitions_are_what_the_graded_names_need_and_nothing_else():
     assert _defined([("c", stopped.source, 0)], {"f"}) == [[]]  # stopped, where not known: nothing
 
 
+def test_a_loop_an_if_or_a_method_call_that_makes_what_the_answer_needs_is_a_definition():
+    """An honest answer may build its table with ``TABLE.update(...)`` or a loop, or pick a value in
+    an ``if`` (the red team's honest_dtype_table lost 5/5 for it): those statements run; a print,
+    a plot and a call on a module (``torch.manual_seed(0)``: not the student's object) do not."""
+    got = _defined(_cells(
+        "import torch\nimport matplotlib.pyplot as plt\nCOMPUTE = {}\n"
+        "COMPUTE.update({torch.float16: torch.float32})\nprint(COMPUTE)\ntorch.manual_seed(0)\nplt.plot([1])\n",
+        "TABLE = {}\nfor k in range(3):\n    TABLE[k] = k * 2\nif TABLE:\n    EXTRA = 1\nelse:\n    EXTRA = 2\n"
+        "UNUSED = []\nUNUSED.append(1)\n",
+        "def f(x):\n    return COMPUTE[x] + TABLE[0] + EXTRA\n", "result = f(1)\nprint(result)\n"), {"f"})
+    assert got == [["import torch", "COMPUTE = {}", "COMPUTE.update({torch.float16: torch.float32})"],
+                   ["TABLE = {}", "for k in range(3):\n    TABLE[k] = k * 2",
+                    "if TABLE:\n    EXTRA = 1\nelse:\n    EXTRA = 2"], ["def f(x):\n    return COMPUTE[x] + TABLE[0] + EXTRA"],
+                   []]
+
+
 # ------------------------------------------------------------------ attacks, in one clean room
 
 _ATTACKS = {
