@@ -164,6 +164,24 @@ def helper(x, weight, eps=1e-6):
 def alias(x, weight, eps=1e-6):
     return normref.rms_norm(x, weight, eps)
 ''',
+    # TorchScript's static runtime: aten::layer_norm by its own out-variant kernel, past the dispatcher
+    # (LayerNorm of [x, -x] is RMSNorm of x); and a scripted function
+    "static": '''
+def static(x, weight, eps=1e-6):
+    ir = ("graph(%x : Tensor, %w : Tensor, %b : Tensor, %d : int, %eps : float):\\n"
+          "  %t : bool = prim::Constant[value=1]()\\n  %shape : int[] = prim::ListConstruct(%d)\\n"
+          "  %y : Tensor = aten::layer_norm(%x, %shape, %w, %b, %eps, %t)\\n  return (%y)\\n")
+    sm = torch._C._jit_to_static_module(torch._C.parse_ir(ir))
+    h = x.float()
+    d = h.shape[-1]
+    y = sm(torch.cat([h, -h], dim=-1).contiguous(), torch.ones(2 * d), torch.zeros(2 * d), 2 * d, float(eps))
+    return (y[..., :d] * weight).to(x.dtype)
+''',
+    "scripted": '''
+def scripted(x, weight, eps=1e-6):
+    f = torch.jit.script(lambda t: t)
+    return f(x)
+''',
     # what the process can learn of the grader: its environment, PID 1's
     "snoop": '''
 def snoop(x, weight, eps=1e-6):
@@ -240,6 +258,8 @@ def test_in_the_clean_room_the_references_are_absent_whatever_reaches_for_them(b
     assert "Operation not permitted" in raised["reload"] and "_refs" in raised["reload"]
     assert "PermissionError [Errno 1] Operation not permitted" in raised["process"]
     assert "ctypes.dlopen is not available" in raised["native"]
+    assert "TorchScript is not available in the grader's clean room" in raised["static"], raised["static"]
+    assert "torch.jit.script: TorchScript is not available" in raised["scripted"], raised["scripted"]
     seen = raised["snoop"]
     assert "PermissionError" in seen and "NORMREF_SECRET" not in seen and "hunter2" not in seen
     assert "NORMREF_SCRATCH_ROOT" not in seen and "JUPYTER_PATH" not in seen and "HOSTNAME" not in seen
