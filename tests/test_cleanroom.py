@@ -90,8 +90,8 @@ def test_a_loop_an_if_or_a_method_call_that_makes_what_the_answer_needs_is_a_def
         "def f(x):\n    return COMPUTE[x] + TABLE[0] + EXTRA\n", "result = f(1)\nprint(result)\n"), {"f"})
     assert got == [["import torch", "COMPUTE = {}", "COMPUTE.update({torch.float16: torch.float32})"],
                    ["TABLE = {}", "for k in range(3):\n    TABLE[k] = k * 2",
-                    "if TABLE:\n    EXTRA = 1\nelse:\n    EXTRA = 2"], ["def f(x):\n    return COMPUTE[x] + TABLE[0] + EXTRA"],
-                   []]
+                    "if TABLE:\n    EXTRA = 1\nelse:\n    EXTRA = 2"],
+                   ["def f(x):\n    return COMPUTE[x] + TABLE[0] + EXTRA"], []]
 
 
 # ------------------------------------------------------------------ attacks, in one clean room
