@@ -340,7 +340,7 @@ def _clean_rooms(folder: Path, inputs: bytes, sandboxed: bool) -> dict:
     import nbformat
 
     from ..kernel import cleanroom
-    from ..ledger.store import write_notebook
+    from ..ledger.files import write_notebook
 
     run_inputs = json.loads(inputs)
     out = {}

@@ -33,6 +33,7 @@ from pathlib import Path
 from nbgrader.plugins.zipcollect import FileNameCollectorPlugin
 
 from ..ledger import store
+from ..ledger.files import copy_plain_tree
 from ..ledger.apps import Course
 from ..ledger.course import CourseTree
 from .inplace import files_hash, sort_out as sort_out_in_place
@@ -392,7 +393,7 @@ def collect(course: Course, submissions: Path, assignments: list[str]) -> Collec
         for a, st in out.pairs:
             shutil.rmtree(tree.submitted(st, a), ignore_errors=True)
             try:  # regular files and folders only: a symbolic link is never followed
-                left = store.copy_plain_tree(submissions / st / a, tree.submitted(st, a), submissions)
+                left = copy_plain_tree(submissions / st / a, tree.submitted(st, a), submissions)
                 if left:
                     out.flags.setdefault(st, []).append(f"{a}: handed in and not copied: {', '.join(left)}")
             except OSError:  # a full disk leaves no half-copied submission

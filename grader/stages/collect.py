@@ -5,7 +5,7 @@ import shutil
 from pathlib import Path
 
 from ..intake import inplace
-from ..ledger import state, store
+from ..ledger import files, state, store
 from ..ledger.apps import AppError
 from ..batch import Batch, GradingError
 from ..intake.collect import Collected, collect
@@ -161,4 +161,4 @@ def _keep_as_received(b: Batch) -> None:
         if src.is_file():
             shutil.copy2(src, part / src.name)
         else:  # as collect copies it: a symbolic link in it is not followed
-            store.copy_plain_tree(src, part / src.name)
+            files.copy_plain_tree(src, part / src.name)
