@@ -18,10 +18,12 @@ pytestmark = pytest.mark.slow
 
 HONEST = ["honest_decorated", "honest_numpy_helpers", "honest_scratch_reference",
           "honest_dtype_table"]  # a table filled by .update() at module level: 0/5 before the clean room ran it
-ATTACKS = ["cat_layer_norm", "obfuscated_normref", "patch_checker", "plain_F_rms_norm", "static_runtime",
-           "symlink_solution"]
+ATTACKS = ["always_valueerror", "cat_layer_norm", "obfuscated_normref", "patch_checker", "plain_F_rms_norm",
+           "static_runtime", "symlink_solution"]
 #: How each attack once earned points or stopped the class, and what closed it (each a class of attack):
 FIXED = {
+    "always_valueerror": "a batch_norm that always raises ValueError earned the case that expects one (0.57 of 5): "
+                         "that case first calls the same input with every token real, which must not raise",
     "static_runtime": "TorchScript's static runtime ran aten::layer_norm by its own kernel, past the seal's "
                       "dispatcher (5/5): TorchScript is absent from the clean room",
     "symlink_solution": "intake copied a handed-in symlink as the file it points to (the solution and the "
