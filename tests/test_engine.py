@@ -288,3 +288,29 @@ def test_sigterm_stops_a_process_pool_run_and_leaves_no_worker_or_kernel(tmp_pat
         run.wait()
     (record,) = [json.loads(ln) for ln in (course_copy / "logs" / "runs.jsonl").read_text().splitlines()]
     assert (record["status"], record["error"]) == ("interrupted", "SIGTERM"), record
+
+
+_OPENMP_AFTER_FORK = """
+import torch
+from grader.autograde.engine import LocalEngine
+torch.set_num_threads(2)
+a = torch.randn(1500, 1500)
+(a @ a).sum()  # this process's OpenMP thread team, before the pool forks
+def work():
+    b = torch.randn(1500, 1500)
+    return (b @ b).shape
+if __name__ == "__main__":
+    with LocalEngine(1) as engine:
+        print("worker result", tuple(engine.submit(work, key="ada").result()))
+"""
+
+
+def test_a_pool_worker_runs_torch_after_this_process_used_openmp_threads(tmp_path):
+    """A forked worker's torch op after the grader's process ran a parallel one: without one
+    thread set in the worker, libgomp waits for the parent's thread team forever (a worker was
+    seen asleep in gomp_team_barrier_wait_end, its run hung)."""
+    script = tmp_path / "omp.py"
+    script.write_text(_OPENMP_AFTER_FORK)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert out.returncode == 0 and "worker result (1500, 1500)" in out.stdout, out.stderr[-2000:]

@@ -26,6 +26,7 @@ import hashlib
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -173,6 +174,12 @@ def _worker_start(marks: str) -> None:
     for sig in (signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, _ended_by_the_pool)
+    # forked: an OpenMP thread team of this process's torch is not in the child, whose next
+    # parallel op would wait for it forever (seen: a worker asleep in gomp_team_barrier_wait_end);
+    # one thread runs no team (a worker is one of N on N cores anyway)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
 
 
 def _ended_by_the_pool(signum, _frame) -> None:
