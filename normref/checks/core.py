@@ -191,8 +191,10 @@ class CheckResult:
             return list(self.breaches)
         n_ok = sum(c.passed for c in self.cases)
         head = f"{self.name}: {n_ok}/{len(self.cases)} cases passed (score {self.score:.2f})"
+        if self.unchecked and not self.passed:  # a quick check (a visible check's): no part marks
+            head = f"{self.name}: {n_ok}/{len(self.cases)} cases passed (a visible check's point needs all of them)"
         if self.passed and self.unchecked:
-            return [head + f"; still to check (the full battery, without quick=True): "
+            return [head + f"; still to check by the full battery (its own test cell): "
                     f"{'; '.join(self.unchecked)}."]
         if self.passed:
             return [head + " - all correct."]
@@ -306,10 +308,12 @@ def fail(case: str, text: str, fault: str, max_abs=float("nan"), max_rel=float("
 
 
 def _raised(case: str, e: BaseException, keepdim_hint: bool, backend: str) -> CaseResult:
-    text = f"{type(e).__name__}: {e}" if str(e).strip() else type(e).__name__  # not "NotImplementedError:;"
+    # "; " separates the raised error from the hint (problem() keeps the hint): not inside the error
+    said = str(e).replace("; ", ", ")
+    text = f"{type(e).__name__}: {said}" if said.strip() else type(e).__name__  # not "NotImplementedError:;"
     hint, fault = msg("raises", backend), "raises"
     if isinstance(e, NotImplementedError):
-        hint = "not implemented yet: replace `raise NotImplementedError()` with your code."
+        hint = "not implemented yet: replace the `raise NotImplementedError(...)` line with your code."
     elif keepdim_hint and ("size of tensor" in str(e) or "broadcast" in str(e)):
         hint, fault = msg("missing_keepdim", backend), "missing_keepdim"
     elif keepdim_hint and isinstance(e, IndexError) and ("out of range" in str(e) or "out of bounds" in str(e)):
