@@ -123,7 +123,8 @@ BLOCK_OK = '''class PreNormBlock(nn.Module):
         self.mlp = FeedForward(dim)
 
     def forward(self, x):
-        for norm, f in ((self.input_layernorm, self.self_attn), (self.post_attention_layernorm, self.mlp)):
+        pairs = ((self.input_layernorm, self.self_attn), (self.post_attention_layernorm, self.mlp))
+        for norm, f in pairs:
             x = x + f(norm(x))
         return x
 '''
@@ -195,7 +196,8 @@ BOUND_TEXT = ('**Using the plot, explain why Peri-LN\'s residual stream stays bo
               'vector of RMS about its gamma, and the stream grows slowly and stays bounded.')
 
 # ---------------------------------------------------------------- batchnorm
-BN_OK = '''def batch_norm(x, weight, bias, running_mean, running_var, mask=None, training=True, momentum=0.1, eps=1e-5):
+BN_OK = '''def batch_norm(x, weight, bias, running_mean, running_var, mask=None, training=True,
+               momentum=0.1, eps=1e-5):
     """BatchNorm over the real tokens of x [B, T, D] (mask [B, T]: True = real); returns
     (y [B, T, D] in x's dtype, 0 at padding, new_running_mean [D], new_running_var [D])."""
     h = x.float()
@@ -215,7 +217,8 @@ BN_OK = '''def batch_norm(x, weight, bias, running_mean, running_var, mask=None,
     y = ((h - mu) * torch.rsqrt(var + eps) * weight.float() + bias.float()) * w
     return y.to(x.dtype), new_mean, new_var
 '''
-BN_PAD_IN_STATS = '''def batch_norm(x, weight, bias, running_mean, running_var, mask=None, training=True, momentum=0.1, eps=1e-5):
+BN_PAD_IN_STATS = '''def batch_norm(x, weight, bias, running_mean, running_var, mask=None, training=True,
+               momentum=0.1, eps=1e-5):
     """BatchNorm over the real tokens of x [B, T, D] (mask [B, T]: True = real); returns
     (y [B, T, D] in x's dtype, 0 at padding, new_running_mean [D], new_running_var [D])."""
     h = x.float()
@@ -236,7 +239,8 @@ BN_PAD_IN_STATS = '''def batch_norm(x, weight, bias, running_mean, running_var, 
         y = y * mask.unsqueeze(-1)
     return y.to(x.dtype), new_mean, new_var
 '''
-BN_UNBIASED = '''def batch_norm(x, weight, bias, running_mean, running_var, mask=None, training=True, momentum=0.1, eps=1e-5):
+BN_UNBIASED = '''def batch_norm(x, weight, bias, running_mean, running_var, mask=None, training=True,
+               momentum=0.1, eps=1e-5):
     """BatchNorm over the real tokens of x [B, T, D] (mask [B, T]: True = real); returns
     (y [B, T, D] in x's dtype, 0 at padding, new_running_mean [D], new_running_var [D])."""
     h = x.float()
