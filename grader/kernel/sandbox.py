@@ -44,7 +44,9 @@ import tempfile
 from pathlib import Path
 
 if not __package__:  # run by path (the kernelspec, the zygote): import the package's modules (PEP 366)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    # appended: an installed normref and grader (an editable install's folder) come first, as in the
+    # sandboxed processes, so _normref_dir() shows them the normref they import
+    sys.path.append(str(Path(__file__).resolve().parents[2]))
     __package__ = "grader.kernel"
 from ..ledger import store  # noqa: E402
 from .bwrap import env_args, head, hidden, sandbox_env as _sandbox_env  # noqa: E402
