@@ -36,6 +36,7 @@ $(STAMP): pyproject.toml $(GRADING_KERNELS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[test]"
+	@rm -rf tools/grading-kernels/build  # setuptools builds in the folder: a stale build/ would be reinstalled
 	$(if $(GRADING_KERNELS),$(BIN)/python -m pip install --quiet --no-deps --force-reinstall tools/grading-kernels)
 	@touch $(STAMP)
 

@@ -18,6 +18,7 @@ from nbgrader.converters import Autograde, GenerateAssignment, NbGraderException
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.exchange.default import ExchangeReleaseFeedback
 from nbgrader.preprocessors import ClearHiddenTests, Execute, GetGrades, NbGraderPreprocessor
+from traitlets import Unicode
 
 from normref.handback_files import HANDBACK_ENV
 
@@ -72,10 +73,12 @@ class StandardAnswers(NbGraderPreprocessor):
 _RESOURCE = "normref_handback"
 
 
-def _inputs_file() -> str | None:
-    """This run's graded inputs (``$NORMREF_HANDBACK_INPUTS``: ``logs/scoring/handback-inputs.json``,
-    written by ``grader.scoring.inputs.prepare_inputs``), or None outside ``make grade``."""
-    path = os.environ.get(HANDBACK_ENV)
+def _inputs_file(configured: str | None = None) -> str | None:
+    """This run's graded inputs (``logs/scoring/handback-inputs.json``, written by
+    ``grader.scoring.inputs.prepare_inputs``): ``configured`` (``--HandbackInputs.inputs_file``, as
+    ``make grade`` passes it), else ``$NORMREF_HANDBACK_INPUTS`` (an ``nbgrader autograde`` run by
+    hand); None outside ``make grade``."""
+    path = configured or os.environ.get(HANDBACK_ENV)
     return path if path and os.path.isfile(path) else None
 
 
@@ -129,7 +132,8 @@ class GradedByMakeGrade(NotebookExporter):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         converter = kwargs.get("parent")
-        if not isinstance(converter, Autograde) or _inputs_file():
+        if not isinstance(converter, Autograde) or \
+                _inputs_file(converter.config.get("HandbackInputs", {}).get("inputs_file")):
             return
         cd = converter.coursedir
         pattern = converter._format_source("(?P<assignment_id>.*)", "(?P<student_id>.*)", escape=True)
@@ -213,8 +217,11 @@ class HandbackInputs(NbGraderPreprocessor):
     ``make grade`` run) the notebook is left as it is.
     """
 
+    inputs_file = Unicode(None, allow_none=True, help="This run's graded inputs (logs/scoring/handback-inputs.json, "
+                          "grader.scoring.inputs.prepare_inputs); make grade passes it").tag(config=True)
+
     def preprocess(self, nb, resources):
-        path = _inputs_file()
+        path = _inputs_file(self.inputs_file)
         if path is None:
             return nb, resources
         with open(path) as f:

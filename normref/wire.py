@@ -98,9 +98,26 @@ def _npy(a: np.ndarray) -> str:
 
 
 def _from_npy(s: str) -> np.ndarray:
-    # np.load parses the header with ast.literal_eval: one thread at a time (normref._syntax)
+    """The array of ``.npy`` bytes (base64) that :func:`_npy` wrote, read only when its header
+    announces what the encoder sends (at most :data:`MAX_ELEMENTS` values, no objects) and its
+    bytes hold them: a forged header announcing petabytes allocates nothing.
+
+    Raises:
+        ValueError: not ``.npy`` bytes, or a header that is not the encoder's.
+    """
+    raw = base64.b64decode(s)
+    f = io.BytesIO(raw)
+    # the header is parsed with ast.literal_eval: one thread at a time (normref._syntax)
     with PARSE_LOCK:
-        return np.load(io.BytesIO(base64.b64decode(s)), allow_pickle=False)
+        version = np.lib.format.read_magic(f)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read(f)
+        n = 1
+        for d in shape:
+            n *= int(d)
+        if dtype.hasobject or n > MAX_ELEMENTS or n * dtype.itemsize > len(raw) - f.tell():
+            raise ValueError(f"an array of {n} values of {dtype} is not what the hand-back sends")
+        return np.load(io.BytesIO(raw), allow_pickle=False)
 
 
 def encode(obj, depth: int = 0) -> dict:

@@ -34,7 +34,6 @@ import contextlib
 import copy
 import hashlib
 import io
-import os
 import shutil
 import signal
 import subprocess
@@ -231,18 +230,11 @@ def record(course_root: Path, work: Path) -> Recording:
                 rec.names[key] = f"{names.get(st, st)} ({a})"
         stages["scoring"](b)
 
-    saved = os.environ.get(scoring.ENV)
-    try:
-        with mock.patch.object(scoring, "new_seed", lambda: seed), \
-                mock.patch.object(pipeline, "STAGES", tuple((n, keep_then_score if n == "scoring" else f)
-                                                            for n, f in pipeline.STAGES)):
-            run = pipeline.grade_class(course_root=course_root, submissions=work / "submitted", jobs=2,
-                                       engine="processes", use_sandbox=True, log=lambda *_: None)
-    finally:
-        if saved is None:
-            os.environ.pop(scoring.ENV, None)
-        else:
-            os.environ[scoring.ENV] = saved
+    with mock.patch.object(scoring, "new_seed", lambda: seed), \
+            mock.patch.object(pipeline, "STAGES", tuple((n, keep_then_score if n == "scoring" else f)
+                                                        for n, f in pipeline.STAGES)):
+        run = pipeline.grade_class(course_root=course_root, submissions=work / "submitted", jobs=2,
+                                   engine="processes", use_sandbox=True, log=lambda *_: None)
     handed_in = len(RECORDED) + len({a for a, _ in RECORDED.values()})  # and the solutions
     assert not run.autograde.failed and len(run.autograde.graded) == handed_in, run.autograde.failed
     return rec

@@ -277,6 +277,27 @@ def test_grading_replays_the_same_messages(variant):
     assert [c.message for c in g.cases] == [c.message for c in r.cases]
 
 
+def test_an_answer_that_always_refuses_earns_no_refusal_case_in_the_notebook_or_in_grading():
+    """Refusing one real token is right; refusing everything is not (the red team's
+    always_valueerror earned 0.57 of 5): the refusal case first calls the same input with every
+    token real, whatever the answer does, so grading plans that call too and says the same."""
+    from grader.scoring.replay import Replay
+    from normref.handback import probe, run_calls
+
+    chk = _chk()
+
+    def always(*args, **kwargs):
+        raise ValueError("no")
+
+    mine = chk.check_batch_norm(always)
+    graded = chk.check_batch_norm(Replay(run_calls(always, probe(chk.check_batch_norm))))
+    assert mine.score == graded.score == 0.0
+    (refusal,) = [c for c in mine.cases if "one real token" in c.name]
+    assert "also with every token real (2 of them)" in refusal.message
+    assert [c.message for c in graded.cases] == [c.message for c in mine.cases]
+    assert chk.check_batch_norm(_answer("correct")).score == 1.0
+
+
 # ------------------------------------------------------------------ the shared mechanisms, by hand
 
 

@@ -78,6 +78,22 @@ def test_the_definitions_are_what_the_graded_names_need_and_nothing_else():
     assert _defined([("c", stopped.source, 0)], {"f"}) == [[]]  # stopped, where not known: nothing
 
 
+def test_a_loop_an_if_or_a_method_call_that_makes_what_the_answer_needs_is_a_definition():
+    """An honest answer may build its table with ``TABLE.update(...)`` or a loop, or pick a value in
+    an ``if`` (the red team's honest_dtype_table lost 5/5 for it): those statements run; a print,
+    a plot and a call on a module (``torch.manual_seed(0)``: not the student's object) do not."""
+    got = _defined(_cells(
+        "import torch\nimport matplotlib.pyplot as plt\nCOMPUTE = {}\n"
+        "COMPUTE.update({torch.float16: torch.float32})\nprint(COMPUTE)\ntorch.manual_seed(0)\nplt.plot([1])\n",
+        "TABLE = {}\nfor k in range(3):\n    TABLE[k] = k * 2\nif TABLE:\n    EXTRA = 1\nelse:\n    EXTRA = 2\n"
+        "UNUSED = []\nUNUSED.append(1)\n",
+        "def f(x):\n    return COMPUTE[x] + TABLE[0] + EXTRA\n", "result = f(1)\nprint(result)\n"), {"f"})
+    assert got == [["import torch", "COMPUTE = {}", "COMPUTE.update({torch.float16: torch.float32})"],
+                   ["TABLE = {}", "for k in range(3):\n    TABLE[k] = k * 2",
+                    "if TABLE:\n    EXTRA = 1\nelse:\n    EXTRA = 2"],
+                   ["def f(x):\n    return COMPUTE[x] + TABLE[0] + EXTRA"], []]
+
+
 # ------------------------------------------------------------------ attacks, in one clean room
 
 _ATTACKS = {
@@ -147,6 +163,24 @@ def helper(x, weight, eps=1e-6):
     "alias": '''
 def alias(x, weight, eps=1e-6):
     return normref.rms_norm(x, weight, eps)
+''',
+    # TorchScript's static runtime: aten::layer_norm by its own out-variant kernel, past the dispatcher
+    # (LayerNorm of [x, -x] is RMSNorm of x); and a scripted function
+    "static": '''
+def static(x, weight, eps=1e-6):
+    ir = ("graph(%x : Tensor, %w : Tensor, %b : Tensor, %d : int, %eps : float):\\n"
+          "  %t : bool = prim::Constant[value=1]()\\n  %shape : int[] = prim::ListConstruct(%d)\\n"
+          "  %y : Tensor = aten::layer_norm(%x, %shape, %w, %b, %eps, %t)\\n  return (%y)\\n")
+    sm = torch._C._jit_to_static_module(torch._C.parse_ir(ir))
+    h = x.float()
+    d = h.shape[-1]
+    y = sm(torch.cat([h, -h], dim=-1).contiguous(), torch.ones(2 * d), torch.zeros(2 * d), 2 * d, float(eps))
+    return (y[..., :d] * weight).to(x.dtype)
+''',
+    "scripted": '''
+def scripted(x, weight, eps=1e-6):
+    f = torch.jit.script(lambda t: t)
+    return f(x)
 ''',
     # what the process can learn of the grader: its environment, PID 1's
     "snoop": '''
@@ -224,6 +258,8 @@ def test_in_the_clean_room_the_references_are_absent_whatever_reaches_for_them(b
     assert "Operation not permitted" in raised["reload"] and "_refs" in raised["reload"]
     assert "PermissionError [Errno 1] Operation not permitted" in raised["process"]
     assert "ctypes.dlopen is not available" in raised["native"]
+    assert "TorchScript is not available in the grader's clean room" in raised["static"], raised["static"]
+    assert "torch.jit.script: TorchScript is not available" in raised["scripted"], raised["scripted"]
     seen = raised["snoop"]
     assert "PermissionError" in seen and "NORMREF_SECRET" not in seen and "hunter2" not in seen
     assert "NORMREF_SCRATCH_ROOT" not in seen and "JUPYTER_PATH" not in seen and "HOSTNAME" not in seen
@@ -517,3 +553,61 @@ def test_a_kernel_sees_nothing_of_the_grader(kernel_attacks, bubblewrap, tmp_pat
         assert s["environ"] == "" and s["cmdline"].split("\0")[:2] == [sandbox.BWRAP, "--args"], (mode, s["cmdline"])
         assert s["cwd"] == sandbox.SANDBOX_WORK and s["env"]["HOME"] == "/tmp/home", (mode, s["cwd"])
     assert seen["fresh"]["env"] == seen["warm"]["env"]
+
+
+def test_an_answer_of_the_clean_room_that_does_not_read_costs_its_notebook_not_the_run():
+    """What a clean room sends is the student's to forge: a ``.npy`` header announcing 2**50 values
+    (or objects) allocates nothing and is refused as a ValueError, which a score reads as the call
+    raising; a nested JSON past the parser's depth or an answer of the wrong shape stops that room
+    with what went wrong, and its questions score 0 (never the grader's process, never the class)."""
+    import base64
+    import io
+
+    import numpy as np
+
+    from normref.wire import decode
+
+    for header in ({"descr": "<f8", "fortran_order": False, "shape": (2**50,)},
+                   {"descr": "|O", "fortran_order": False, "shape": (2,)}):
+        buf = io.BytesIO()
+        np.lib.format.write_array_header_1_0(buf, header)
+        buf.write(b"\0" * 16)
+        with pytest.raises(ValueError, match="is not what the hand-back sends"):
+            decode({"t": "numpy", "npy": base64.b64encode(buf.getvalue()).decode()})
+    eye = base64.b64encode(_npy_bytes(np.eye(3))).decode()
+    assert decode({"t": "numpy", "npy": eye}).tolist() == np.eye(3).tolist()
+
+    class Forged(cleanroom.Room):  # a room whose answers are what a student's code wrote to its pipe
+        answers: list = []
+
+        def __init__(self, *a, **k):
+            self.how, self.warm, self.proc = "forged", None, None
+
+        def send(self, msg):
+            pass
+
+        def receive(self, handed=None):
+            return self.answers.pop(0)
+
+        def close(self):
+            pass
+
+    gid = "rms_module_battery"  # a class question: its answer is a list of cases, one per unit
+    Forged.answers = [{"sealed": {}}, {"defined": []}, {"result": {"cases": 5}}]
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(cleanroom, "Room", Forged)
+        got = cleanroom._drive([(0, gid, ["RMSNorm"])], [[]], {"torch": True}, {gid: question_inputs(gid, SEED)},
+                               False, time.monotonic() + 10)
+    assert got["notes"] == ["its answer did not read (TypeError: 'int' object is not iterable)"], got
+    assert got["bundles"][gid] == {"grade_id": gid, "missing": "the grader's clean room stopped: its answer did not "
+                                   "read (TypeError: 'int' object is not iterable)"}
+
+
+def _npy_bytes(a):
+    import io
+
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.save(buf, a)
+    return buf.getvalue()

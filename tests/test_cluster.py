@@ -198,7 +198,7 @@ def test_a_task_that_crashes_its_worker_twice_is_reported_not_retried_forever(tm
     course = Course(CourseTree(root))
     course.generate_assignment("rmsnorm")
     # the run's inputs, as make grade draws them (without them nbgrader autograde refuses to run)
-    monkeypatch.setenv(ENV, str(prepare_inputs(root, log=lambda *_: None, set_env=False)[1]))
+    monkeypatch.setenv(ENV, str(prepare_inputs(root, log=lambda *_: None)[1]))
     lines = []
     got = cluster.autograde(root, ["rmsnorm"], scheduler=dask_cluster.address, task=_crash_for_chen,
                             log=lines.append)  # retried forever, it would never return

@@ -152,7 +152,7 @@ def _course_with_a_dead_kernel(root: Path) -> str:
         nbformat.write(fill_answers(release, answers), dest / release.name)
     course = Course(CourseTree(root))
     course.generate_assignment("rmsnorm")
-    os.environ[ENV] = str(prepare_inputs(root, log=lambda *_: None, set_env=False)[1])
+    os.environ[ENV] = str(prepare_inputs(root, log=lambda *_: None)[1])
     return course.api.coursedir.course_id
 
 

@@ -80,7 +80,7 @@ def inputs(tmp_path_factory):
     from grader.scoring.inputs import prepare_inputs
 
     root = tmp_path_factory.mktemp("lazy-course")
-    _, path = prepare_inputs(root, seed=20261122, log=lambda *_: None, set_env=False)
+    _, path = prepare_inputs(root, seed=20261122, log=lambda *_: None)
     return path
 
 
@@ -212,7 +212,7 @@ def test_the_kernel_is_sealed_only_to_hand_back_short_answers_and_then_without_t
 
     (give,) = [p for p in Course(course_copy).config.Autograde.autograde_preprocessors
                if p.__name__ == "HandbackInputs"]
-    _, path = prepare_inputs(course_copy, log=lambda *_: None, set_env=False)
+    _, path = prepare_inputs(course_copy, log=lambda *_: None)
     monkeypatch.setenv(HANDBACK_ENV, str(path))
     for name, a in assignments(course_copy).items():
         (src,) = sorted((course_copy / "source" / name).glob("*.ipynb"))  # its hidden tests, as autograde runs them

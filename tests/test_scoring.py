@@ -23,30 +23,23 @@ from normref.wire import MIME, decode_answer, encode_answer
 
 REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
 #: grade_id -> (assignment, the function the hidden test hands back, points)
-QUESTION_FN = {"rms_norm_battery": ("rmsnorm", "rms_norm", 4), "layer_norm_battery": ("layernorm", "layer_norm", 3),
-               "layer_norm_backward_gradcheck": ("layernorm_backward", "layer_norm_backward", 4),
-               "pre_ln_battery": ("block", "pre_ln", 2), "post_ln_battery": ("block", "post_ln", 2),
-               # the visible checks: their public cases, all or nothing
-               "rms_norm_shape": ("rmsnorm", "rms_norm", 1), "layer_norm_seed": ("layernorm", "layer_norm", 1),
-               "layer_norm_backward_seed": ("layernorm_backward", "layer_norm_backward", 1),
-               "pre_ln_quick": ("block", "pre_ln", 1), "post_ln_quick": ("block", "post_ln", 1),
-               # the modern assignment (lesson 04): functions, drawn batteries and visible checks
-               "peri_ln_battery": ("modern", "peri_ln", 2.5), "peri_ln_quick": ("modern", "peri_ln", 1),
-               "qk_logits_battery": ("modern", "qk_norm_logits", 2.5),
-               "qk_logits_quick": ("modern", "qk_norm_logits", 1),
-               "dyt_battery": ("modern", "dyt", 2.5), "dyt_quick": ("modern", "dyt", 1),
-               # classes: the hidden test hands back the record of the grader's plan
-               "rms_module_battery": ("block", "RMSNorm", 3.5), "rms_module_quick": ("block", "RMSNorm", 1),
-               "block_battery": ("block", "PreNormBlock", 2), "block_quick": ("block", "PreNormBlock", 1),
-               # short answers: the hidden test hands back the values
-               "practice_mean_var": ("practice", "mean_1357, var_1357", 1),
-               "practice_layer_norm": ("practice", "ln_1357", 1), "practice_rms": ("practice", "rms_5_12", 1),
-               "practice_subtracts_mean": ("practice", "rms_shift_changes", 1),
-               "practice_pre_ln_formula": ("practice", "pre_ln_formula", 1),
-               "practice_shape": ("practice", "norm_keeps_shape", 1), "trace_rms_shape": ("practice", "rms_shape", 1),
-               "retrieval_stats_axis": ("practice", "stats_axis", 1),
-               # an assignment whose self-check is released beside its notebook (source/batchnorm/)
-               "batch_norm_battery": ("batchnorm", "batch_norm", 4), "batch_norm_quick": ("batchnorm", "batch_norm", 1)}
+def _handed_back() -> dict[str, tuple[str, str, float]]:
+    """``{grade_id: (assignment, what its hidden test hands back, points)}`` of every question
+    graded by hand-back, read from the source notebooks (the questions' one place, beside their
+    folder's ``grading.py``): ``"rms_norm_battery": ("rmsnorm", "rms_norm", 4)``; a short answer
+    hands back its variables (``"mean_1357, var_1357"``)."""
+    out = {}
+    for nb_path in sorted(REPO.glob("source/*/*.ipynb")):
+        for c in nbformat.read(nb_path, as_version=4).cells:
+            if "hand_back(" in c.source:
+                meta = c.metadata["nbgrader"]
+                gid, _, args = c.source.split("hand_back(")[1].split(")")[0].partition(", ")
+                assert gid == f'"{meta["grade_id"]}"', (nb_path, gid)
+                out[meta["grade_id"]] = (nb_path.parent.name, args, meta["points"])
+    return out
+
+
+QUESTION_FN = _handed_back()
 DRAWN = sorted(g for g in QUESTION_FN if scoring.QUESTIONS[g].draw is not None)
 VISIBLE = sorted(g for g in QUESTION_FN if scoring.QUESTIONS[g].draw is None)
 
@@ -97,14 +90,14 @@ def trusted_points(gid: str, fn, seed: int) -> float:
 
 
 def test_the_scored_questions_are_the_hidden_tests_that_hand_back():
-    handed = {}
-    for nb_path in sorted(REPO.glob("source/*/*.ipynb")):
-        for c in nbformat.read(nb_path, as_version=4).cells:
-            if "hand_back(" in c.source:
-                handed[c.metadata["nbgrader"]["grade_id"]] = c.source.split("hand_back(")[1].split(")")[0]
-    assert set(handed) == set(scoring.QUESTIONS) == set(QUESTION_FN)
-    for gid, args in handed.items():
-        assert args == f'"{gid}", {QUESTION_FN[gid][1]}'
+    """The registry (each folder's grading.py) declares exactly the questions whose hidden tests
+    hand back, each in the assignment whose notebook holds it, and the ones everyone knows are there."""
+    assert set(QUESTION_FN) == set(scoring.QUESTIONS)
+    assert {g: scoring.QUESTIONS[g].assignment for g in QUESTION_FN} == {g: a for g, (a, _, _) in QUESTION_FN.items()}
+    assert QUESTION_FN["rms_norm_battery"] == ("rmsnorm", "rms_norm", 4)
+    assert QUESTION_FN["block_battery"] == ("block", "PreNormBlock", 2)
+    assert QUESTION_FN["practice_mean_var"] == ("practice", "mean_1357, var_1357", 1)
+    assert QUESTION_FN["batch_norm_quick"] == ("batchnorm", "batch_norm", 1)
 
 
 @pytest.mark.parametrize("gid, seed", [(g, s) for g in DRAWN for s in (11, 2026)] + [(g, 0) for g in VISIBLE])
@@ -412,7 +405,7 @@ def test_each_question_s_inputs_are_written_into_its_hidden_test_just_before_it_
     from normref.handback_files import HANDBACK_ENV
     from normref.wire import load_inputs
 
-    seed, path = scoring.prepare_inputs(tmp_path, seed=5, log=lambda *_: None, set_env=False)
+    seed, path = scoring.prepare_inputs(tmp_path, seed=5, log=lambda *_: None)
     inputs = json.loads(path.read_text())
     # one text per question; a drawn battery's its own
     drawn = [g for g in scoring.QUESTIONS if scoring.QUESTIONS[g].draw is not None]
@@ -468,7 +461,7 @@ def test_the_sealed_hand_back_reports_a_patched_module_and_a_thread_started_befo
 
     import normref.handback as handback
 
-    seed, path = scoring.prepare_inputs(tmp_path, seed=5, log=lambda *_: None, set_env=False)
+    seed, path = scoring.prepare_inputs(tmp_path, seed=5, log=lambda *_: None)
     inputs = json.loads(path.read_text())
     shown = []
     monkeypatch.setattr("IPython.display.display", lambda obj, raw=False: shown.append(obj[MIME]))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.ledger import store
+from grader.ledger import files, store
 from grader.ledger.course import CourseTree
 
 REPO = Path(__file__).resolve().parents[1]
@@ -294,7 +294,33 @@ def test_write_notebook_replaces_a_read_only_notebook_and_keeps_its_mode(tmp_pat
     path = tmp_path / "a.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")]), path)
     path.chmod(0o444)
-    store.write_notebook(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("2")]), path)
+    files.write_notebook(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("2")]), path)
     assert nbformat.read(path, as_version=4).cells[0].source == "2"
     assert path.stat().st_mode & 0o777 == 0o444
     assert [p.name for p in tmp_path.iterdir()] == ["a.ipynb"]
+
+
+def test_copy_plain_tree_copies_files_and_folders_and_never_a_link(tmp_path):
+    """A handed-in tree with links to a course file, to nothing and to a folder above it (a loop):
+    its files and folders are copied, no link is followed or copied, each is named; a submission
+    folder that is itself a link (or one above it) brings nothing."""
+    secret = tmp_path / "course" / "gradebook.db"
+    secret.parent.mkdir()
+    secret.write_text("every student's grades")
+    src = tmp_path / "in" / "ada" / "rmsnorm"
+    (src / "sub").mkdir(parents=True)
+    (src / "rmsnorm.ipynb").write_text("{}")
+    (src / "sub" / "notes.txt").write_text("mine")
+    (src / "db").symlink_to(secret)
+    (src / "gone").symlink_to(tmp_path / "nowhere")
+    (src / "sub" / "loop").symlink_to(tmp_path / "in")
+    os.mkfifo(src / "pipe")
+    left = files.copy_plain_tree(src, tmp_path / "out", tmp_path / "in")
+    assert left == ["db (a symbolic link)", "gone (a symbolic link)", "pipe (not a regular file)",
+                    "sub/loop (a symbolic link)"]
+    got = sorted(p.relative_to(tmp_path / "out").as_posix() for p in (tmp_path / "out").rglob("*"))
+    assert got == ["rmsnorm.ipynb", "sub", "sub/notes.txt"]
+    (tmp_path / "in" / "eve").symlink_to(tmp_path / "in" / "ada")
+    assert files.copy_plain_tree(tmp_path / "in" / "eve" / "rmsnorm", tmp_path / "out2", tmp_path / "in") == [
+        "eve/rmsnorm (a symbolic link, not followed)"]
+    assert list((tmp_path / "out2").iterdir()) == []

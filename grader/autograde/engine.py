@@ -37,7 +37,8 @@ from typing import Callable, Iterator
 from ..kernel import warm
 from ..ledger.course import CourseTree
 from ..ledger.course import CONFIG
-from .task import HANDBACK_ENV, assignment_definitions, files_of, grade_submission, record
+from .task import (INPUTS_FILE, SCORING_DIR, assignment_definitions, files_of, grade_submission,  # noqa: F401
+                   record)
 
 #: How many workers may die while running one task before it is given up (the pool, the
 #: embedded Dask cluster).
@@ -313,10 +314,10 @@ def _payloads(tree: CourseTree, pairs, course_id: str) -> Iterator[tuple[dict, l
     """``(assignment payload, its pairs)`` per assignment, in the pairs' order; one definition is
     copied out of the gradebook at a time, so the first tasks go out while the next is copied."""
     config = (tree.root / CONFIG).read_bytes()
-    # the run's graded inputs (grader.scoring.inputs.prepare_inputs names them in $NORMREF_HANDBACK_INPUTS),
-    # which only the autograde preprocessor reads (HandbackInputs in nbgrader_config.py)
-    inputs_file = Path(os.environ[HANDBACK_ENV]) if os.environ.get(HANDBACK_ENV) else None
-    handback_inputs = inputs_file.read_bytes() if inputs_file and inputs_file.is_file() else None
+    # the run's graded inputs (drawn by its inputs stage, grader.scoring.inputs.prepare_inputs, into the
+    # course's logs/scoring/), which only the autograde preprocessor reads (HandbackInputs in nbgrader_config.py)
+    inputs_file = tree.root / "logs" / SCORING_DIR / INPUTS_FILE
+    handback_inputs = inputs_file.read_bytes() if inputs_file.is_file() else None
     for name in dict.fromkeys(a for a, _ in pairs):
         yield ({"name": name, "config": config, "handback_inputs": handback_inputs,
                 "gradebook": assignment_definitions(tree, [name], course_id)[name],

@@ -9,8 +9,9 @@ with the instructor's machine:
   checksums and its due date), copied out of the course's configured gradebook, whatever
   database that is (:func:`assignment_definitions`); the non-notebook files of
   ``source/<assignment>/`` that nbgrader's autograde copies over the student's (never the
-  solution notebooks); this run's graded inputs (:mod:`grader.scoring.inputs`, the file
-  ``$NORMREF_HANDBACK_INPUTS`` names); and the student's
+  solution notebooks); this run's graded inputs (:mod:`grader.scoring.inputs`, the course's
+  ``logs/scoring/handback-inputs.json``; nbgrader's autograde is given it as
+  ``--HandbackInputs.inputs_file``); and the student's
   ``submitted/<student>/<assignment>/`` files (notebooks, ``timestamp.txt``);
 * **on the worker**: a scratch course folder with those files, and nbgrader's own autograde
   converter (``nbgrader.converters.Autograde``: the preprocessors of ``nbgrader autograde``)
@@ -43,7 +44,7 @@ import time
 import traceback
 from pathlib import Path
 
-from normref.handback_files import HANDBACK_ENV, INPUTS_FILE, SCORING_DIR
+from normref.handback_files import INPUTS_FILE, SCORING_DIR
 
 from ..kernel import warm
 from ..ledger.course import CONFIG, GRADEBOOK, CourseTree
@@ -60,7 +61,7 @@ def files_of(folder: Path, skip_notebooks: bool = False) -> dict[str, bytes]:
     if not folder.is_dir():
         return {}
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file() and not (skip_notebooks and p.suffix == ".ipynb")}
+            if p.is_file() and not p.is_symlink() and not (skip_notebooks and p.suffix == ".ipynb")}
 
 
 def _write_files(folder: Path, files: dict[str, bytes]) -> None:
@@ -339,7 +340,7 @@ def _clean_rooms(folder: Path, inputs: bytes, sandboxed: bool) -> dict:
     import nbformat
 
     from ..kernel import cleanroom
-    from ..ledger.store import write_notebook
+    from ..ledger.files import write_notebook
 
     run_inputs = json.loads(inputs)
     out = {}
@@ -387,9 +388,10 @@ def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
     with _LOCK, tempfile.TemporaryDirectory(prefix="grade-") as td:
         root = Path(td)
         inputs = _scratch_course(root, assignment, submission)
-        env = {**dict.fromkeys(sandbox.SINGLE_THREAD_VARS, "1"), "PYTHONWARNINGS": "ignore",
-               **({HANDBACK_ENV: str(inputs)} if assignment.get("handback_inputs") else {})}
+        env = {**dict.fromkeys(sandbox.SINGLE_THREAD_VARS, "1"), "PYTHONWARNINGS": "ignore"}
         args = list(options.get("config_args", []))
+        if assignment.get("handback_inputs"):  # the autograde preprocessor's (nbgrader_config.py), no kernel's
+            args.append(f"--HandbackInputs.inputs_file={inputs}")
         out = {"assignment": a, "student": st, "limit_flags": [], "kernels": {}, "peak_mb": None,
                "files": {}, "rows": None, "cleanroom": {}, "worker": os.uname().nodename}
         with sandbox.SandboxSession(root) if use_sandbox else contextlib.nullcontext() as sb:
@@ -421,4 +423,4 @@ def grade_submission(assignment: dict, submission: dict, options: dict) -> dict:
 
 
 __all__ = ["grade_submission", "record", "assignment_definitions", "files_of", "exception_line",
-           "HANDBACK_ENV", "NO_NOTEBOOK"]
+           "INPUTS_FILE", "SCORING_DIR", "NO_NOTEBOOK"]

@@ -33,6 +33,7 @@ from pathlib import Path
 from nbgrader.plugins.zipcollect import FileNameCollectorPlugin
 
 from ..ledger import store
+from ..ledger.files import copy_plain_tree
 from ..ledger.apps import Course
 from ..ledger.course import CourseTree
 from .inplace import files_hash, sort_out as sort_out_in_place
@@ -202,7 +203,7 @@ def _lms_files(path: Path, tmp: Path, skipped: dict[str, str]) -> list[tuple[Pat
                 if not member.is_dir():
                     put(i, zip_member_name(member), lambda m=member: zf.read(m))
     else:
-        for i, f in enumerate(sorted(p for p in path.rglob("*") if p.is_file())):
+        for i, f in enumerate(sorted(p for p in path.rglob("*") if p.is_file() and not p.is_symlink())):
             put(i, f.relative_to(path).as_posix(), f.read_bytes)
     return out
 
@@ -391,8 +392,10 @@ def collect(course: Course, submissions: Path, assignments: list[str]) -> Collec
                                          for a, st in pairs})
         for a, st in out.pairs:
             shutil.rmtree(tree.submitted(st, a), ignore_errors=True)
-            try:
-                shutil.copytree(submissions / st / a, tree.submitted(st, a))
+            try:  # regular files and folders only: a symbolic link is never followed
+                left = copy_plain_tree(submissions / st / a, tree.submitted(st, a), submissions)
+                if left:
+                    out.flags.setdefault(st, []).append(f"{a}: handed in and not copied: {', '.join(left)}")
             except OSError:  # a full disk leaves no half-copied submission
                 shutil.rmtree(tree.submitted(st, a), ignore_errors=True)
                 raise

@@ -8,9 +8,11 @@ rules, forked from the worker's zygote, else fresh), which
 * executes only the answer's **definitions** (:func:`definitions`), in the notebook's order: from
   every code cell but the hidden tests, the module-level ``import``, ``def``, ``class`` and
   assignment statements that bind a name the graded objects need, directly or through other
-  definitions (a helper function or constant in another cell of the student's is one); nothing
-  else of a cell runs (no expression statement, loop, ``with``, ``try`` or ``if`` at module level);
-  the names each hidden test hands back (``hand_back("<grade_id>", rms_norm)``) are the
+  definitions (a helper function or constant in another cell of the student's is one), and the
+  other module-level statements (a loop, an ``if``, an expression) that bind such a name or change
+  an object the student's code made under it (``TABLE.update(...)``); an import of the student's
+  own module handed in beside the notebook; nothing else of a cell runs (a ``print``, a plot, a
+  scratch computation); the names each hidden test hands back (``hand_back("<grade_id>", rms_norm)``) are the
   graded objects; each question sees the definitions of the cells above its test only, and of a
   cell that stopped in the kernel (an error, the time limit) only those above where it stopped;
 * seals itself before any of that runs (:mod:`grader.kernel.cleanroom_seal`): the references absent;
@@ -33,185 +35,26 @@ from __future__ import annotations
 import ast
 import json
 import os
-import re
 import select
 import struct
 import subprocess
 import sys
-import symtable
 import time
 import types
 from pathlib import Path
+
+# what runs: the definitions (their own module), named here too
+from .cleanroom_definitions import definitions, hidden_test_targets, preimports, ran_to  # noqa: F401
 
 #: Seconds one clean room may run in all (its start, the definitions, every question's calls).
 TIMEOUT_S = 180.0
 #: Largest message from a clean room (bytes), and most calls of the grader's objects per unit.
 MAX_FRAME = 64 * 2**20
 MAX_RPC = 20000
-_KINDS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign,
-          ast.AnnAssign, ast.AugAssign)
 
 
 class Stopped(RuntimeError):
     """The clean room could not go on (the message says why: died, timed out, refused)."""
-
-
-# ------------------------------------------------------------------ what runs: the definitions
-
-#: Cell magics that run their cell as Python: their cell counts as if the magic were not there.
-_PYTHON_CELL_MAGICS = ("%%time", "%%timeit", "%%capture", "%%prun")
-
-
-def _source(cell_source: str) -> ast.Module | None:
-    """A cell as Python (IPython's magics and shell escapes turned into calls, as the kernel
-    does; a ``%%time`` or ``%%capture`` line dropped: the cell is Python), or None when it does
-    not parse (the kernel could not run it either)."""
-    from IPython.core.inputtransformer2 import TransformerManager
-
-    from normref._syntax import parse
-
-    first, _, rest = cell_source.lstrip("\n").partition("\n")
-    if first.split(" ")[0].strip() in _PYTHON_CELL_MAGICS:
-        cell_source = "\n" * (len(cell_source) - len(cell_source.lstrip("\n")) + 1) + rest  # same line numbers
-    try:
-        return parse(TransformerManager().transform_cell(cell_source))
-    except (SyntaxError, ValueError):
-        return None
-
-
-def _target_names(target) -> set[str]:
-    if isinstance(target, ast.Name):
-        return {target.id}
-    if isinstance(target, (ast.Tuple, ast.List)):
-        return set().union(*(_target_names(t) for t in target.elts)) if target.elts else set()
-    if isinstance(target, ast.Starred):
-        return _target_names(target.value)
-    while isinstance(target, (ast.Attribute, ast.Subscript)):  # a change made to a needed object
-        target = target.value
-    return {target.id} if isinstance(target, ast.Name) else set()
-
-
-def _binds(node) -> set[str]:
-    if isinstance(node, (ast.Import, ast.ImportFrom)):
-        return {"*"} if any(a.name == "*" for a in node.names) else \
-            {a.asname or a.name.split(".")[0] for a in node.names}
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return {node.name}
-    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-    return set().union(*(_target_names(t) for t in targets))
-
-
-def _uses(source: str) -> set[str]:
-    """The global names a statement reads (when it runs, or when its functions and methods run):
-    Python's own symbol tables, so a local, a parameter or an attribute is not a global."""
-    out: set[str] = set()
-
-    def walk(table, top: bool) -> None:
-        for sym in table.get_symbols():
-            if not sym.is_referenced():
-                continue
-            if top or sym.is_global() or (table.get_type() == "class" and not sym.is_assigned()
-                                          and not sym.is_imported()):
-                out.add(sym.get_name())
-        for child in table.get_children():
-            walk(child, False)
-
-    walk(symtable.symtable(source, "<definition>", "exec"), True)
-    return out
-
-
-def _narrowed(node, needed: set[str]):
-    """An import statement with only the names that are needed (a locked cell imports checkers
-    too: those are not the answer's)."""
-    if isinstance(node, (ast.Import, ast.ImportFrom)) and not any(a.name == "*" for a in node.names):
-        keep = [a for a in node.names if (a.asname or a.name.split(".")[0]) in needed]
-        node = type(node)(**{**{f: getattr(node, f) for f in node._fields}, "names": keep})
-    return node
-
-
-def hidden_test_targets(cell_source: str, grade_id: str) -> list[str] | None:
-    """The expressions a hidden test hands back for ``grade_id`` (``["rms_norm"]``), or None."""
-    tree = _source(cell_source)
-    for node in ast.walk(tree) if tree is not None else ():
-        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "hand_back" \
-                and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value == grade_id:
-            return [ast.unparse(a) for a in node.args[1:]]
-    return None
-
-
-def _imports_own(node, own: frozenset[str]) -> bool:
-    """Whether ``node`` imports one of the student's own modules (``own``: top-level names)."""
-    if isinstance(node, ast.Import):
-        return any(a.name.split(".")[0] in own for a in node.names)
-    return isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] in own
-
-
-def definitions(cells: list, roots: set[str], own: frozenset[str] = frozenset()) -> list[list[tuple[str, str]]]:
-    """Per cell of ``cells`` (``[(label, source or None for a hidden test, ran to)]``), the
-    statements the clean room executes there, ``[(label, source)]``: the module-level imports,
-    functions, classes and assignments that bind a name of ``roots`` or one a kept statement
-    reads, in order (imports narrowed to the names needed), and every import of one of the
-    student's own modules handed in beside the notebook (``own``, top-level names: importing one
-    runs the student's code, which may define what the answer needs, as in the kernel). ``ran
-    to``: None for a cell that ran to its end in the kernel, else the line where it stopped
-    (:func:`ran_to`): only statements that end before it count, as in the kernel."""
-    stmts = []  # (cell index, label, node, binds, uses)
-    for i, (label, source, stop) in enumerate(cells):
-        tree = _source(source) if source is not None else None
-        for node in tree.body if tree is not None else ():
-            if stop is not None and (node.end_lineno or node.lineno) >= stop:
-                break
-            if isinstance(node, _KINDS) and not (isinstance(node, ast.AnnAssign) and node.value is None):
-                try:
-                    stmts.append((i, label, node, _binds(node), _uses(ast.unparse(node))))
-                except (SyntaxError, ValueError):
-                    continue
-    needed = set(roots)
-    chosen = {j for j, (_, _, node, _, _) in enumerate(stmts) if _imports_own(node, own)}
-    for j in chosen:
-        needed |= stmts[j][4]
-    changed = True
-    while changed:
-        changed = False
-        for j, (_, _, _, binds, uses) in enumerate(stmts):
-            if j not in chosen and (binds & needed or "*" in binds):
-                chosen.add(j)
-                needed |= uses
-                changed = True
-    out: list[list[tuple[str, str]]] = [[] for _ in cells]
-    for j, (i, label, node, _, _) in enumerate(stmts):
-        if j in chosen:
-            out[i].append((label, ast.unparse(node if _imports_own(node, own) else _narrowed(node, needed))))
-    return out
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_TOP_LINE = re.compile(r"Cell In\[\d+\], line (\d+)")
-
-
-def ran_to(cell) -> int | None:
-    """How far a code cell ran in the kernel: None when it ran to its end, else the line of its own
-    where it stopped (an error, nbgrader's time limit's interrupt, the guard's refusal: the first
-    frame of its traceback), 0 when that cannot be told (nothing of it counts)."""
-    errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
-    if not errors:
-        return None
-    m = _TOP_LINE.search(_ANSI.sub("", "".join(errors[0].get("traceback") or [])))
-    return int(m.group(1)) if m else 0
-
-
-def preimports(statements: list[tuple[str, str]]) -> tuple[list[str], list[list[str]]]:
-    """What the clean room imports before it seals (no file can be read after): the modules the
-    statements import anywhere, and ``[module, name]`` of their ``from module import name``."""
-    modules, names = [], []
-    for _, src in statements:
-        for node in ast.walk(ast.parse(src)):
-            if isinstance(node, ast.Import):
-                modules += [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                modules.append(node.module)
-                names += [[node.module, a.name] for a in node.names if a.name != "*"]
-    return list(dict.fromkeys(modules)), names
 
 
 # ------------------------------------------------------------------ the grader's objects, run here
@@ -373,7 +216,7 @@ class Room:
                 raise Stopped("the clean room sent a message too large")
             try:
                 msg = json.loads(self._read(n))
-            except ValueError:
+            except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
                 raise Stopped("the clean room sent a message that does not read") from None
             if not isinstance(msg, dict):
                 raise Stopped("the clean room sent a message that does not read")
@@ -587,10 +430,12 @@ def _drive(questions, statements, setup: dict, inputs: dict, sandboxed: bool, de
             else:
                 bundles[gid] = {"grade_id": gid, "cases": parts}
         room.send({"end": True})
-    except Stopped as e:
-        notes.append(str(e))
+    except Exception as e:  # noqa: BLE001 - what the room sends is the student's to forge: one that does
+        # not read (a wrong shape, a decoding error) stops the room, and costs that notebook its questions
+        why = str(e) if isinstance(e, Stopped) else f"its answer did not read ({type(e).__name__}: {str(e)[:200]})"
+        notes.append(why)
         for _, gid, _ in questions:
-            bundles.setdefault(gid, {"grade_id": gid, "missing": f"the grader's clean room stopped: {e}"})
+            bundles.setdefault(gid, {"grade_id": gid, "missing": f"the grader's clean room stopped: {why}"})
     finally:
         if room is not None:
             room.close()

@@ -117,6 +117,40 @@ def _kernel_keys(torch, op: str) -> list[str]:
     return keys
 
 
+#: TorchScript's entry points in ``torch._C``: building a graph (from IR, a script, a trace) and its
+#: optimizing runtimes, which run ops by kernels of their own past the dispatcher (the static
+#: runtime's out-variants, the fusers): a LayerNorm there is one the seal never sees.
+TORCHSCRIPT = re.compile(r"^_jit|^parse_ir$|^import_ir_module|^_create_function_from_graph$|^_freeze_module$"
+                         r"|^_fuse_to_static_module$")
+
+
+class TorchScriptAbsent(PermissionError):
+    """TorchScript in the grader's clean room (:func:`no_torchscript`)."""
+
+    def __init__(self, name: str = "TorchScript"):
+        super().__init__(f"{name}: TorchScript is not available in the grader's clean room "
+                         "(the graded calls run eagerly: write the answer in eager PyTorch)")
+
+
+def no_torchscript(torch) -> int:
+    """TorchScript absent from this process, as the references are: every function of ``torch._C``
+    that :data:`TORCHSCRIPT` names, and ``torch.jit``'s script, trace, load, freeze and fork, raise
+    :class:`TorchScriptAbsent` (its types stay, for ``isinstance``; no object of them can be made
+    without those functions). Eager PyTorch, autograd and ``nn.Module`` need none of them. Returns
+    how many were replaced."""
+    n = 0
+    for name in dir(torch._C):
+        if TORCHSCRIPT.search(name) and not isinstance(getattr(torch._C, name, None), type):
+            setattr(torch._C, name, _raiser(lambda name=name: TorchScriptAbsent(f"torch._C.{name}")))
+            n += 1
+    for name in ("script", "trace", "trace_module", "load", "freeze", "optimize_for_inference", "fork",
+                 "script_if_tracing"):
+        if hasattr(torch.jit, name):
+            setattr(torch.jit, name, _raiser(lambda name=name: TorchScriptAbsent(f"torch.jit.{name}")))
+            n += 1
+    return n
+
+
 def absent_ops(torch) -> list[str]:
     """Replace every normalization op's kernels by stand-ins (see the module's doc); returns the
     ops, ``["aten::layer_norm", ...]``."""
@@ -336,6 +370,7 @@ def seal(*, torch_ops: bool, torch_functions: bool, normref_names=()) -> dict:
 
     torch = sys.modules.get("torch")
     ops = absent_ops(torch) if torch_ops and torch is not None else []
+    jit = no_torchscript(torch) if torch_ops and torch is not None else 0
     n = absent_functions(torch_functions, normref_names)
     linecache.clearcache()
     for name in ("last_type", "last_value", "last_traceback"):
@@ -343,7 +378,8 @@ def seal(*, torch_ops: bool, torch_functions: bool, normref_names=()) -> dict:
             delattr(sys, name)
     no_open_no_exec()
     sys.addaudithook(_refuse)
-    return {"ops": len(ops), "functions": n}
+    return {"ops": len(ops), "functions": n, "torchscript": jit}
 
 
-__all__ = ["seal", "ATTEMPTS", "ReferenceAbsent", "absent", "NORM_OP", "HANDED_OUT", "KEPT_NORMREF"]
+__all__ = ["seal", "ATTEMPTS", "ReferenceAbsent", "absent", "NORM_OP", "HANDED_OUT", "KEPT_NORMREF",
+           "TorchScriptAbsent", "no_torchscript"]

@@ -43,10 +43,11 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-if not __package__:  # run by path (the kernelspec, the zygote): import the package's modules (PEP 366)
+_BY_PATH = None if __package__ else str(Path(__file__).resolve().parents[2])
+if _BY_PATH:  # run by path (the kernelspec, the zygote): import the package's modules (PEP 366)
     # appended: an installed normref and grader (an editable install's folder) come first, as in the
-    # sandboxed processes, so _normref_dir() shows them the normref they import
-    sys.path.append(str(Path(__file__).resolve().parents[2]))
+    # sandboxed processes, so _normref_dir() binds the normref they import
+    sys.path.append(_BY_PATH)
     __package__ = "grader.kernel"
 from ..ledger import store  # noqa: E402
 from .bwrap import env_args, head, hidden, sandbox_env as _sandbox_env  # noqa: E402
@@ -57,6 +58,9 @@ from .kernel_guard import ENV_MAX_PROCS, ENV_MAX_WRITE_BYTES, ENV_NPROC_RLIMIT  
 from .kernel_guard import PIDS_EVENTS as SANDBOX_PIDS_EVENTS  # noqa: E402
 from .names import SINGLE_THREAD_VARS  # noqa: E402, F401 - the names course.py reads too
 from normref.handback_files import HANDBACK_ENV  # noqa: E402, F401 - the launchers' VOLATILE (grader/kernel/zygote.py)
+
+if _BY_PATH:  # imported: the package is found through its __path__ now; a forked kernel's sys.path is a fresh one's
+    sys.path.remove(_BY_PATH)
 
 BWRAP = shutil.which("bwrap") or "/usr/bin/bwrap"
 KERNEL_NAME = "normref-sandbox"
@@ -72,10 +76,8 @@ MAX_WRITE_BYTES = 256 * 2**20
 SANDBOX_WORK = "/tmp/work"
 #: Variables the sandbox and its launchers (grader/kernel/warm.py, grader/kernel/zygote.py) pass each other,
 #: and those that cap a kernel's memory or name the canary's shared cache: one name each.
-ENV_SCRATCH_ROOT = "NORMREF_SCRATCH_ROOT"
-ENV_PIDS_CGROUP = "NORMREF_PIDS_CGROUP"
-ENV_MEMORY_CGROUP = "NORMREF_MEMORY_CGROUP"
-ENV_KERNEL_MEM_MB = "NORMREF_KERNEL_MEM_MB"
+ENV_SCRATCH_ROOT, ENV_PIDS_CGROUP = "NORMREF_SCRATCH_ROOT", "NORMREF_PIDS_CGROUP"
+ENV_MEMORY_CGROUP, ENV_KERNEL_MEM_MB = "NORMREF_MEMORY_CGROUP", "NORMREF_KERNEL_MEM_MB"
 ENV_KERNEL_AS_MB = "NORMREF_KERNEL_AS_MB"
 ENV_CANARY_CACHE = store.ENV_CANARY_CACHE
 #: This user's cache folder (the canary's passes, a kernel's measured address space).

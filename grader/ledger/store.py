@@ -103,25 +103,6 @@ def atomic_dir(path: Path) -> Iterator[Path]:
         _remove(part)
 
 
-def write_notebook(nb: Any, path: Path) -> None:
-    """The notebook ``nb`` (an ``nbformat.NotebookNode``) written over ``path`` through
-    :func:`atomic_path`, keeping the mode of the file it replaces: nbgrader leaves the notebooks it
-    writes read-only (``Autograde.permissions``, 444), which a user who is not root cannot open for
-    writing, though the folder lets them be replaced.
-
-    Raises:
-        OSError: the folder cannot be written.
-    """
-    import nbformat
-
-    path = Path(path)
-    mode = path.stat().st_mode & 0o7777 if path.exists() else None
-    with atomic_path(path) as part:
-        nbformat.write(nb, part)
-        if mode is not None:
-            os.chmod(part, mode)
-
-
 def write_json(path: Path, value: Any) -> None:
     """``value`` as JSON (indented, keys sorted, UTF-8) at ``path``, through :func:`atomic_path`."""
     text = json.dumps(value, indent=1, sort_keys=True, ensure_ascii=False) + "\n"

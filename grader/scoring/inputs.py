@@ -50,7 +50,6 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from normref.handback_files import HANDBACK_ENV as ENV
 from normref.handback_files import INPUTS_FILE, SCORING_DIR
 from normref.wire import dump_inputs
 
@@ -157,17 +156,16 @@ def question_inputs(grade_id: str, seed: int, course_root: Path | None = None) -
     return dump_inputs(data, torch_free=q.backend == "numpy" or q.kind == "values")
 
 
-def prepare_inputs(course_root: Path, *, seed: int | None = None, log=print,
-                   set_env: bool = True) -> tuple[int, Path]:
-    """Draw this run's graded inputs and point nbgrader's autograde at them.
+def prepare_inputs(course_root: Path, *, seed: int | None = None, log=print) -> tuple[int, Path]:
+    """Draw this run's graded inputs where the run's autograde finds them.
 
     Writes ``logs/scoring/handback-inputs.json`` (``{grade_id: text}``, :func:`question_inputs`;
     the grader's alone, mode 0600, outside every sandbox: the autograde preprocessor
     ``HandbackInputs`` of ``nbgrader_config.py`` writes each question's into its hidden test just
     before it runs), appends the seed to ``logs/scoring/seeds.jsonl`` (what reproduces the
-    grades), and sets ``NORMREF_HANDBACK_INPUTS`` to the inputs file in this process's
-    environment (unless ``set_env`` is False: then pass it to nbgrader yourself), which
-    nbgrader's autograde inherits. No kernel is given the variable or the folder.
+    grades). The run's autograde reads it from there (:mod:`grader.autograde.engine`) and hands it
+    to nbgrader's autograde as ``--HandbackInputs.inputs_file``; by hand, ``nbgrader autograde``
+    takes that option or ``$NORMREF_HANDBACK_INPUTS``. No kernel is given the file or the folder.
 
     Returns:
         ``(seed, inputs file)``.
@@ -186,8 +184,6 @@ def prepare_inputs(course_root: Path, *, seed: int | None = None, log=print,
     with (folder / "seeds.jsonl").open("a") as f:
         f.write(json.dumps({"time": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "seed": seed,
                             "questions": sorted(qs)}) + "\n")
-    if set_env:
-        os.environ[ENV] = str(path.resolve())
     log(f"scoring: graded inputs drawn for {len(qs)} questions (seed in {folder / 'seeds.jsonl'})")
     return seed, path
 

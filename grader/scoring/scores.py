@@ -37,7 +37,7 @@ from normref.faults import METADATA_KEY, output_metadata
 from normref.wire import MIME, Shown, decode_answer, opaque
 
 from ..intake.repair import REMOVED_PREFIX
-from ..ledger.store import write_notebook
+from ..ledger.files import write_notebook
 from .replay import Replay, ReplayClass
 from .questions import questions
 from .inputs import plan_cases, run_check

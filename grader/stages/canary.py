@@ -311,7 +311,6 @@ def stage(b) -> None:
 
 
 def _stage(b) -> None:
-    from ..scoring import inputs as scoring
 
     tree, assignments = b.services.tree, b.run.assignments
     groups = _worker_groups(b)
@@ -328,19 +327,12 @@ def _stage(b) -> None:
                            f"of the passing canary of {hit.get('time')} ({hit.get('course')})")
         else:
             todo.append((key, workers))
-    saved = os.environ.get(scoring.ENV)  # the canary's graded inputs are its own: the run's are drawn later
-    for key, workers in todo:
+    for key, workers in todo:  # the canary's graded inputs are its scratch course's own
         t = time.perf_counter()
         where = f" on Dask worker {workers[0]}" if workers else ""
         b.services.log(f"canary: grading the instructor's solutions of {len(assignments)} assignments{where} first")
-        try:
-            with tempfile.TemporaryDirectory(prefix="normref-canary-") as td:
-                got = grade_solutions(b, Path(td), workers[:1] or None)
-        finally:
-            if saved is None:
-                os.environ.pop(scoring.ENV, None)
-            else:
-                os.environ[scoring.ENV] = saved
+        with tempfile.TemporaryDirectory(prefix="normref-canary-") as td:
+            got = grade_solutions(b, Path(td), workers[:1] or None)
         if got["failures"]:
             (cause, cost), more = got["failures"][0], len(got["failures"]) - 1
             others = f" ({more} more assignments too)" if more else ""

@@ -5,7 +5,7 @@ import shutil
 from pathlib import Path
 
 from ..intake import inplace
-from ..ledger import state, store
+from ..ledger import files, state, store
 from ..ledger.apps import AppError
 from ..batch import Batch, GradingError
 from ..intake.collect import Collected, collect
@@ -160,5 +160,5 @@ def _keep_as_received(b: Batch) -> None:
     with store.atomic_dir(store.batch(b.services.tree, b.services.run_id, "received")) as part:
         if src.is_file():
             shutil.copy2(src, part / src.name)
-        else:
-            shutil.copytree(src, part / src.name, dirs_exist_ok=True)
+        else:  # as collect copies it: a symbolic link in it is not followed
+            files.copy_plain_tree(src, part / src.name)

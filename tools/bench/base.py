@@ -40,7 +40,7 @@ def sequential_nbgrader(root: Path, limit: int | None = None) -> tuple[float, fl
     write_demo_submissions(root, root / "submitted", limit)
     apply_due_dates(root, lambda a, due: _nbg(root, "db", "assignment", "add", a, f"--duedate={due}"))
     # the hidden tests' inputs (nbgrader autograde without them refuses: GradedByMakeGrade)
-    _, inputs = prepare_inputs(root, log=lambda *_: None, set_env=False)
+    _, inputs = prepare_inputs(root, log=lambda *_: None)
     t1 = time.perf_counter()
     _nbg(root, "autograde", "*", "--force", env={HANDBACK_ENV: str(inputs)})
     auto = time.perf_counter() - t1

@@ -196,7 +196,7 @@ def _course_copy(td: Path) -> tuple[Path, object, Path]:
     for sub in ("source", "release"):
         shutil.copytree(REPO_ROOT / sub, root / sub)
     course = Course(CourseTree(root))
-    _, inputs = prepare_inputs(root, log=lambda *_: None, set_env=False)
+    _, inputs = prepare_inputs(root, log=lambda *_: None)
     return root, course, inputs
 
 
