@@ -51,14 +51,17 @@ def _arrays(args) -> list[tuple[int, object]]:
 CALLS_BUDGET_S = 40.0
 
 
-def run_calls(fn, calls: list, reference: dict | None = None, sealed: dict | None = None) -> list[dict] | dict:
+def run_calls(fn, calls: list, reference: dict | None = None, sealed: dict | None = None,
+              trace: str | None = None) -> list[dict] | dict:
     """Make each call ``(args, kwargs, grad_enabled)`` of ``fn``, as the checker would; one
     record per call: ``{"out": encode(output)}``, ``{"raised": [type, message]}`` or
     ``{"timeout": True}``, plus ``"after"`` for inputs the call modified and ``"references"``
     for the reference normalizations it executed (``reference``: the keyword arguments of
     :class:`normref.recorder.ReferenceRecorder`; ``sealed``: what :func:`seal` captured at
     kernel start). Without torch loaded (a numpy question) autograd's mode is not set: nothing
-    uses it."""
+    uses it. ``trace``: the checker's name; after every call is made, each that returned is
+    traced as the self-check traces it, into its record's ``"traced"``
+    (:func:`normref.diagnosis.handing.trace_into`)."""
     import contextlib
 
     if not callable(fn):
@@ -93,6 +96,11 @@ def run_calls(fn, calls: list, reference: dict | None = None, sealed: dict | Non
         if changed:
             rec["after"] = changed
         records.append(rec)
+    if trace:  # each call that returned, traced as the self-check traces it, into its record's "traced"
+        from .diagnosis.handing import trace_into
+
+        trace_into(trace, fn, [(a, k, r) for (a, k, _), r in zip(calls, records) if "out" in r],
+                   start + CALLS_BUDGET_S)
     return records
 
 
@@ -151,7 +159,7 @@ def _outputs(grade_id: str, inputs: dict, fn, more: tuple, sealed: dict | None) 
     if kind == "values":
         return {"grade_id": grade_id, "values": [encode_answer(v) for v in (fn, *more)]}, 0.0
     if kind == "class":
-        cases = plan.run_plan(fn, inputs["plan"], inputs.get("reference"), sealed)
+        cases = plan.run_plan(fn, inputs["plan"], inputs.get("reference"), sealed, inputs.get("trace"))
         return {"grade_id": grade_id, "cases": cases}, None if inputs.get("visible") else 0.0
     calls = inputs.get("calls")
     if calls is None:  # a visible check: its public cases, made here by the course's checker
@@ -159,7 +167,8 @@ def _outputs(grade_id: str, inputs: dict, fn, more: tuple, sealed: dict | None) 
 
         name, args, kwargs = inputs["public"]
         calls = probe(getattr(checks, name), *args, **kwargs)
-    bundle = {"grade_id": grade_id, "calls": run_calls(fn, calls, inputs.get("reference"), sealed)}
+    bundle = {"grade_id": grade_id, "calls": run_calls(fn, calls, inputs.get("reference"), sealed,
+                                                       inputs.get("trace"))}
     # A visible check keeps nbgrader's pass/fail of its cell until the grader's score
     # replaces it (the grader compares the two); a battery scores 0 until then.
     return bundle, None if inputs.get("public") else 0.0

@@ -119,13 +119,15 @@ def _forward(m, x, reference: dict | None, handed: list, sealed: dict | None) ->
     return one
 
 
-def _run_case(cls, case: dict, reference: dict | None, sealed: dict | None) -> dict:
+def _run_case(cls, case: dict, reference: dict | None, sealed: dict | None, built: list | None = None) -> dict:
     import torch
 
     rec: dict = {}
     rec["new"], m = _construct(cls, case)
     if not rec["new"].get("module"):
         return rec
+    if built is not None:
+        built.append((rec, m, case.get("forward")))
     rec["report"] = report_module(m, case.get("attrs", ()))
     handed = [part for _, part in case.get("swap") or ()]
     refused = _load_and_swap(m, case)
@@ -141,7 +143,8 @@ def _run_case(cls, case: dict, reference: dict | None, sealed: dict | None) -> d
     return rec
 
 
-def run_plan(cls, plan: list[dict], reference: dict | None = None, sealed: dict | None = None) -> list[dict] | dict:
+def run_plan(cls, plan: list[dict], reference: dict | None = None, sealed: dict | None = None,
+             trace: str | None = None) -> list[dict] | dict:
     """Perform the grader's plan for a class question (its checker's cases, decided by the
     grader) on the student's class ``cls`` and record what happened; nothing is judged here.
 
@@ -162,6 +165,9 @@ def run_plan(cls, plan: list[dict], reference: dict | None = None, sealed: dict 
     Args:
         reference: the keyword arguments of :class:`normref.recorder.ReferenceRecorder` (the
             question's reference names); ``sealed``: what :func:`normref.handback.seal` captured.
+        trace: the checker's name: after every case, each case with a ``"forward"`` input is
+            traced as the self-check traces the question (:func:`_trace_cases`), into its
+            record's ``"traced"``.
 
     Returns:
         One record per case (``{"new": {...}, "report": ..., "trace": [...], "forward": {...}}``),
@@ -173,13 +179,36 @@ def run_plan(cls, plan: list[dict], reference: dict | None = None, sealed: dict 
         return {"not_callable": type(cls).__name__[:80]}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny tensors; two threads were 10x slower on a loaded machine
-    records = []
+    records: list = []
+    built: list = []
     try:
         for case in plan:
-            records.append(_run_case(cls, case, reference, sealed))
+            records.append(_run_case(cls, case, reference, sealed, built if trace else None))
+        if trace:
+            _trace_cases(trace, cls, built)
     finally:
         torch.set_num_threads(threads)
     return records
+
+
+def _trace_cases(checker: str, cls, built: list) -> None:
+    """The diagnosis' trace of each built case ``(record, module, forward input)`` whose forward
+    returned: the question's call is its first parameter, the forward input, and each other
+    parameter, the module's attribute of that name (the grader's part swapped in, or the
+    student's own), the module called with those parts traced; into the record's ``"traced"``
+    (:func:`normref.diagnosis.handing.trace_into`)."""
+    import time
+
+    from .diagnosis.handing import trace_into
+    from .diagnosis.questions import declared
+
+    q = declared(checker)
+    items = []
+    for rec, m, x in built if q is not None else ():
+        parts = [getattr(m, p, None) for p in q.params[1:]]
+        if x is not None and "out" in (rec.get("forward") or {}) and all(callable(p) for p in parts):
+            items.append(((x, *parts), {}, rec, m))
+    trace_into(checker, cls, items, time.monotonic() + calling.CALL_TIMEOUT_S * 2)
 
 
 __all__ = ["run_plan"]

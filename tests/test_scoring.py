@@ -483,13 +483,14 @@ def test_the_sealed_hand_back_reports_a_patched_module_and_a_thread_started_befo
     exec(cheat, ns)
     # the red team's patch: the hand-back given no reference names, through an alias of its module
     alias, orig = sys.modules["normref.handback"], handback.run_calls
-    monkeypatch.setattr(alias, "run_calls", lambda fn, calls, reference=None, sealed=None: orig(fn, calls, None))
+    monkeypatch.setattr(alias, "run_calls",
+                        lambda fn, calls, reference=None, sealed=None, trace=None: orig(fn, calls, None))
     sealed(gid, ns["rms_norm"])
     assert shown[-1]["changed"] == ["normref.handback.run_calls"]
     s = _scored_bundle(gid, shown[-1], seed)
     assert s.fraction == 0.0 and "changed the grader's hand-back" in s.flags[0] and "run_calls" in s.flags[0]
     monkeypatch.setattr(alias, "run_calls", orig)
-    monkeypatch.setattr(orig, "__code__", (lambda fn, calls, reference=None, sealed=None: []).__code__)
+    monkeypatch.setattr(orig, "__code__", (lambda fn, calls, reference=None, sealed=None, trace=None: []).__code__)
     sealed(gid, ns["rms_norm"])
     assert shown[-1]["changed"] == ["normref.handback.run_calls (its code)"]
     monkeypatch.undo()

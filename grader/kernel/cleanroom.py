@@ -19,7 +19,7 @@ rules, forked from the worker's zygote, else fresh), which
 * performs each question's calls, drawn by the grader (:mod:`grader.scoring.inputs`), with the course's
   own hand-back code (:mod:`grader.kernel.cleanroom_box`), and answers with their records in the
   hand-back's wire format (:mod:`normref.wire`), an attempted reference in a call's
-  ``"references"``.
+  ``"references"``, the self-check's trace of it in its ``"traced"`` (:mod:`normref.diagnosis.handing`).
 
 The grader's own objects that a question hands the student's code (Pre-LN's norm, the block's
 swapped-in submodules) never enter the clean room: the worker runs them for it, for that unit of
@@ -134,7 +134,8 @@ def units(text: str, handed: Handed) -> tuple[str, list]:
         def case_unit(case):
             handed.begin()
             swap = [[name, handed.marker(part)] for name, part in case.get("swap") or ()]
-            return dump_inputs({"plan": [{**case, "swap": swap}], "reference": data.get("reference")}, False)
+            return dump_inputs({"plan": [{**case, "swap": swap}], "reference": data.get("reference"),
+                                "trace": data.get("trace")}, False)
 
         return "class", [lambda case=case: case_unit(case) for case in data.get("plan") or []]
     calls = data.get("calls")
@@ -146,7 +147,7 @@ def units(text: str, handed: Handed) -> tuple[str, list]:
     def function_unit():
         handed.begin()
         sent = [(*handed.replace(a, k), g) for a, k, g in calls]
-        return dump_inputs({"calls": sent, "reference": data.get("reference")}, torch_free)
+        return dump_inputs({"calls": sent, "reference": data.get("reference"), "trace": data.get("trace")}, torch_free)
 
     return "function", [function_unit]
 
@@ -239,13 +240,18 @@ class Room:
 def _question(text: str) -> dict:
     """What the run's inputs of one question say of it (:func:`normref.wire.load_inputs`): its
     ``kind`` (``"function"``, ``"class"`` or ``"values"``), its rule (``reference``) and whether
-    reading them needs torch (``torch``). The worker reads the questions from the inputs alone: it
-    needs no course folder of its own (a Dask worker elsewhere)."""
+    reading them needs torch (``torch``), what the room imports before its seal (``imports``: the
+    rule's normref modules, the diagnosis' trace). The worker reads the questions from the inputs
+    alone: it needs no course folder of its own (a Dask worker elsewhere)."""
     from normref.wire import load_inputs, needs_torch
 
     torch = needs_torch(text)
     data = load_inputs(text)
-    return {"kind": data.get("kind", "function"), "reference": data.get("reference") or {}, "torch": torch}
+    ref = data.get("reference") or {}
+    mods = [*sorted({".".join(str(n).split(".")[:2]) for n in ref.get("normref_names", ())}),
+            *data.get("trace_imports", ())]
+    return {"kind": data.get("kind", "function"), "reference": ref, "torch": torch,
+            "imports": [str(m) for m in mods if str(m).startswith("normref.")]}
 
 
 def _code_questions(nb, inputs: dict) -> dict[str, dict]:
@@ -326,6 +332,8 @@ def _setup(nb, questions, statements, torch: bool, inputs: dict, own: dict | Non
             continue
         sources.append((name, text))
     modules, names = preimports(sources)
+    # the references' modules (made absent: a call of one is named, not a file refused) and the diagnosis' trace
+    modules += [m for _, gid, _ in questions for m in _question(inputs[gid])["imports"] if m not in modules]
     return {"torch": torch, "torch_ops": torch and any(r.get("torch_names") for r in refs),
             "normref_names": sorted({n for r in refs for n in r.get("normref_names", ())}),
             # the student's own modules run after the seal, from the setup (no file is read then)

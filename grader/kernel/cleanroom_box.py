@@ -352,8 +352,8 @@ def run_unit(ns: dict, unit: dict) -> dict:
     reference = inputs.get("reference")
     try:
         if unit["kind"] == "class":
-            return {"cases": plan.run_plan(fn, inputs["plan"], reference, sealed)}
-        return {"calls": handback.run_calls(fn, inputs["calls"], reference, sealed)}
+            return {"cases": plan.run_plan(fn, inputs["plan"], reference, sealed, inputs.get("trace"))}
+        return {"calls": handback.run_calls(fn, inputs["calls"], reference, sealed, inputs.get("trace"))}
     except Exception as e:  # noqa: BLE001 - e.g. importing torch where there is none: every call raised it
         n = len(inputs.get("plan" if unit["kind"] == "class" else "calls") or ())
         return {"calls": [{"raised": encode_exception(e)} for _ in range(n)]} if unit["kind"] != "class" else \

@@ -50,10 +50,14 @@ NORM_OP = re.compile(r"(layer|rms|group|batch|instance)_norm|local_response_norm
 #: torch's folders of Python reference implementations and decompositions (relative to torch/).
 TORCH_PY_DIRS = ("_refs" + os.sep, "_decomp" + os.sep, os.path.join("_native", "ops", "norm") + os.sep)
 #: normref's modules that stay: the hand-back (it performs the grader's calls), the wire format,
-#: the call helpers and the package's own lazy attribute lookup. None computes a normalization.
+#: the call helpers and the package's own lazy attribute lookup; and the diagnosis' tracing, which
+#: follows an answer with stand-ins (normref.diagnosis.handing.TRACE_MODULES). None computes a
+#: normalization.
 KEPT_NORMREF = frozenset({"normref", "normref.handback", "normref.plan", "normref.wire", "normref.calling",
                           "normref._torch", "normref.recorder", "normref.reference_code", "normref._syntax",
-                          "normref.handback_files", "normref.rules"})
+                          "normref.handback_files", "normref.rules", "normref.diagnosis.expr",
+                          "normref.diagnosis.sym", "normref.diagnosis.trace", "normref.diagnosis.questions",
+                          "normref.diagnosis.handed", "normref.diagnosis.handing"})
 #: The parts an assignment hands out (the block's attention and feed-forward net): they stay
 #: unless one of the notebook's questions names them as references (the QK-norm question does).
 HANDED_OUT = ("normref.blocks.CausalSelfAttention", "normref.blocks.FeedForward")

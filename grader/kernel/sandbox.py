@@ -45,7 +45,9 @@ from pathlib import Path
 
 _BY_PATH = None if __package__ else str(Path(__file__).resolve().parents[2])
 if _BY_PATH:  # run by path (the kernelspec, the zygote): import the package's modules (PEP 366)
-    sys.path.insert(0, _BY_PATH)
+    # appended: an installed normref and grader (an editable install's folder) come first, as in the
+    # sandboxed processes, so _normref_dir() binds the normref they import
+    sys.path.append(_BY_PATH)
     __package__ = "grader.kernel"
 from ..ledger import store  # noqa: E402
 from .bwrap import env_args, head, hidden, sandbox_env as _sandbox_env  # noqa: E402

@@ -122,19 +122,36 @@ def new_seed() -> int:
     return secrets.randbits(62)
 
 
+def _probed(grade_id: str, seed: int, course_root: Path | None = None) -> tuple[list, str | None]:
+    """``(probe_calls, the checker's name)``: the name (``CheckResult.name``) says which declared
+    question the diagnosis traces (:mod:`normref.diagnosis.handing`)."""
+    from normref.handback import probe
+
+    results: list = []
+    calls = probe(lambda fn: results.append(run_check(grade_id, seed, fn, course_root)))
+    return calls, getattr(results[0], "name", None) if results else None
+
+
 def question_inputs(grade_id: str, seed: int, course_root: Path | None = None) -> str:
     """What the kernel is given for ``grade_id`` (:func:`normref.wire.dump_inputs`): a function's
     calls (``None`` for a visible check: the kernel makes its public cases), a class's plan, or
-    nothing to draw for a short answer; a numpy or short-answer question's without torch."""
+    nothing to draw for a short answer; a numpy or short-answer question's without torch. A
+    code question's ``"trace"`` names its checker: where its calls are made, each is traced as
+    the self-check traces it (:func:`normref.diagnosis.handing.trace_record`)."""
     q = _question(grade_id, course_root)
-    if q.kind == "class":  # the plan of calls (a visible check's public cases, too)
-        data = {"kind": "class", "plan": q.plan(plan_cases(grade_id, seed, course_root)), "reference": q.reference,
-                "visible": q.all_or_nothing}
-    elif q.kind == "values":  # a short answer: nothing to draw, the kernel hands back values
+    if q.kind == "values":  # a short answer: nothing to draw, the kernel hands back values
         data = {"kind": "values"}
     else:
-        calls = None if q.public else probe_calls(grade_id, seed, course_root)  # public cases: the kernel makes them
-        data = {"calls": calls, "public": q.public, "reference": q.reference}
+        calls, name = _probed(grade_id, seed, course_root)
+        if q.kind == "class":  # the plan of calls (a visible check's public cases, too)
+            data = {"kind": "class", "plan": q.plan(plan_cases(grade_id, seed, course_root)),
+                    "reference": q.reference, "visible": q.all_or_nothing}
+        else:  # public cases: the kernel makes them
+            data = {"calls": None if q.public else calls, "public": q.public, "reference": q.reference}
+        from normref.diagnosis.handing import trace_imports
+
+        imports = trace_imports(name)  # a question the diagnosis does not trace: nothing to trace
+        data.update(trace=name if imports else None, trace_imports=imports)
     # a numpy or short-answer question's kernel reads its inputs without importing torch
     return dump_inputs(data, torch_free=q.backend == "numpy" or q.kind == "values")
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from normref.calling import Timeout
+from normref.diagnosis.handed import TRACE_KEY
 from normref.wire import decode, decode_exception, decode_report, opaque
 
 #: What decoding a record may raise (a changed or damaged hand-back): raised when the checker
@@ -89,17 +90,50 @@ class Replay:
     def __init__(self, records: list[dict]):
         self.records = records
         self.i = 0
+        self.seen: list[tuple] = []  # the inputs of each call, as the checker made it
         self._decoded = [(_after(r), _outcome(r)) if isinstance(r, dict) else ([], (True, AttributeError(
             f"'{type(r).__name__}' object has no attribute 'get'"))) for r in records]
 
     def __call__(self, *args, **kwargs):
         after, (raises, value) = self._decoded[self.i] if self.i < len(self._decoded) else (
             [], (True, RuntimeError("no output was handed back for this call")))
+        rec = self.records[self.i] if self.i < len(self.records) else None
+        if isinstance(rec, dict) and TRACE_KEY in rec:  # a traced call: found again by its inputs
+            self.seen.append((_tensors(args, kwargs), rec))
         self.i += 1
         _modify(args, after)
         if raises:
             raise value
         return value
+
+    def normref_traced(self, args: tuple, kwargs: dict):
+        """The trace handed back with the call made on these inputs (the diagnosis':
+        :func:`normref.diagnosis.handed.handed_trace`), or None."""
+        want = _tensors(args, kwargs)
+        return next((r.get(TRACE_KEY) for got, r in self.seen if _same(got, want)), None)
+
+
+def _tensors(args: tuple, kwargs: dict) -> list:
+    """The array inputs of one call, copied (what identifies the call: a case's own tensors)."""
+    import torch
+
+    out = [a.detach().clone() if isinstance(a, torch.Tensor) else np.array(a)
+           for a in (*args, *kwargs.values()) if isinstance(a, (torch.Tensor, np.ndarray))]
+    return out
+
+
+def _same(a: list, b: list) -> bool:
+    """Two calls' array inputs are the same values (same count, shapes, dtypes, entries)."""
+    import torch
+
+    if not a or len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if type(x) is not type(y) or x.shape != y.shape or x.dtype != y.dtype:
+            return False
+        if not (torch.equal(x, y) if isinstance(x, torch.Tensor) else np.array_equal(x, y)):
+            return False
+    return True
 
 
 def _replay_part_type():
@@ -210,6 +244,16 @@ class ReplayClass:
 
     def __init__(self, records: list[dict], plan: list[dict]):
         self.records, self.plan, self.i = records, plan, 0
+
+    def normref_traced(self, args: tuple, kwargs: dict):
+        """The trace handed back with the case whose forward input is ``args[0]`` (the
+        diagnosis': :func:`normref.diagnosis.handed.handed_trace`), or None."""
+        want = _tensors(args[:1], {})
+        for rec, case in zip(self.records, self.plan):
+            x = case.get("forward") if isinstance(case, dict) else None
+            if isinstance(rec, dict) and x is not None and _same(_tensors((x,), {}), want):
+                return rec.get(TRACE_KEY)
+        return None
 
     def __call__(self, *args, **kwargs):
         i, self.i = self.i, self.i + 1

@@ -30,6 +30,7 @@ from .declared import declared_facts
 from .probes import dtype_advice, probe_facts, probes_for, run_probes, upcast_contradicts
 from .outputs import split
 from .questions import Output, Question
+from .trace import parts_of as _parts, rebuild as _rebuild
 
 __all__ = ["diagnose", "GENERIC", "KEEP"]
 
@@ -75,25 +76,6 @@ def _case_of(result, case):
     return getattr(result, "observed_case", None) or case
 
 
-def _parts(q: Question, args: tuple) -> tuple[dict, dict]:
-    """``({notation: tensor}, {notation: callable})`` of one call."""
-    inputs, callables = {}, {}
-    for p, a in zip(q.params, args):
-        if _is_tensor(a):
-            inputs[q.notation(p)] = a
-        elif callable(a) and not isinstance(a, (int, float)):
-            callables[q.notation(p)] = a
-    return inputs, callables
-
-
-def _rebuild(q: Question, args: tuple, syms: dict, stands: dict) -> tuple:
-    out = []
-    for p, a in zip(q.params, args):
-        n = q.notation(p)
-        out.append(syms.get(n, stands.get(n, a)) if (_is_tensor(a) or callable(a)) else a)
-    return tuple(out) + tuple(args[len(q.params):])
-
-
 def _sizes(args: tuple) -> dict:
     x = next((a for a in args if _is_tensor(a) or isinstance(a, np.ndarray)), None)
     if x is None or not getattr(x, "shape", None):
@@ -110,10 +92,9 @@ def _sizes(args: tuple) -> dict:
 
 
 def _trace_case(q: Question, fn, args: tuple, kwargs: dict):
-    from .trace import trace
+    from .trace import trace_answer
 
-    inputs, callables = _parts(q, args)
-    return trace(lambda syms, stands: q.invoke(fn, _rebuild(q, args, syms, stands), kwargs), inputs, callables)
+    return trace_answer(q, fn, args, kwargs)
 
 
 def _reference_formula(q: Question, args: tuple, kwargs: dict):
@@ -159,11 +140,15 @@ def _model_formulas(q: Question, args: tuple) -> list[tuple[str, E.Expr, str]]:
 
 def _traced_formulas(q: Question, fn, battery: Sequence, results: Sequence) -> dict[int, E.Expr]:
     """``{case index: formula}`` on every case where tracing followed the answer and the traced
-    value is what the answer returned there."""
+    value is what the answer returned there. Traced here (the self-check), or, for a stand-in
+    of the student's code that carries the traces made where that code ran (grading's replay,
+    :mod:`.handed`), the trace made there of the same call."""
     from ..calling import Timeout
+    from .handed import handed_trace
     from .trace import traceable
 
-    if not q.traceable or not traceable(fn):
+    handed = getattr(fn, "normref_traced", None) is not None
+    if not q.traceable or not (handed or traceable(fn)):
         return {}
     out: dict[int, E.Expr] = {}
     for i, (case, r) in enumerate(zip(battery, results)):
@@ -172,7 +157,7 @@ def _traced_formulas(q: Question, fn, battery: Sequence, results: Sequence) -> d
             continue
         args, kwargs = call
         try:
-            t = _trace_case(q, fn, args, kwargs)
+            t = handed_trace(fn, args, kwargs) if handed else _trace_case(q, fn, args, kwargs)
         except Timeout:  # a slow answer is traced no further: the self-check stays quick
             break
         if t is None:

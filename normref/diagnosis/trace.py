@@ -25,7 +25,8 @@ from typing import Callable
 from . import expr as E
 from .sym import Sym, Untraceable, _Log
 
-__all__ = ["Sym", "StandIn", "Traced", "Untraceable", "as_module", "stand_in_module", "trace", "traceable"]
+__all__ = ["Sym", "StandIn", "Traced", "Untraceable", "as_module", "parts_of", "rebuild", "stand_in_module", "trace",
+           "trace_answer", "traceable"]
 
 
 def _torch():
@@ -130,6 +131,46 @@ def trace(call: Callable, inputs: dict, callables: dict, timeout: float = 2.0) -
     if not isinstance(out, Sym):
         return None
     return Traced(out.expr, out.value, list(log.casts))
+
+
+def _is_tensor(a) -> bool:
+    from .._torch import is_tensor
+
+    return is_tensor(a)
+
+
+def parts_of(q, args: tuple) -> tuple[dict, dict]:
+    """``({notation: tensor}, {notation: callable})`` of one call of question ``q``
+    (:class:`.questions.Question`)."""
+    inputs, callables = {}, {}
+    for p, a in zip(q.params, args):
+        if _is_tensor(a):
+            inputs[q.notation(p)] = a
+        elif callable(a) and not isinstance(a, (int, float)):
+            callables[q.notation(p)] = a
+    return inputs, callables
+
+
+def rebuild(q, args: tuple, syms: dict, stands: dict) -> tuple:
+    """The call's ``args`` with each tensor and callable replaced by its stand-in."""
+    out = []
+    for p, a in zip(q.params, args):
+        n = q.notation(p)
+        out.append(syms.get(n, stands.get(n, a)) if (_is_tensor(a) or callable(a)) else a)
+    return tuple(out) + tuple(args[len(q.params):])
+
+
+def trace_answer(q, answer, args: tuple, kwargs: dict, invoke: Callable | None = None) -> Traced | None:
+    """The answer to question ``q`` traced on one call (:func:`trace`): the self-check's, and
+    grading's where the answer runs (:mod:`.handing`). ``invoke(answer, args, kwargs)``: how
+    the answer is called on the stand-ins (default :meth:`.questions.Question.invoke`).
+
+    Raises:
+        normref.calling.Timeout: the call ran past its time.
+    """
+    inputs, callables = parts_of(q, args)
+    call = invoke or q.invoke
+    return trace(lambda syms, stands: call(answer, rebuild(q, args, syms, stands), kwargs), inputs, callables)
 
 
 def as_module(part):
