@@ -44,10 +44,8 @@ import tempfile
 from pathlib import Path
 
 _BY_PATH = None if __package__ else str(Path(__file__).resolve().parents[2])
-if _BY_PATH:  # run by path (the kernelspec, the zygote): import the package's modules (PEP 366)
-    # appended: an installed normref and grader (an editable install's folder) come first, as in the
-    # sandboxed processes, so _normref_dir() binds the normref they import
-    sys.path.append(_BY_PATH)
+if _BY_PATH:  # run by path (the kernelspec, the zygote): import the package's modules (PEP 366), appended:
+    sys.path.append(_BY_PATH)  # an installed normref comes first, as in the sandbox (_normref_dir binds it)
     __package__ = "grader.kernel"
 from ..ledger import store  # noqa: E402
 from .bwrap import env_args, head, hidden, sandbox_env as _sandbox_env  # noqa: E402
@@ -60,7 +58,7 @@ from .names import SINGLE_THREAD_VARS  # noqa: E402, F401 - the names course.py 
 from normref.handback_files import HANDBACK_ENV  # noqa: E402, F401 - the launchers' VOLATILE (grader/kernel/zygote.py)
 
 if _BY_PATH:  # imported: the package is found through its __path__ now; a forked kernel's sys.path is a fresh one's
-    sys.path.remove(_BY_PATH)
+    del sys.path[len(sys.path) - 1 - sys.path[::-1].index(_BY_PATH)]  # the one appended
 
 BWRAP = shutil.which("bwrap") or "/usr/bin/bwrap"
 KERNEL_NAME = "normref-sandbox"
