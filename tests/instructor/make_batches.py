@@ -118,3 +118,8 @@ with zipfile.ZipFile(OUT / "batch_b.zip", "w", zipfile.ZIP_DEFLATED) as z:
     add(z, "lena_1013_5213_rmsnorm.ipynb", nb("rmsnorm", "eps_outside_sqrt"))
     add(z, "mateo_1014_5214_rmsnorm.ipynb", nb("rmsnorm", "correct"))
 print("written", sorted(p.name for p in OUT.iterdir()))
+
+# ---- batch D: the students asked to upload again (dana: was truncated; emeka: was the wrong notebook)
+with zipfile.ZipFile(OUT / "batch_d.zip", "w", zipfile.ZIP_DEFLATED) as z:
+    add(z, "dana_1005_5305_rmsnorm.ipynb", nb("rmsnorm", "correct"), (2026, 11, 22, 8, 0, 0))
+    add(z, "emeka_1006_5306_rmsnorm.ipynb", nb("rmsnorm", "correct"), (2026, 11, 22, 8, 0, 0))
