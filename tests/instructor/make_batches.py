@@ -123,3 +123,13 @@ print("written", sorted(p.name for p in OUT.iterdir()))
 with zipfile.ZipFile(OUT / "batch_d.zip", "w", zipfile.ZIP_DEFLATED) as z:
     add(z, "dana_1005_5305_rmsnorm.ipynb", nb("rmsnorm", "correct"), (2026, 11, 22, 8, 0, 0))
     add(z, "emeka_1006_5306_rmsnorm.ipynb", nb("rmsnorm", "correct"), (2026, 11, 22, 8, 0, 0))
+
+# ---- batch E: bruno resubmits block again (written answer unchanged, slow code) to be interrupted
+def slow_code(n):
+    for c in n.cells:
+        if c.metadata.get("nbgrader", {}).get("grade_id") == "pre_ln_impl":
+            c.source = "import time\ntime.sleep(15)\ndef pre_ln(x, sublayer, norm):\n    return x + sublayer(norm(x))"
+
+
+with zipfile.ZipFile(OUT / "batch_e.zip", "w", zipfile.ZIP_DEFLATED) as z:
+    add(z, "bruno_1002_5402_block.ipynb", nb("block", "correct", slow_code), (2026, 11, 23, 8, 0, 0))
