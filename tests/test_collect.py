@@ -78,23 +78,46 @@ def test_an_lms_folder_goes_through_zip_collect_with_reasons_for_every_skipped_f
              "bo_LATE_1002_5002_RMSNorm-1.ipynb": "bo late",  # Canvas resubmission suffix, other case
              "cy_1003_5003_rmsnorm.ipynb": "cy older",
              "cy_1003_5003_rmsnorm (1).ipynb": "cy newer",  # the re-download wins
-             "eve_1005_5005_homework.ipynb": "eve"}
+             "eve_1005_5005_RMSNorm final version \u2713.ipynb": "eve"}  # renamed: its cells say rmsnorm
     for name, tag in files.items():
         nbformat.write(_marked(nb, tag), folder / name)
     (folder / "notes_from_lms.txt").write_text("not a notebook")
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")]), folder / "fay_1006_5006_mine.ipynb")
     got = collect(course, folder, ASSIGNMENTS)
-    assert got.students == ["ada", "bo", "cy"]
+    assert got.students == ["ada", "bo", "cy", "eve"]
     assert got.skipped == {
         "notes_from_lms.txt": "file name not recognised as an LMS submission",
-        "eve_1005_5005_homework.ipynb": "no assignment has a notebook named 'homework.ipynb'",
+        "fay_1006_5006_mine.ipynb": "no assignment has a notebook named 'mine.ipynb', nor its cells",
         "cy_1003_5003_rmsnorm.ipynb": "cy has more than one rmsnorm notebook here: "
                                       "'cy_1003_5003_rmsnorm (1).ipynb' (the newest download) is graded instead"}
-    assert got.flags == {"bo": ["rmsnorm: the LMS marked the download 'bo_LATE_1002_5002_RMSNorm-1.ipynb' late"]}
-    for st, tag in [("ada", "ada"), ("bo", "bo late"), ("cy", "cy newer")]:
+    assert got.flags == {"bo": ["rmsnorm: the LMS marked the download 'bo_LATE_1002_5002_RMSNorm-1.ipynb' late"],
+                         "eve": ["rmsnorm: 'eve_1005_5005_RMSNorm final version \u2713.ipynb' is named 'RMSNorm final "
+                                 "version \u2713.ipynb'; its cells are rmsnorm's notebook: graded as rmsnorm"]}
+    for st, tag in [("ada", "ada"), ("bo", "bo late"), ("cy", "cy newer"), ("eve", "eve")]:
         landed = sorted(p.name for p in (course_copy / "submitted" / st / "rmsnorm").glob("*.ipynb"))
         assert landed == ["rmsnorm.ipynb"], (st, landed)  # renamed onto the released name
         assert _answer_of(course_copy / "submitted" / st / "rmsnorm" / "rmsnorm.ipynb") == f"# {tag}"
-    assert not (course_copy / "submitted" / "eve").exists()
+    assert not (course_copy / "submitted" / "fay").exists()
+
+
+def test_a_notebook_handed_in_under_another_assignments_name_is_flagged(course_copy, tmp_path):
+    """The layernorm notebook uploaded as rmsnorm.ipynb: graded as rmsnorm (what the LMS's slot
+    and its name say), and the report says whose cells it holds."""
+    from grader.intake.collect import assignment_by_cells
+    from grader.ledger.course import CourseTree
+
+    course = Course(course_copy)
+    folder = tmp_path / "canvas"
+    folder.mkdir()
+    ln = nbformat.read(course_copy / "release" / "layernorm" / "layernorm.ipynb", as_version=4)
+    nbformat.write(ln, folder / "emeka_1007_5007_rmsnorm.ipynb")
+    tree = CourseTree(course_copy)
+    both = ["rmsnorm", "layernorm"]
+    assert assignment_by_cells(folder / "emeka_1007_5007_rmsnorm.ipynb", tree, both) == "layernorm"
+    got = collect(course, folder, both)
+    assert got.flags == {"emeka": ["rmsnorm: 'emeka_1007_5007_rmsnorm.ipynb' is named as rmsnorm's notebook but "
+                                   "holds layernorm's cells (the wrong notebook handed in?): graded as rmsnorm; "
+                                   "ask the student"]}
 
 
 def test_a_zip_cannot_write_outside_submitted(course_copy, tmp_path):

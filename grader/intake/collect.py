@@ -58,6 +58,8 @@ class LmsFileNameCollector(FileNameCollectorPlugin):
     #: ``{file name: student id}`` decided by :func:`resolve_students` before ``zip_collect`` runs
     #: (two Canvas students named alike are two students).
     resolved: dict[str, str] = {}
+    #: ``{file name: released notebook}`` of the downloads a student renamed, known by their cells.
+    renamed: dict[str, str] = {}
 
     def collect(self, submitted_file: str) -> dict | None:
         info = parse_lms_name(submitted_file)
@@ -66,7 +68,7 @@ class LmsFileNameCollector(FileNameCollectorPlugin):
             return None
         info["student_id"] = self.resolved.get(os.path.basename(submitted_file), info["student_id"])
         keys = {notebook_key(r): r for r in self._released()}
-        real = keys.get(notebook_key(info["file_id"]))
+        real = keys.get(notebook_key(info["file_id"])) or self.renamed.get(os.path.basename(submitted_file))
         if real is None:
             return None
         info["file_id"] = real
@@ -152,6 +154,37 @@ def _assignment_of(file_id: str, tree: CourseTree, assignments: list[str]) -> st
     return None
 
 
+def _grade_ids(path: Path) -> set[str]:
+    """The nbgrader grade_ids of the notebook at ``path`` (empty when it does not read)."""
+    from .notebooks import read_notebook_leniently
+
+    nb = read_notebook_leniently(path)[0]
+    return {c.get("metadata", {}).get("nbgrader", {}).get("grade_id") for c in (nb or {}).get("cells", [])} - {None}
+
+
+def released_by_cells(path: Path, tree: CourseTree, assignment: str) -> str | None:
+    """The released notebook of ``assignment`` that shares most cells with the one at ``path``."""
+    got = _grade_ids(path)
+    named = [(len(got & _grade_ids(p)), p.name) for p in sorted(tree.release(assignment).glob("*.ipynb"))]
+    return max(named)[1] if named and max(named)[0] else None
+
+
+def assignment_by_cells(path: Path, tree: CourseTree, assignments: list[str]) -> str | None:
+    """The assignment whose released notebook the notebook at ``path`` is, by its cells (nbgrader's
+    grade_ids, which a renamed file keeps): the one assignment holding most of them, at least half
+    of its own; None when none does or two tie."""
+    got = _grade_ids(path)
+    if not got:
+        return None
+    best: list[tuple[int, str]] = []
+    for a in assignments:
+        ids = set().union(*(_grade_ids(p) for p in sorted(tree.release(a).glob("*.ipynb"))))
+        if ids and 2 * len(got & ids) >= len(ids):
+            best.append((len(got & ids), a))
+    best.sort(reverse=True)
+    return best[0][1] if best and (len(best) == 1 or best[0][0] > best[1][0]) else None
+
+
 #: What reading a zip entry raises when its bytes are damaged (CRC, deflate stream, truncation).
 _ZIP_ENTRY_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError)
 
@@ -224,6 +257,7 @@ class _Found:
     file: Path
     where: str  # its path in the download
     problem: str | None = None  # why it is not a readable notebook
+    note: str | None = None  # what its cells said against its name (the report's flag)
 
 
 def _lms_candidates(tree: CourseTree, path: Path, assignments: list[str], tmp: Path,
@@ -245,10 +279,18 @@ def _lms_candidates(tree: CourseTree, path: Path, assignments: list[str], tmp: P
             continue
         info["student_id"] = ids.get(f.name, info["student_id"])
         a = _assignment_of(info["file_id"], tree, assignments)
-        if a is None:
-            skipped[where] = f"no assignment has a notebook named {info['file_id']!r}"
+        by_cells = assignment_by_cells(f, tree, assignments)
+        if a is None and by_cells is None:
+            skipped[where] = f"no assignment has a notebook named {info['file_id']!r}, nor its cells"
             continue
-        candidates.setdefault((a, info["student_id"]), []).append(_Found(info, f, where, notebook_problem(f)))
+        found = _Found(info, f, where, notebook_problem(f))
+        if a is None:  # renamed by the student: its cells say which assignment's it is
+            a = by_cells
+            found.note = f"{a}: {where!r} is named {info['file_id']!r}; its cells are {a}'s notebook: graded as {a}"
+        elif by_cells is not None and by_cells != a:
+            found.note = (f"{a}: {where!r} is named as {a}'s notebook but holds {by_cells}'s cells (the wrong "
+                          f"notebook handed in?): graded as {a}; ask the student")
+        candidates.setdefault((a, info["student_id"]), []).append(found)
     if not candidates:
         shown = "; ".join(f"{n}: {why}" for n, why in list(skipped.items())[:5])
         hint = f"; for an nbgrader tree, give {path / 'submitted'}" if (path / "submitted").is_dir() else ""
@@ -282,6 +324,8 @@ def _choose(a: str, st: str, found: list[_Found], out: Collected) -> _Found:
         out.flags.setdefault(st, []).append(
             f"{a}: the download {chosen.where!r} is not a notebook ({chosen.problem}): graded as a blank "
             "notebook (0 points); ask the student to upload it again")
+    if chosen.note:
+        out.flags.setdefault(st, []).append(chosen.note)
     return chosen
 
 
@@ -345,6 +389,8 @@ def collect_lms(course: Course, path: Path, assignments: list[str]) -> Collected
             for f in fs:
                 shutil.copy(f, archive / f.name)
             LmsFileNameCollector.resolved = {f.name: st for (_, st), fs in chosen.items() for f in fs}
+            LmsFileNameCollector.renamed = {f.name: released_by_cells(f, tree, a) for f in fs
+                                            if _assignment_of(parse_lms_name(f.name)["file_id"], tree, [a]) is None}
             course.zip_collect(a, "grader.intake.collect.LmsFileNameCollector")
         store.add_received(tree, hashes)
         store.add_lms_late(tree, {k: v for k, v in late.items() if k in hashes})
