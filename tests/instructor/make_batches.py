@@ -6,8 +6,6 @@ expected points of each are the answer bank's EXPECTED. Writes into the folder g
   gradebook.csv a Canvas gradebook export for those students (+ one who never submitted)
   batch_b.zip   scenarios 4/5: resubmissions (block) and odd notebooks (symlink, 50 MB output, kernel)
 """
-import io
-import json
 import stat
 import sys
 import zipfile
