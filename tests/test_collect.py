@@ -82,7 +82,8 @@ def test_an_lms_folder_goes_through_zip_collect_with_reasons_for_every_skipped_f
     for name, tag in files.items():
         nbformat.write(_marked(nb, tag), folder / name)
     (folder / "notes_from_lms.txt").write_text("not a notebook")
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")]), folder / "fay_1006_5006_mine.ipynb")
+    foreign = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")])  # no nbgrader cell
+    nbformat.write(foreign, folder / "fay_1006_5006_mine.ipynb")
     got = collect(course, folder, ASSIGNMENTS)
     assert got.students == ["ada", "bo", "cy", "eve"]
     assert got.skipped == {
