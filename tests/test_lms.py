@@ -59,6 +59,52 @@ def test_canvas_export_is_filled_by_user_id_and_absent_students_listed(graded, t
         "John Lee,10011,,,S1,4.5,3,7", "Zoë Müller,10013,,,S1,0,,8", "Sam Absent,10099,,,S1,,,9"]
 
 
+def test_a_canvas_column_worth_other_points_gets_the_fraction_earned(graded, tmp_path):
+    """Canvas's "Points Possible" row says RMSNorm is worth 10 there (5 here) and LayerNorm 2 (4
+    here): 4.5 of 5 is written as 9, 3 of 4 as 1.5, and the run says so (the tired instructor's
+    13.5-point block landed as 135 % of a 10-point column, without a word)."""
+    export = tmp_path / "grades.csv"
+    export.write_text("Student,ID,SIS User ID,SIS Login ID,Section,RMSNorm (5001),LayerNorm (5002)\n"
+                      "    Points Possible,,,,,10,2\nJohn Lee,10011,,,S1,,\n", encoding="utf-8")
+    got = fill_lms_gradebook(graded, export, ["layernorm", "rmsnorm"])
+    assert got.filled == {"10011": {"rmsnorm": 9.0, "layernorm": 1.5}}
+    assert got.scaled == {"rmsnorm": (5.0, 10.0), "layernorm": (4.0, 2.0)}
+    assert got.path.read_text(encoding="utf-8").splitlines()[-1] == "John Lee,10011,,,S1,9,1.5"
+
+
+def test_a_later_run_without_the_lms_gradebook_refills_the_import_with_its_points(graded, tmp_path):
+    """The export given once is kept as given; a later run's points go into lms-import-canvas.csv
+    too (it kept the first run's, where grades.csv had new ones, without a word)."""
+    from types import SimpleNamespace
+
+    from nbgrader.api import Gradebook
+
+    from grader.stages.export import fill_lms_exports
+
+    export = tmp_path / "grades-export.csv"
+    export.write_text("Student,ID,SIS User ID,SIS Login ID,Section,RMSNorm (5001)\n"
+                      "    Points Possible,,,,,5\nJohn Lee,10011,,,S1,\n", encoding="utf-8")
+    said: list[str] = []
+
+    def batch(lms_gradebook):
+        return SimpleNamespace(options=SimpleNamespace(lms_gradebook=lms_gradebook),
+                               services=SimpleNamespace(tree=graded, log=said.append),
+                               run=SimpleNamespace(assignments=["layernorm", "rmsnorm"], lms_import=None))
+
+    fill_lms_exports(batch(export))
+    assert (graded.root / "lms-import-canvas.csv").read_text(encoding="utf-8").splitlines()[-1] == \
+        "John Lee,10011,,,S1,4.5"
+    export.unlink()  # the instructor's download is gone: the kept copy serves
+    with Gradebook(graded.gradebook_url) as gb:  # a resubmission graded later
+        gb.find_grade("rmsnorm_test", "rmsnorm", "rmsnorm", "leejohn-10011").auto_score = 5.0
+        gb.db.commit()
+    said.clear()
+    fill_lms_exports(batch(None))
+    assert (graded.root / "lms-import-canvas.csv").read_text(encoding="utf-8").splitlines()[-1] == \
+        "John Lee,10011,,,S1,5"
+    assert any("refilled with this run's points" in line for line in said), said
+
+
 def test_moodle_worksheet_is_matched_on_the_participant_id_of_that_assignment(graded, tmp_path):
     """Moodle numbers a student anew in each assignment (the participant id of the download's
     folder, ``Participant <id>`` in the worksheet's Identifier): John Lee is 20011 in rmsnorm and

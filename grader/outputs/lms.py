@@ -53,6 +53,9 @@ class LmsImport:
         missing: students graded here (with their LMS id when known) that the LMS's file has no
             row for: their points are not in ``path``.
         kept: where the earlier ``path`` was kept, when this one replaced a different one.
+        scaled: ``{assignment: (the course's points, the LMS column's)}`` where the LMS's file says its
+            column is worth other points than the assignment's: the points written there are scaled
+            to that column (the fraction earned kept).
     """
 
     path: Path
@@ -61,6 +64,34 @@ class LmsImport:
     blank: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     kept: Path | None = None
+    scaled: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+
+def max_points(tree: CourseTree, assignments: list[str]) -> dict[str, float]:
+    """``{assignment: its points}`` in the gradebook (nbgrader's ``max_score``)."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    out = {}
+    with Gradebook(tree.gradebook_url) as gb:
+        for a in assignments:
+            try:
+                out[a] = float(gb.find_assignment(a).max_score)
+            except MissingEntry:
+                continue
+    return out
+
+
+def _scale(out: LmsImport, a: str, course: float | None, column: str) -> float:
+    """The factor from the course's points of ``a`` to an LMS column worth ``column`` (a number,
+    or not: then 1), recorded in ``out.scaled`` when it is not 1."""
+    try:
+        lms = float(column)
+    except (TypeError, ValueError):
+        return 1.0
+    if not course or lms <= 0 or abs(lms - course) <= 1e-9:
+        return 1.0
+    out.scaled[a] = (course, lms)
+    return lms / course
 
 
 def scores_by_student(tree: CourseTree, assignments: list[str]) -> tuple[dict[tuple[str, str], float], dict[str, str]]:
@@ -139,6 +170,11 @@ def _canvas(tree, export, rows, assignments) -> LmsImport:
         raise ValueError(f"{export}: no column names an assignment ({', '.join(assignments)})")
     out = LmsImport(tree.root / "lms-import-canvas.csv", "canvas")
     id_col, name_col = head.index("ID"), head.index("Student")
+    # Canvas's "Points Possible" row: a column worth other points than the assignment gets the fraction earned
+    possible = next((r for r in rows[1:] if len(r) > name_col and r[name_col].strip() == "Points Possible"), None)
+    course_max = max_points(tree, list(cols.values()))
+    factor = {i: _scale(out, a, course_max.get(a), possible[i] if possible and len(possible) > i else None)
+              for i, a in cols.items()}
     for row in rows[1:]:
         lms = row[id_col].strip() if len(row) > id_col else ""
         if not lms.isdigit():  # "Points Possible" and other non-student rows stay as they are
@@ -146,8 +182,8 @@ def _canvas(tree, export, rows, assignments) -> LmsImport:
         got = scores.get(lms, {})
         for i, a in cols.items():
             if a in got:
-                row[i] = f"{got[a]:g}"
-                out.filled.setdefault(lms, {})[a] = got[a]
+                row[i] = f"{round(got[a] * factor[i], 2):g}"
+                out.filled.setdefault(lms, {})[a] = round(got[a] * factor[i], 2)
         if not any(a in got for a in cols.values()):
             out.blank.append(f"{row[name_col]} ({lms})")
     canvas_id = {st: lms for lms, st in ids.items()}
@@ -172,7 +208,9 @@ def _moodle(tree, export, rows, assignments) -> LmsImport:
     who.update({pid: st for (a2, st), pid in moodle_participants(tree).items() if a2 == a})
     head = rows[0]
     ident, grade, name_col = head.index("Identifier"), head.index("Grade"), head.index("Full name")
+    most = head.index("Maximum Grade") if "Maximum Grade" in head else None  # the worksheet's points
     out = LmsImport(tree.root / f"lms-import-moodle-{a}.csv", "moodle")
+    course_max = max_points(tree, [a]).get(a)
     for row in rows[1:]:
         m = re.fullmatch(r"\D*?(\d+)", row[ident].strip()) if len(row) > ident else None
         if not m:
@@ -180,8 +218,9 @@ def _moodle(tree, export, rows, assignments) -> LmsImport:
         pid = m.group(1)
         st = who.get(pid)
         if (a, st) in points:
-            row[grade] = f"{points[(a, st)]:g}"
-            out.filled.setdefault(pid, {})[a] = points[(a, st)]
+            k = _scale(out, a, course_max, row[most] if most is not None and len(row) > most else None)
+            row[grade] = f"{round(points[(a, st)] * k, 2):g}"
+            out.filled.setdefault(pid, {})[a] = round(points[(a, st)] * k, 2)
         else:
             out.blank.append(f"{row[name_col]} ({row[ident].strip()})")
     participant = {st: pid for pid, st in who.items()}

@@ -3,6 +3,7 @@ the LMS's files."""
 from __future__ import annotations
 
 import csv
+import shutil
 from pathlib import Path
 
 from ..ledger import store
@@ -35,28 +36,14 @@ def export(b: Batch) -> None:
     late by the LMS); ``roster.csv`` beside it (``student_id,lms_id,name``); the LMS's gradebook
     filled in when given; the feedback HTML zipped for the LMS's bulk feedback upload
     (``feedback-<lms>-<assignment>.zip``, :mod:`grader.outputs.lms`)."""
-    tree, log, lms_gradebook = b.services.tree, b.services.log, b.options.lms_gradebook
+    tree, log = b.services.tree, b.services.log
     try:
         b.run.grades_csv = b.services.course.export_csv(tree.grades_csv, taken(b))
     except AppError as e:
         raise GradingError(str(e)) from e
     _add_late_column(b.run.grades_csv, lms_late(tree))
     write_roster(tree, tree.root / ROSTER_CSV)
-    if lms_gradebook is not None:
-        from ..outputs.lms import fill_lms_gradebook
-
-        got = fill_lms_gradebook(tree, lms_gradebook, b.run.assignments)
-        b.run.lms_import = got.path
-        n = len(got.filled)
-        log(f"export: {got.path} is {lms_gradebook.name} with the points of {n} student{'s' * (n != 1)} "
-            f"filled in: import it into {got.lms.capitalize()}")
-        if got.kept is not None:
-            log(f"export: the earlier, different {got.path.name} was kept as {got.kept}")
-        if got.blank:
-            log(f"export: left blank (no submission here): {', '.join(got.blank)}")
-        if got.missing:
-            log(f"export: graded here but not in {lms_gradebook.name} (their points are not in "
-                f"{got.path.name}; enter them by hand or export the LMS's gradebook again): {', '.join(got.missing)}")
+    fill_lms_exports(b)
     from ..outputs.lms import feedback_zips
 
     kept: dict[Path, Path] = {}
@@ -67,6 +54,56 @@ def export(b: Batch) -> None:
             "feedback upload")
     for path, earlier in kept.items():
         log(f"export: the earlier, different {Path(path).name} was kept as {earlier}")
+
+
+def fill_lms_exports(b: Batch) -> None:
+    """Every LMS gradebook export given to this run (``--lms-gradebook``) or an earlier one, kept as
+    given under ``logs/lms-exports/given/``, filled with the gradebook's points: so an
+    ``lms-import-*.csv`` never holds older points than ``grades.csv`` (a run without the option
+    left the earlier file as it was, with the points of then)."""
+    lms_gradebook = b.options.lms_gradebook
+    given = b.services.tree.root / store.LMS_EXPORTS / "given"
+    if lms_gradebook is not None:
+        with store.atomic_path(given / Path(lms_gradebook).name) as part:
+            shutil.copyfile(lms_gradebook, part)
+    for source in sorted(given.glob("*")) if given.is_dir() else []:
+        _fill_lms(b, source, Path(lms_gradebook).name if lms_gradebook is not None else None)
+
+
+def _fill_lms(b: Batch, lms_gradebook: Path, given_now: str | None) -> None:
+    """One LMS gradebook export filled with the gradebook's points (:func:`grader.outputs.lms.fill_lms_gradebook`)
+    and what it did said; ``lms_gradebook``: its copy under ``logs/lms-exports/given/``."""
+    from ..outputs.lms import fill_lms_gradebook
+
+    tree, log = b.services.tree, b.services.log
+    try:
+        got = fill_lms_gradebook(tree, lms_gradebook, b.run.assignments)
+    except ValueError as e:
+        if given_now == lms_gradebook.name:
+            raise
+        log(f"export: the LMS gradebook given to an earlier run ({lms_gradebook}) no longer fits this course "
+            f"({e}): its import file was not refilled")
+        return
+    b.run.lms_import = got.path
+    n = len(got.filled)
+    if given_now != lms_gradebook.name:
+        log(f"export: {got.path} refilled with this run's points from the LMS gradebook an earlier run was given "
+            f"({lms_gradebook}); give LMS_GRADEBOOK= a new export when the LMS's students or columns changed")
+    else:
+        log(f"export: {got.path} is {lms_gradebook.name} with the points of {n} student{'s' * (n != 1)} "
+            f"filled in: import it into {got.lms.capitalize()}")
+    if got.kept is not None:
+        log(f"export: the earlier, different {got.path.name} was kept as {got.kept}")
+    for a, (course_pts, lms_pts) in sorted(got.scaled.items()):
+        log(f"export: {a} is worth {course_pts:g} points here and {lms_pts:g} in {got.lms.capitalize()}'s "
+            f"{lms_gradebook.name}: each student's points are scaled by {lms_pts:g}/{course_pts:g} (the "
+            f"fraction earned kept); set the LMS column to {course_pts:g} points to import them as they are")
+    if given_now == lms_gradebook.name:
+        if got.blank:
+            log(f"export: left blank (no submission here): {', '.join(got.blank)}")
+        if got.missing:
+            log(f"export: graded here but not in {lms_gradebook.name} (their points are not in "
+                f"{got.path.name}; enter them by hand or export the LMS's gradebook again): {', '.join(got.missing)}")
 
 
 def _add_late_column(path: Path, lms_marked: set[tuple[str, str]]) -> None:
