@@ -60,7 +60,8 @@ grade: $(STAMP)
 	$(BIN)/python -m grader $(if $(SUBMISSIONS),--submissions "$(SUBMISSIONS)") $(if $(JOBS),--jobs $(JOBS)) \
 		$(if $(DUEDATE),--duedate "$(DUEDATE)") $(if $(FRESH),--fresh) $(if $(YES),--yes) \
 		$(if $(LMS_GRADEBOOK),--lms-gradebook "$(LMS_GRADEBOOK)") \
-		$(if $(SCHEDULER),--scheduler "$(SCHEDULER)") $(if $(DB),--db "$(DB)") $(if $(filter 0 no,$(GROUPS)),--no-groups)
+		$(if $(SCHEDULER),--scheduler "$(SCHEDULER)") $(if $(DB),--db "$(DB)") $(if $(filter 0 no,$(GROUPS)),--no-groups) \
+		$(if $(and $(STUDENTS),$(if $(SUBMISSIONS),,1)),--demo-students $(STUDENTS))
 
 # Figures, not a test: make grade vs plain sequential nbgrader on the demo class.
 bench: $(STAMP)
