@@ -69,6 +69,20 @@ def test_an_nbgrader_tree_is_copied_and_a_resubmission_replaces_the_earlier_one(
     assert _answer_of(course_copy / "submitted" / "ada" / "rmsnorm" / "rmsnorm.ipynb") == "# ada first"
 
 
+def test_a_submission_whose_notebook_is_a_link_is_said_to_have_nothing_to_grade(course_copy, tmp_path):
+    """rosa's rmsnorm.ipynb is a symbolic link (to the course's solution): nothing is copied, and the
+    run's collect lines say she has no notebook to grade (only the report's flags named her)."""
+    course = _only_rmsnorm(course_copy)
+    tree = tmp_path / "batch"
+    (tree / "rosa" / "rmsnorm").mkdir(parents=True)
+    (tree / "rosa" / "rmsnorm" / "rmsnorm.ipynb").symlink_to(course_copy / "source" / "rmsnorm" / "rmsnorm.ipynb")
+    got = collect(course, tree, ASSIGNMENTS)
+    assert got.skipped == {"rosa/rmsnorm": "no notebook to grade: rmsnorm.ipynb (a symbolic link) (links are never "
+                                           "followed)"}
+    assert got.flags == {"rosa": ["rmsnorm: handed in and not copied: rmsnorm.ipynb (a symbolic link)"]}
+    assert not list((course_copy / "submitted" / "rosa" / "rmsnorm").glob("*"))
+
+
 def test_an_lms_folder_goes_through_zip_collect_with_reasons_for_every_skipped_file(course_copy, tmp_path):
     course = _only_rmsnorm(course_copy)
     nb = _release(course_copy)

@@ -442,6 +442,8 @@ def collect(course: Course, submissions: Path, assignments: list[str]) -> Collec
                 left = copy_plain_tree(submissions / st / a, tree.submitted(st, a), submissions)
                 if left:
                     out.flags.setdefault(st, []).append(f"{a}: handed in and not copied: {', '.join(left)}")
+                    if not any(tree.submitted(st, a).glob("*.ipynb")):  # said where the run's lines are read
+                        out.skipped[f"{st}/{a}"] = f"no notebook to grade: {', '.join(left)} (links are never followed)"
             except OSError:  # a full disk leaves no half-copied submission
                 shutil.rmtree(tree.submitted(st, a), ignore_errors=True)
                 raise
