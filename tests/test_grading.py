@@ -140,10 +140,13 @@ def test_lms_zip_is_graded_through_zip_collect(course_copy, tmp_path, replayed):
     zpath = _canvas_zip(course_copy, tmp_path)
     lines = []
     run = grade_class(course_root=course_copy, submissions=zpath, log=lines.append)
-    assert sorted(run.students) == ["ada", "bruno", "chen", "dana"]
-    for s in run.students:
+    assert sorted(run.students) == ["ada", "bruno", "chen", "dana", "eve"]
+    for s in LMS_VARIANTS:
         assert run.scores[("rmsnorm", s)] == EXPECTED["rmsnorm"][LMS_VARIANTS[s]], s
-    assert "file eve_1005_5005_homework.ipynb" in run.report.ungraded
+    # eve renamed the released notebook and left it blank: known by its cells, graded (0), flagged
+    assert run.scores[("rmsnorm", "eve")] == EXPECTED["rmsnorm"]["blank"]
+    assert any("its cells are rmsnorm's notebook: graded as rmsnorm" in f for f in run.report.flags["eve"]), \
+        run.report.flags.get("eve")
     assert any("skipped notes_from_lms.txt" in ln for ln in lines)
 
 
