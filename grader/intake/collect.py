@@ -162,10 +162,22 @@ def _grade_ids(path: Path) -> set[str]:
     return {c.get("metadata", {}).get("nbgrader", {}).get("grade_id") for c in (nb or {}).get("cells", [])} - {None}
 
 
+_RELEASED: dict[tuple[str, float], set[str]] = {}
+
+
+def _released_ids(path: Path) -> set[str]:
+    """:func:`_grade_ids` of a released notebook, read once per version of the file (a class's
+    every download is held against every assignment's)."""
+    key = (str(path), path.stat().st_mtime)
+    if key not in _RELEASED:
+        _RELEASED[key] = _grade_ids(path)
+    return _RELEASED[key]
+
+
 def released_by_cells(path: Path, tree: CourseTree, assignment: str) -> str | None:
     """The released notebook of ``assignment`` that shares most cells with the one at ``path``."""
     got = _grade_ids(path)
-    named = [(len(got & _grade_ids(p)), p.name) for p in sorted(tree.release(assignment).glob("*.ipynb"))]
+    named = [(len(got & _released_ids(p)), p.name) for p in sorted(tree.release(assignment).glob("*.ipynb"))]
     return max(named)[1] if named and max(named)[0] else None
 
 
@@ -178,7 +190,7 @@ def assignment_by_cells(path: Path, tree: CourseTree, assignments: list[str]) ->
         return None
     best: list[tuple[int, str]] = []
     for a in assignments:
-        ids = set().union(*(_grade_ids(p) for p in sorted(tree.release(a).glob("*.ipynb"))))
+        ids = set().union(*(_released_ids(p) for p in sorted(tree.release(a).glob("*.ipynb"))))
         if ids and 2 * len(got & ids) >= len(ids):
             best.append((len(got & ids), a))
     best.sort(reverse=True)
